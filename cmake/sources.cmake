@@ -1,0 +1,18 @@
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops).
+set(KVCOMM_SOURCES
+    src/common/error.cpp
+    src/common/env.cpp
+    src/common/log.cpp
+    src/common/socket.cpp
+    src/platform/gpu_info.cpp
+    src/platform/ibverbs.cpp
+    src/platform/capabilities.cpp
+    src/comm/tcp_mesh.cpp
+    src/comm/tcp_bootstrap.cpp
+    src/comm/communicator.cpp
+    src/comm/topology.cpp
+    src/comm/layout.cpp)
+
+# Compiled only with the CUDA backend.
+set(KVCOMM_CUDA_SOURCES
+    src/platform/cuda_driver.cpp)

@@ -1,0 +1,134 @@
+// kvcomm: Communicator, Topology and the TP/PCP/PP/DP Layout of inference engines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvcomm/bootstrap.hpp"
+
+namespace kvcomm {
+
+/// The GPU a member drives (the device current when its communicator was created), if any.
+struct GpuInfo {
+  int device = -1;       ///< CUDA ordinal in that process; -1: no GPU bound (or CUDA absent)
+  std::string uuid;      ///< "GPU-xxxxxxxx-..." as nvidia-smi prints it
+  std::string pciBusId;  ///< "0000:18:00.0"
+};
+
+/// What a communicator knows about one member.
+struct MemberInfo {
+  int rank = -1;           ///< rank in this communicator
+  int worldRank = -1;      ///< rank in the communicator created from the bootstrap
+  int pid = 0;
+  uint32_t uid = 0;
+  std::string hostname;
+  std::string bootId;      ///< /proc/sys/kernel/random/boot_id
+  uint64_t netns = 0;      ///< inode of /proc/self/ns/net: different namespaces are different hosts
+  int hostIndex = -1;      ///< hosts numbered by first appearance in rank order
+  int localRank = -1;      ///< index among the members on the same host
+  int localSize = 0;       ///< members on the same host
+  GpuInfo gpu;
+  std::vector<std::string> rdmaDevices;  ///< RDMA devices visible to the member
+};
+
+/// Per-member host identity, GPU and RDMA devices, and the P2P access matrix among same-host GPUs.
+struct Topology {
+  std::vector<MemberInfo> members;
+  /// p2p[a * size + b]: member a's GPU can access member b's GPU directly (same host, same GPU or CUDA peer access).
+  std::vector<uint8_t> p2p;
+  int numHosts = 0;
+
+  int size() const { return static_cast<int>(members.size()); }
+  bool sameHost(int a, int b) const { return members[a].hostIndex == members[b].hostIndex; }
+  bool canAccessPeer(int a, int b) const { return p2p[static_cast<size_t>(a) * members.size() + b] != 0; }
+  /// Every member on one host.
+  bool singleHost() const { return numHosts == 1; }
+  /// Every pair of members on one host with GPU P2P access.
+  bool allPeerAccess() const;
+  /// Members on host `hostIndex`, in rank order.
+  std::vector<int> hostMembers(int hostIndex) const;
+  /// A human-readable table (members, then the P2P matrix when GPUs are present).
+  std::string toString() const;
+};
+
+/// A group of processes that run collectives together. A Communicator is a handle: copies share one group.
+///
+/// Call order: create() on every rank of a bootstrap (collective) -> split()/Layout::create() (collective over this
+/// communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
+/// connections (no collective at teardown).
+class Communicator {
+ public:
+  /// Builds the world communicator from a bootstrap (collective over the bootstrap's ranks). The process's current
+  /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
+  static Communicator create(std::shared_ptr<Bootstrap> bootstrap);
+
+  Communicator() = default;
+  bool valid() const { return impl_ != nullptr; }
+  int rank() const;
+  int size() const;
+  /// Rank of member `rank` in the world communicator this one was split from.
+  int worldRank(int rank) const;
+
+  /// MPI_Comm_split semantics (collective): members with the same color form a group, ordered by (key, rank); a
+  /// negative color takes part but gets no communicator (std::nullopt).
+  std::optional<Communicator> split(int color, int key);
+
+  /// In-place allgather (collective): this rank's bytes at data + rank() * bytesPerRank.
+  void allgather(void* data, size_t bytesPerRank);
+  /// Returns when every member entered (collective).
+  void barrier();
+  /// Point-to-point messages among members; `tag` separates independent streams.
+  void send(const void* data, size_t bytes, int peer, uint32_t tag);
+  void recv(void* data, size_t bytes, int peer, uint32_t tag);
+
+  const Topology& topology() const;
+  /// Identity of the group (equal on every member, different for each split).
+  uint64_t id() const;
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Sizes of an engine's parallel dimensions. world = dp * pp * pcp * tp.
+struct LayoutSpec {
+  int tp = 1;   ///< tensor parallel
+  int pcp = 1;  ///< prefill/context parallel (replicated KV cache)
+  int pp = 1;   ///< pipeline parallel
+  int dp = 1;   ///< data parallel
+};
+
+/// A rank's coordinates. Ranks are numbered the way inference engines number them, TP fastest:
+/// rank = ((dp * PP + pp) * PCP + pcp) * TP + tp. So TP2/PCP2 gives TP groups {0,1},{2,3} and PCP groups {0,2},{1,3}.
+struct LayoutCoord {
+  int tp = 0, pcp = 0, pp = 0, dp = 0;
+};
+
+enum class Axis { TP, PCP, PP, DP };
+
+/// The TP, PCP, PP and DP groups of this rank.
+struct Layout {
+  LayoutSpec spec;
+  LayoutCoord coord;
+  Communicator tp;   ///< members sharing (dp, pp, pcp); rank = tp coordinate
+  Communicator pcp;  ///< members sharing (dp, pp, tp); rank = pcp coordinate
+  Communicator pp;   ///< members sharing (dp, pcp, tp); rank = pp coordinate
+  Communicator dp;   ///< members sharing (pp, pcp, tp); rank = dp coordinate
+
+  /// Splits `world` into the four groups (collective). Throws InvalidArgumentError unless
+  /// world.size() == tp * pcp * pp * dp and every size is positive.
+  static Layout create(Communicator& world, const LayoutSpec& spec);
+  /// Coordinates of `rank`, and the rank of coordinates (pure functions).
+  static LayoutCoord coordOf(const LayoutSpec& spec, int rank);
+  static int rankOf(const LayoutSpec& spec, const LayoutCoord& coord);
+  /// World ranks of the group along `axis` that holds `rank`, in group-rank order.
+  static std::vector<int> groupOf(const LayoutSpec& spec, int rank, Axis axis);
+};
+
+}  // namespace kvcomm

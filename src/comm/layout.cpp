@@ -1,0 +1,83 @@
+#include "common/check.hpp"
+#include "kvcomm/comm.hpp"
+
+namespace kvcomm {
+
+namespace {
+
+void validate(const LayoutSpec& s, const char* call) {
+  KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ",
+                   s.tp, ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
+}
+
+int worldSize(const LayoutSpec& s) { return s.tp * s.pcp * s.pp * s.dp; }
+
+int& coordRef(LayoutCoord& c, Axis a) {
+  switch (a) {
+    case Axis::TP: return c.tp;
+    case Axis::PCP: return c.pcp;
+    case Axis::PP: return c.pp;
+    case Axis::DP: return c.dp;
+  }
+  return c.tp;
+}
+
+int axisSize(const LayoutSpec& s, Axis a) {
+  switch (a) {
+    case Axis::TP: return s.tp;
+    case Axis::PCP: return s.pcp;
+    case Axis::PP: return s.pp;
+    case Axis::DP: return s.dp;
+  }
+  return 1;
+}
+
+}  // namespace
+
+LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
+  validate(s, "Layout::coordOf");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < worldSize(s), "Layout::coordOf", "rank ", rank, " outside the layout's ",
+                   worldSize(s), " ranks");
+  LayoutCoord c;
+  c.tp = rank % s.tp;
+  rank /= s.tp;
+  c.pcp = rank % s.pcp;
+  rank /= s.pcp;
+  c.pp = rank % s.pp;
+  c.dp = rank / s.pp;
+  return c;
+}
+
+int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
+  validate(s, "Layout::rankOf");
+  return ((c.dp * s.pp + c.pp) * s.pcp + c.pcp) * s.tp + c.tp;
+}
+
+std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
+  LayoutCoord c = coordOf(s, rank);
+  std::vector<int> out;
+  for (int i = 0; i < axisSize(s, axis); ++i) {
+    coordRef(c, axis) = i;
+    out.push_back(rankOf(s, c));
+  }
+  return out;
+}
+
+Layout Layout::create(Communicator& world, const LayoutSpec& spec) {
+  validate(spec, "Layout::create");
+  KVCOMM_CHECK_ARG(world.size() == worldSize(spec), "Layout::create", "the communicator has ", world.size(),
+                   " ranks but tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp, " = ",
+                   worldSize(spec));
+  Layout l;
+  l.spec = spec;
+  l.coord = coordOf(spec, world.rank());
+  const LayoutCoord& c = l.coord;
+  // Color = the coordinates that stay fixed along the axis; key = the coordinate that varies (the group rank).
+  l.tp = *world.split((c.dp * spec.pp + c.pp) * spec.pcp + c.pcp, c.tp);
+  l.pcp = *world.split((c.dp * spec.pp + c.pp) * spec.tp + c.tp, c.pcp);
+  l.pp = *world.split((c.dp * spec.pcp + c.pcp) * spec.tp + c.tp, c.pp);
+  l.dp = *world.split((c.pp * spec.pcp + c.pcp) * spec.tp + c.tp, c.dp);
+  return l;
+}
+
+}  // namespace kvcomm

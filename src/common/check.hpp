@@ -1,0 +1,63 @@
+// Internal error helpers: every check carries the call text, the rank and the cause.
+#pragma once
+
+#include <cerrno>
+#include <sstream>
+#include <string>
+
+#include "kvcomm/error.hpp"
+
+namespace kvcomm::detail {
+
+/// Rank of the calling thread's current kvcomm operation (-1 when unknown). Public entry points set it with
+/// RankScope so that errors raised deep in a layer still name the rank.
+int currentRank() noexcept;
+
+/// Sets the rank reported by errors for the lifetime of the scope (restores the previous one).
+class RankScope {
+ public:
+  explicit RankScope(int rank) noexcept;
+  ~RankScope();
+  RankScope(const RankScope&) = delete;
+  RankScope& operator=(const RankScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// "kvcomm [rank R] call: cause (file:line)".
+std::string formatMessage(const std::string& call, const std::string& cause, const char* file, int line);
+
+[[noreturn]] void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file,
+                             int line);
+[[noreturn]] void throwSystem(const std::string& call, int err, const char* file, int line);
+
+/// Concatenates anything streamable.
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+}  // namespace kvcomm::detail
+
+/// Throws InvalidArgumentError naming `call` unless `cond` holds.
+#define KVCOMM_CHECK_ARG(cond, call, ...)                                                                     \
+  do {                                                                                                        \
+    if (!(cond))                                                                                              \
+      ::kvcomm::detail::throwError(::kvcomm::ErrorCode::InvalidArgument, call, ::kvcomm::detail::cat(__VA_ARGS__), \
+                                   __FILE__, __LINE__);                                                       \
+  } while (0)
+
+/// Throws an Error of `code` naming `call`.
+#define KVCOMM_THROW(code, call, ...) \
+  ::kvcomm::detail::throwError(::kvcomm::ErrorCode::code, call, ::kvcomm::detail::cat(__VA_ARGS__), __FILE__, __LINE__)
+
+/// Evaluates a system call returning -1 on failure; throws SystemError with errno and the call text.
+#define KVCOMM_CHECK_SYS(expr)                                                        \
+  ([&]() {                                                                            \
+    auto kvcommRet_ = (expr);                                                         \
+    if (kvcommRet_ == -1) ::kvcomm::detail::throwSystem(#expr, errno, __FILE__, __LINE__); \
+    return kvcommRet_;                                                                \
+  }())

@@ -1,0 +1,41 @@
+// Every environment knob kvcomm reads, in one place (documented in docs/environment.md).
+// Values are read when used, not cached, so a process (or a test) may change them between operations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvcomm::env {
+
+/// KVCOMM_DIRECT = auto | 1 | 0: publish directly into peer memory (auto where the group allows it), demand it,
+/// or force the gather+insert fallback.
+enum class DirectMode { Auto, Force, Off };
+DirectMode direct();
+
+/// KVCOMM_LOG_LEVEL = error | warn | info | debug (default warn).
+int logLevel();
+
+/// KVCOMM_BOOTSTRAP_TIMEOUT_MS: bound on every bootstrap wait (connect, receive); default 120000.
+int64_t bootstrapTimeoutMs();
+
+/// KVCOMM_BARRIER_TIMEOUT_MS: bound on every barrier wait (device and host); default 10000.
+int64_t barrierTimeoutMs();
+
+/// KVCOMM_SOCKET_IFNAME: network interface whose IPv4 address bootstrap sockets advertise (default: first
+/// non-loopback interface that is up, else loopback).
+std::string socketIfname();
+
+/// KVCOMM_HANDLE_TYPE = auto | posix_fd | fabric | ipc: how CUDA memory is exported to peers (ipc = legacy CUDA IPC).
+std::string handleType();
+
+/// KVCOMM_MULTICAST = 1 opts in to NVLS multicast publication; refused when NCCL_NVLS_ENABLE=0,
+/// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or NVSHMEM_DISABLE_NVLS=1 is set. Returns the reason it is refused, or "".
+bool multicastRequested();
+std::string multicastRefusal();
+
+/// Reads an integer knob; `fallback` when unset or malformed.
+int64_t getInt(const char* name, int64_t fallback);
+/// Reads a string knob; `fallback` when unset.
+std::string getString(const char* name, const std::string& fallback);
+
+}  // namespace kvcomm::env

@@ -1,0 +1,60 @@
+// TCP socket helpers used by the bootstrap: addresses, bounded connect, bounded send/receive.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/fd.hpp"
+
+namespace kvcomm::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// A deadline `ms` milliseconds from now (ms < 0: no deadline).
+Clock::time_point deadlineIn(int64_t ms);
+/// Milliseconds left until `deadline`, clamped to [0, INT_MAX]; -1 when the deadline is "never".
+int msLeft(Clock::time_point deadline);
+
+/// A socket address (IPv4 or IPv6) in a fixed-size, trivially copyable form, so it can travel in allgathers.
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+
+  const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
+  sockaddr* sa() { return reinterpret_cast<sockaddr*>(&storage); }
+  uint16_t port() const;
+  void setPort(uint16_t port);
+  std::string toString() const;
+  /// Parses "a.b.c.d:port" or "[v6]:port".
+  static SockAddr parse(const std::string& text);
+};
+
+/// IPv4 address to advertise: `ifname` (or KVCOMM_SOCKET_IFNAME) if given, else the first interface that is up and
+/// not loopback, else 127.0.0.1. Port 0.
+SockAddr pickLocalAddress(const std::string& ifname = "");
+
+/// A listening TCP socket bound to `addr` (port 0 = any); `bound` receives the actual address.
+Fd listenTcp(const SockAddr& addr, SockAddr* bound);
+
+/// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`.
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what);
+
+/// Writes/reads exactly `len` bytes before `deadline` (blocking sockets are polled). Throws NetworkError on EOF or
+/// error and Timeout on expiry; `what` names the peer in the message.
+void sendAll(int fd, const void* buf, size_t len, Clock::time_point deadline, const std::string& what);
+void recvAll(int fd, void* buf, size_t len, Clock::time_point deadline, const std::string& what);
+
+/// Local address of a connected socket.
+SockAddr localAddress(int fd);
+
+/// Cryptographically random bytes (getrandom).
+void randomBytes(void* out, size_t len);
+
+void setNonBlocking(int fd, bool on);
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,75 @@
+#include "platform/cuda_driver.hpp"
+
+#include <dlfcn.h>
+
+namespace kvcomm::detail {
+
+namespace {
+
+CudaDriver load() {
+  CudaDriver d;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = dlerror();
+    d.reason = cat("no CUDA driver: dlopen(libcuda.so.1) failed: ", e ? e : "unknown error");
+    return d;
+  }
+  // The library stays loaded for the life of the process (entry points are cached in this table).
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto getProc = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (!getProc) {
+    d.reason = "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)";
+    return d;
+  }
+#define KVCOMM_CU_LOAD(name)                                                                     \
+  {                                                                                              \
+    void* fn = nullptr;                                                                          \
+    CUdriverProcAddressQueryResult q{};                                                          \
+    if (getProc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) { \
+      d.reason = cat("the CUDA driver lacks ", #name, " (driver older than the toolkit, CUDA ", CUDA_VERSION, ")"); \
+      return d;                                                                                  \
+    }                                                                                            \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                             \
+  }
+  KVCOMM_CU_FUNCS(KVCOMM_CU_LOAD)
+#undef KVCOMM_CU_LOAD
+  CUresult r = d.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    d.cuGetErrorName(r, &name);
+    d.reason = cat("cuInit failed: ", name ? name : "unknown", " (no GPU or driver not loaded)");
+    return d;
+  }
+  d.cuDriverGetVersion(&d.driverVersion);
+  d.cuDeviceGetCount(&d.deviceCount);
+  d.usable = true;
+  return d;
+}
+
+}  // namespace
+
+const CudaDriver& cudaDriver() {
+  static const CudaDriver driver = load();
+  return driver;
+}
+
+const CudaDriver& requireCudaDriver(const char* call) {
+  const CudaDriver& d = cudaDriver();
+  if (!d.usable) throwError(ErrorCode::Unsupported, call, d.reason, __FILE__, __LINE__);
+  return d;
+}
+
+std::string cuResultText(CUresult r) {
+  const CudaDriver& d = cudaDriver();
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.cuGetErrorName) d.cuGetErrorName(r, &name);
+  if (d.cuGetErrorString) d.cuGetErrorString(r, &text);
+  return cat(name ? name : "CUDA error", " (", static_cast<int>(r), "): ", text ? text : "no description");
+}
+
+void throwCu(const char* expr, CUresult r, const char* file, int line) {
+  throw CudaError(formatMessage(expr, cuResultText(r), file, line), static_cast<int>(r));
+}
+
+}  // namespace kvcomm::detail

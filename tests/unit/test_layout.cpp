@@ -1,0 +1,88 @@
+// Layout against a brute-force oracle that enumerates coordinates in nested loops (TP innermost).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "kvcomm/comm.hpp"
+#include "kvcomm/error.hpp"
+
+namespace {
+
+using Coord = std::tuple<int, int, int, int>;  // dp, pp, pcp, tp
+
+std::map<int, Coord> enumerate(const kvcomm::LayoutSpec& s) {
+  std::map<int, Coord> out;
+  int r = 0;
+  for (int dp = 0; dp < s.dp; ++dp)
+    for (int pp = 0; pp < s.pp; ++pp)
+      for (int pcp = 0; pcp < s.pcp; ++pcp)
+        for (int tp = 0; tp < s.tp; ++tp) out[r++] = {dp, pp, pcp, tp};
+  return out;
+}
+
+// Ranks that share every coordinate except the one at index `axis` of Coord, sorted by that coordinate.
+std::vector<int> oracleGroup(const std::map<int, Coord>& all, int rank, int axis) {
+  std::map<int, int> byCoord;
+  const Coord& me = all.at(rank);
+  auto get = [](const Coord& c, int i) {
+    switch (i) {
+      case 0: return std::get<0>(c);
+      case 1: return std::get<1>(c);
+      case 2: return std::get<2>(c);
+      default: return std::get<3>(c);
+    }
+  };
+  for (const auto& [r, c] : all) {
+    bool same = true;
+    for (int i = 0; i < 4; ++i)
+      if (i != axis && get(c, i) != get(me, i)) same = false;
+    if (same) byCoord[get(c, axis)] = r;
+  }
+  std::vector<int> out;
+  for (auto& [k, r] : byCoord) out.push_back(r);
+  return out;
+}
+
+class LayoutOracle : public ::testing::TestWithParam<kvcomm::LayoutSpec> {};
+
+TEST_P(LayoutOracle, GroupsMatchBruteForce) {
+  kvcomm::LayoutSpec s = GetParam();
+  auto all = enumerate(s);
+  for (const auto& [rank, c] : all) {
+    kvcomm::LayoutCoord lc = kvcomm::Layout::coordOf(s, rank);
+    EXPECT_EQ(lc.dp, std::get<0>(c));
+    EXPECT_EQ(lc.pp, std::get<1>(c));
+    EXPECT_EQ(lc.pcp, std::get<2>(c));
+    EXPECT_EQ(lc.tp, std::get<3>(c));
+    EXPECT_EQ(kvcomm::Layout::rankOf(s, lc), rank);
+    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::DP), oracleGroup(all, rank, 0));
+    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PP), oracleGroup(all, rank, 1));
+    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PCP), oracleGroup(all, rank, 2));
+    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::TP), oracleGroup(all, rank, 3));
+    // A PCP group never crosses TP coordinates.
+    for (int member : kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PCP))
+      EXPECT_EQ(kvcomm::Layout::coordOf(s, member).tp, lc.tp);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, LayoutOracle,
+                         ::testing::Values(kvcomm::LayoutSpec{1, 4, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 1},
+                                           kvcomm::LayoutSpec{4, 1, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 2},
+                                           kvcomm::LayoutSpec{2, 3, 2, 2}));
+
+TEST(Layout, Tp2Pcp2IsTheEngineNumbering) {
+  kvcomm::LayoutSpec s{2, 2, 1, 1};
+  EXPECT_EQ(kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::TP), (std::vector<int>{0, 1}));
+  EXPECT_EQ(kvcomm::Layout::groupOf(s, 3, kvcomm::Axis::TP), (std::vector<int>{2, 3}));
+  EXPECT_EQ(kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::PCP), (std::vector<int>{0, 2}));
+  EXPECT_EQ(kvcomm::Layout::groupOf(s, 1, kvcomm::Axis::PCP), (std::vector<int>{1, 3}));
+}
+
+TEST(Layout, RejectsBadSpecs) {
+  EXPECT_THROW(kvcomm::Layout::coordOf({0, 1, 1, 1}, 0), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(kvcomm::Layout::coordOf({2, 2, 1, 1}, 4), kvcomm::InvalidArgumentError);
+}
+
+}  // namespace

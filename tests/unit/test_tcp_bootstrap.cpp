@@ -1,0 +1,214 @@
+// TcpBootstrap without MPI: real processes (fork), real sockets.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/tcp_mesh.hpp"
+#include "common/socket.hpp"
+#include "kvcomm/bootstrap.hpp"
+#include "kvcomm/comm.hpp"
+#include "kvcomm/error.hpp"
+
+namespace {
+
+// Runs `body(rank)` in `n` forked processes; returns each exit code (0 = body returned true). Children that
+// outlive `timeoutSec` are killed and reported as -9.
+std::vector<int> runProcesses(int n, const std::function<bool(int)>& body, int timeoutSec = 60) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = body(r) ? 0 : 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", r, e.what());
+        code = 3;
+      }
+      std::fflush(stderr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(static_cast<size_t>(n), -1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (codes[static_cast<size_t>(r)] != -1) continue;
+      int status = 0;
+      if (waitpid(pids[static_cast<size_t>(r)], &status, WNOHANG) == pids[static_cast<size_t>(r)]) {
+        codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r)
+        if (codes[static_cast<size_t>(r)] == -1) {
+          kill(pids[static_cast<size_t>(r)], SIGKILL);
+          waitpid(pids[static_cast<size_t>(r)], nullptr, 0);
+          codes[static_cast<size_t>(r)] = -9;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return codes;
+}
+
+TEST(TcpBootstrap, FourProcessesBuildACommunicator) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  auto codes = runProcesses(4, [&](int rank) {
+    auto boot = std::make_shared<kvcomm::TcpBootstrap>(id, rank, 4, 20000);
+    auto comm = kvcomm::Communicator::create(boot);
+    if (comm.rank() != rank || comm.size() != 4) return false;
+    std::vector<int> v(4, -1);
+    v[static_cast<size_t>(rank)] = rank * 10 + 1;
+    comm.allgather(v.data(), sizeof(int));
+    for (int r = 0; r < 4; ++r)
+      if (v[static_cast<size_t>(r)] != r * 10 + 1) return false;
+    // A large allgather exercises full socket buffers in both directions.
+    std::vector<uint8_t> big(4u << 20);
+    for (size_t i = 0; i < (1u << 20); ++i) big[static_cast<size_t>(rank) * (1u << 20) + i] = uint8_t(rank * 31 + i);
+    comm.allgather(big.data(), 1u << 20);
+    for (int r = 0; r < 4; ++r)
+      for (size_t i = 0; i < (1u << 20); i += 4093)
+        if (big[static_cast<size_t>(r) * (1u << 20) + i] != uint8_t(r * 31 + i)) return false;
+    auto sub = comm.split(rank % 2, -rank);
+    if (!sub || sub->size() != 2) return false;
+    // key = -rank: the higher world rank comes first.
+    if (sub->worldRank(0) != (rank % 2) + 2 || sub->worldRank(1) != rank % 2) return false;
+    int token = rank, got = -1;
+    int peer = 1 - sub->rank();
+    sub->send(&token, sizeof(token), peer, 5);
+    sub->recv(&got, sizeof(got), peer, 5);
+    if (got != sub->worldRank(peer)) return false;
+    comm.barrier();
+    return comm.topology().numHosts == 1 && comm.topology().members[3].localRank == 3;
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
+}
+
+TEST(TcpBootstrap, WrongNonceIsRefusedWithAClearError) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  kvcomm::UniqueId forged = id;
+  forged.bytes[9] ^= 0x5a;  // inside the nonce
+  auto codes = runProcesses(3, [&](int who) {
+    if (who == 0) {  // the root of a 2-rank group
+      kvcomm::TcpBootstrap root(id, 0, 2, 20000);
+      int v[2] = {3, 0};
+      root.allgather(v, sizeof(int));
+      return v[0] == 3 && v[1] == 7;
+    }
+    if (who == 1) {  // a forger: must be refused, then the real rank joins
+      try {
+        kvcomm::TcpBootstrap bad(forged, 1, 2, 20000);
+        return false;
+      } catch (const kvcomm::NetworkError& e) {
+        std::string m = e.what();
+        return m.find("nonce mismatch") != std::string::npos && m.find("rank 1") != std::string::npos;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kvcomm::TcpBootstrap good(id, 1, 2, 20000);
+    int v[2] = {0, 7};
+    good.allgather(v, sizeof(int));
+    return v[0] == 3 && v[1] == 7;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0) << "the forged nonce was not refused with a clear error";
+  EXPECT_EQ(codes[2], 0);
+}
+
+TEST(TcpBootstrap, WrongProtocolVersionIsRefused) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  // The id itself carries the version: a client refuses an id from another protocol version before connecting.
+  kvcomm::UniqueId other = id;
+  other.bytes[4] ^= 0x40;
+  try {
+    kvcomm::TcpBootstrap b(other, 1, 2, 1000);
+    FAIL() << "accepted an id of another protocol version";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("protocol version"), std::string::npos) << e.what();
+  }
+  // A peer speaking another version on the wire is refused by the root with a reason.
+  auto codes = runProcesses(2, [&](int who) {
+    if (who == 0) {
+      kvcomm::TcpBootstrap root(id, 0, 2, 5000);
+      return false;  // must time out: the only client was refused
+    }
+    kvcomm::detail::Hello h{};
+    h.magic = kvcomm::detail::kWireMagic;
+    h.version = kvcomm::kProtocolVersion + 1;
+    h.kind = static_cast<uint32_t>(kvcomm::detail::HelloKind::Root);
+    h.rank = 1;
+    h.size = 2;
+    std::memcpy(h.nonce.data(), id.bytes.data() + 8, 16);
+    // The root address lives after magic, version and nonce: family, port, address.
+    uint16_t family, port;
+    std::memcpy(&family, id.bytes.data() + 24, 2);
+    std::memcpy(&port, id.bytes.data() + 26, 2);
+    kvcomm::detail::SockAddr a;
+    auto* in = reinterpret_cast<sockaddr_in*>(&a.storage);
+    in->sin_family = family;
+    std::memcpy(&in->sin_addr, id.bytes.data() + 28, 4);
+    a.len = sizeof(sockaddr_in);
+    a.setPort(port);
+    auto deadline = kvcomm::detail::deadlineIn(5000);
+    kvcomm::detail::Fd fd = kvcomm::detail::connectTcp(a, deadline, "root");
+    kvcomm::detail::sendAll(fd.get(), &h, sizeof(h), deadline, "root");
+    kvcomm::detail::HelloReply reply{};
+    kvcomm::detail::recvAll(fd.get(), &reply, sizeof(reply), deadline, "root");
+    return reply.status != 0 && std::string(reply.message).find("protocol version mismatch") != std::string::npos;
+  });
+  EXPECT_NE(codes[0], 0) << "the root accepted a peer of another protocol version";
+  EXPECT_EQ(codes[1], 0) << "the refusal did not name the protocol version";
+}
+
+TEST(TcpBootstrap, UnreachableRootFailsWithinTheTimeout) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  { kvcomm::TcpBootstrap solo(id, 0, 1, 1000); }  // adopts and then closes the root's listener: nobody listens now
+  auto start = std::chrono::steady_clock::now();
+  try {
+    kvcomm::TcpBootstrap b(id, 1, 2, 1000);
+    FAIL() << "connected to a root that does not exist";
+  } catch (const kvcomm::Error& e) {
+    EXPECT_EQ(e.code(), kvcomm::ErrorCode::Timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bootstrap root"), std::string::npos) << e.what();
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(ms, 900);
+  EXPECT_LT(ms, 5000);
+}
+
+TEST(TcpBootstrap, DeadPeerIsAnErrorNotAHang) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  auto codes = runProcesses(2, [&](int rank) {
+    auto boot = std::make_shared<kvcomm::TcpBootstrap>(id, rank, 2, 30000);
+    auto comm = kvcomm::Communicator::create(boot);
+    if (rank == 1) _exit(0);  // dies without a word
+    try {
+      comm.barrier();
+      return false;
+    } catch (const kvcomm::NetworkError& e) {
+      return std::string(e.what()).find("rank 1 is gone") != std::string::npos;
+    }
+  });
+  EXPECT_EQ(codes[0], 0);
+}
+
+TEST(UniqueId, TextRoundTrip) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  EXPECT_EQ(kvcomm::UniqueId::fromString(id.toString()).bytes, id.bytes);
+  EXPECT_THROW(kvcomm::UniqueId::fromString("zz"), kvcomm::InvalidArgumentError);
+}
+
+}  // namespace
