@@ -21,16 +21,16 @@ struct GpuInfo {
 
 /// What a communicator knows about one member.
 struct MemberInfo {
-  int rank = -1;           ///< rank in this communicator
-  int worldRank = -1;      ///< rank in the communicator created from the bootstrap
+  int rank = -1;       ///< rank in this communicator
+  int worldRank = -1;  ///< rank in the communicator created from the bootstrap
   int pid = 0;
   uint32_t uid = 0;
   std::string hostname;
-  std::string bootId;      ///< /proc/sys/kernel/random/boot_id
-  uint64_t netns = 0;      ///< inode of /proc/self/ns/net: different namespaces are different hosts
-  int hostIndex = -1;      ///< hosts numbered by first appearance in rank order
-  int localRank = -1;      ///< index among the members on the same host
-  int localSize = 0;       ///< members on the same host
+  std::string bootId;  ///< /proc/sys/kernel/random/boot_id
+  uint64_t netns = 0;  ///< inode of /proc/self/ns/net: different namespaces are different hosts
+  int hostIndex = -1;  ///< hosts numbered by first appearance in rank order
+  int localRank = -1;  ///< index among the members on the same host
+  int localSize = 0;   ///< members on the same host
   GpuInfo gpu;
   std::vector<std::string> rdmaDevices;  ///< RDMA devices visible to the member
 };

@@ -78,19 +78,27 @@ Communicator Communicator::create(std::shared_ptr<Bootstrap> bootstrap) {
   impl->rank = bootstrap->rank();
   for (int r = 0; r < bootstrap->size(); ++r) impl->members.push_back(r);
   impl->group = impl->mesh->nextWorldGroupId();
-  impl->topo = detail::gatherTopology(impl->rank, impl->members.size(),
-                                      [&](void* d, size_t n) { impl->allgather(d, n); });
+  impl->topo =
+      detail::gatherTopology(impl->rank, impl->members.size(), [&](void* d, size_t n) { impl->allgather(d, n); });
   return Communicator(std::move(impl));
 }
 
-int Communicator::rank() const { return impl_->rank; }
-int Communicator::size() const { return static_cast<int>(impl_->members.size()); }
+int Communicator::rank() const {
+  return impl_->rank;
+}
+int Communicator::size() const {
+  return static_cast<int>(impl_->members.size());
+}
 int Communicator::worldRank(int r) const {
   KVCOMM_CHECK_ARG(r >= 0 && r < size(), "Communicator::worldRank", "rank ", r, " out of range [0, ", size(), ")");
   return impl_->topo.members[static_cast<size_t>(r)].worldRank;
 }
-const Topology& Communicator::topology() const { return impl_->topo; }
-uint64_t Communicator::id() const { return impl_->group; }
+const Topology& Communicator::topology() const {
+  return impl_->topo;
+}
+uint64_t Communicator::id() const {
+  return impl_->group;
+}
 
 std::optional<Communicator> Communicator::split(int color, int key) {
   detail::RankScope scope(impl_->rank);
@@ -137,16 +145,16 @@ void Communicator::send(const void* data, size_t bytes, int peer, uint32_t tag) 
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::send", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::send", "tag must be below 2^31");
-  impl_->mesh->send(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag),
-                    data, bytes);
+  impl_->mesh->send(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
+                    bytes);
 }
 
 void Communicator::recv(void* data, size_t bytes, int peer, uint32_t tag) {
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::recv", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::recv", "tag must be below 2^31");
-  impl_->mesh->recv(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag),
-                    data, bytes);
+  impl_->mesh->recv(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
+                    bytes);
 }
 
 }  // namespace kvcomm

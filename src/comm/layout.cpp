@@ -6,28 +6,38 @@ namespace kvcomm {
 namespace {
 
 void validate(const LayoutSpec& s, const char* call) {
-  KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ",
-                   s.tp, ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
+  KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ", s.tp,
+                   ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
 }
 
-int worldSize(const LayoutSpec& s) { return s.tp * s.pcp * s.pp * s.dp; }
+int worldSize(const LayoutSpec& s) {
+  return s.tp * s.pcp * s.pp * s.dp;
+}
 
 int& coordRef(LayoutCoord& c, Axis a) {
   switch (a) {
-    case Axis::TP: return c.tp;
-    case Axis::PCP: return c.pcp;
-    case Axis::PP: return c.pp;
-    case Axis::DP: return c.dp;
+    case Axis::TP:
+      return c.tp;
+    case Axis::PCP:
+      return c.pcp;
+    case Axis::PP:
+      return c.pp;
+    case Axis::DP:
+      return c.dp;
   }
   return c.tp;
 }
 
 int axisSize(const LayoutSpec& s, Axis a) {
   switch (a) {
-    case Axis::TP: return s.tp;
-    case Axis::PCP: return s.pcp;
-    case Axis::PP: return s.pp;
-    case Axis::DP: return s.dp;
+    case Axis::TP:
+      return s.tp;
+    case Axis::PCP:
+      return s.pcp;
+    case Axis::PP:
+      return s.pp;
+    case Axis::DP:
+      return s.dp;
   }
   return 1;
 }

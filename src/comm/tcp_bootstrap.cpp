@@ -257,9 +257,15 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
 }
 
 TcpBootstrap::~TcpBootstrap() = default;
-int TcpBootstrap::rank() const { return impl_->rank; }
-int TcpBootstrap::size() const { return impl_->size; }
-std::shared_ptr<detail::TcpMesh> TcpBootstrap::mesh() const { return impl_->mesh; }
+int TcpBootstrap::rank() const {
+  return impl_->rank;
+}
+int TcpBootstrap::size() const {
+  return impl_->size;
+}
+std::shared_ptr<detail::TcpMesh> TcpBootstrap::mesh() const {
+  return impl_->mesh;
+}
 
 void TcpBootstrap::allgather(void* data, size_t bytesPerRank) {
   detail::RankScope scope(impl_->rank);

@@ -126,9 +126,9 @@ bool TcpMesh::readInboundLocked(Inbound& in) {
     if (n < 0 && errno == EINTR) continue;
     parseFramesLocked(in);
     if (in.rank >= 0)
-      gone_[static_cast<size_t>(in.rank)] =
-          n == 0 ? "its connection closed (process exited or destroyed its communicator)"
-                 : cat("connection error: ", std::strerror(errno));
+      gone_[static_cast<size_t>(in.rank)] = n == 0
+                                                ? "its connection closed (process exited or destroyed its communicator)"
+                                                : cat("connection error: ", std::strerror(errno));
     return false;
   }
   parseFramesLocked(in);
@@ -244,8 +244,7 @@ void TcpMesh::allgather(const std::vector<int>& members, int me, void* data, siz
   for (size_t s = 0; s + 1 < n; ++s) {
     size_t sendIdx = (static_cast<size_t>(me) + n - s) % n;
     size_t recvIdx = (static_cast<size_t>(me) + 2 * n - s - 1) % n;
-    sendRecv(next, base + sendIdx * bytesPerRank, bytesPerRank, prev, base + recvIdx * bytesPerRank, bytesPerRank,
-             tag);
+    sendRecv(next, base + sendIdx * bytesPerRank, bytesPerRank, prev, base + recvIdx * bytesPerRank, bytesPerRank, tag);
   }
 }
 

@@ -26,7 +26,9 @@ inline constexpr uint32_t kWireMagic = 0x4b56434d;  // "KVCM"
 inline constexpr uint32_t kProtocolVersionWire = kvcomm::kProtocolVersion;
 
 /// Message tag: a group identity and that group's collective sequence number.
-inline uint64_t makeTag(uint32_t group, uint32_t seq) { return (static_cast<uint64_t>(group) << 32) | seq; }
+inline uint64_t makeTag(uint32_t group, uint32_t seq) {
+  return (static_cast<uint64_t>(group) << 32) | seq;
+}
 enum class HelloKind : uint32_t { Root = 1, Mesh = 2 };
 
 /// First message on every connection.

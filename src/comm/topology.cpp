@@ -32,7 +32,8 @@ std::string Topology::toString() const {
   std::ostringstream os;
   os << std::left << std::setw(6) << "rank" << std::setw(7) << "world" << std::setw(6) << "host" << std::setw(7)
      << "local" << std::setw(9) << "pid" << std::setw(18) << "hostname" << std::setw(12) << "netns" << std::setw(5)
-     << "gpu" << std::setw(15) << "pci" << "rdma\n";
+     << "gpu" << std::setw(15) << "pci"
+     << "rdma\n";
   bool anyGpu = false;
   for (const auto& m : members) {
     std::string rdma;
@@ -182,8 +183,7 @@ Topology subTopology(const Topology& parent, const std::vector<int>& parentRanks
   finish(t);
   t.p2p.assign(n * n, 0);
   for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b)
-      t.p2p[a * n + b] = parent.canAccessPeer(parentRanks[a], parentRanks[b]) ? 1 : 0;
+    for (size_t b = 0; b < n; ++b) t.p2p[a * n + b] = parent.canAccessPeer(parentRanks[a], parentRanks[b]) ? 1 : 0;
   return t;
 }
 

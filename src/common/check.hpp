@@ -43,11 +43,11 @@ std::string cat(const Args&... args) {
 }  // namespace kvcomm::detail
 
 /// Throws InvalidArgumentError naming `call` unless `cond` holds.
-#define KVCOMM_CHECK_ARG(cond, call, ...)                                                                     \
-  do {                                                                                                        \
-    if (!(cond))                                                                                              \
+#define KVCOMM_CHECK_ARG(cond, call, ...)                                                                          \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
       ::kvcomm::detail::throwError(::kvcomm::ErrorCode::InvalidArgument, call, ::kvcomm::detail::cat(__VA_ARGS__), \
-                                   __FILE__, __LINE__);                                                       \
+                                   __FILE__, __LINE__);                                                            \
   } while (0)
 
 /// Throws an Error of `code` naming `call`.
@@ -55,9 +55,9 @@ std::string cat(const Args&... args) {
   ::kvcomm::detail::throwError(::kvcomm::ErrorCode::code, call, ::kvcomm::detail::cat(__VA_ARGS__), __FILE__, __LINE__)
 
 /// Evaluates a system call returning -1 on failure; throws SystemError with errno and the call text.
-#define KVCOMM_CHECK_SYS(expr)                                                        \
-  ([&]() {                                                                            \
-    auto kvcommRet_ = (expr);                                                         \
+#define KVCOMM_CHECK_SYS(expr)                                                             \
+  ([&]() {                                                                                 \
+    auto kvcommRet_ = (expr);                                                              \
     if (kvcommRet_ == -1) ::kvcomm::detail::throwSystem(#expr, errno, __FILE__, __LINE__); \
-    return kvcommRet_;                                                                \
+    return kvcommRet_;                                                                     \
   }())

@@ -1,7 +1,7 @@
 #include "common/env.hpp"
 
-#include <cstdlib>
 #include <strings.h>
+#include <cstdlib>
 
 namespace kvcomm::env {
 
@@ -33,12 +33,22 @@ int logLevel() {
   return 1;
 }
 
-int64_t bootstrapTimeoutMs() { return getInt("KVCOMM_BOOTSTRAP_TIMEOUT_MS", 120000); }
-int64_t barrierTimeoutMs() { return getInt("KVCOMM_BARRIER_TIMEOUT_MS", 10000); }
-std::string socketIfname() { return getString("KVCOMM_SOCKET_IFNAME", ""); }
-std::string handleType() { return getString("KVCOMM_HANDLE_TYPE", "auto"); }
+int64_t bootstrapTimeoutMs() {
+  return getInt("KVCOMM_BOOTSTRAP_TIMEOUT_MS", 120000);
+}
+int64_t barrierTimeoutMs() {
+  return getInt("KVCOMM_BARRIER_TIMEOUT_MS", 10000);
+}
+std::string socketIfname() {
+  return getString("KVCOMM_SOCKET_IFNAME", "");
+}
+std::string handleType() {
+  return getString("KVCOMM_HANDLE_TYPE", "auto");
+}
 
-bool multicastRequested() { return getInt("KVCOMM_MULTICAST", 0) == 1; }
+bool multicastRequested() {
+  return getInt("KVCOMM_MULTICAST", 0) == 1;
+}
 
 std::string multicastRefusal() {
   if (getString("NCCL_NVLS_ENABLE", "") == "0") return "NCCL_NVLS_ENABLE=0 is set";

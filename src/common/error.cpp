@@ -2,22 +2,36 @@
 
 #include "common/check.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/version.hpp"
 
 namespace kvcomm {
 
 const char* errorCodeName(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::InvalidArgument: return "InvalidArgument";
-    case ErrorCode::Unsupported: return "Unsupported";
-    case ErrorCode::SystemError: return "SystemError";
-    case ErrorCode::CudaError: return "CudaError";
-    case ErrorCode::NetworkError: return "NetworkError";
-    case ErrorCode::RemoteError: return "RemoteError";
-    case ErrorCode::Timeout: return "Timeout";
-    case ErrorCode::Aborted: return "Aborted";
-    case ErrorCode::InternalError: return "InternalError";
+    case ErrorCode::InvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::Unsupported:
+      return "Unsupported";
+    case ErrorCode::SystemError:
+      return "SystemError";
+    case ErrorCode::CudaError:
+      return "CudaError";
+    case ErrorCode::NetworkError:
+      return "NetworkError";
+    case ErrorCode::RemoteError:
+      return "RemoteError";
+    case ErrorCode::Timeout:
+      return "Timeout";
+    case ErrorCode::Aborted:
+      return "Aborted";
+    case ErrorCode::InternalError:
+      return "InternalError";
   }
   return "Unknown";
+}
+
+int version() noexcept {
+  return kVersion;
 }
 
 Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
@@ -28,10 +42,16 @@ namespace {
 thread_local int tlsRank = -1;
 }
 
-int currentRank() noexcept { return tlsRank; }
+int currentRank() noexcept {
+  return tlsRank;
+}
 
-RankScope::RankScope(int rank) noexcept : previous_(tlsRank) { tlsRank = rank; }
-RankScope::~RankScope() { tlsRank = previous_; }
+RankScope::RankScope(int rank) noexcept : previous_(tlsRank) {
+  tlsRank = rank;
+}
+RankScope::~RankScope() {
+  tlsRank = previous_;
+}
 
 std::string formatMessage(const std::string& call, const std::string& cause, const char* file, int line) {
   std::string rank = tlsRank >= 0 ? std::to_string(tlsRank) : std::string("?");
@@ -42,13 +62,18 @@ std::string formatMessage(const std::string& call, const std::string& cause, con
 void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file, int line) {
   std::string msg = formatMessage(call, cause, file, line);
   switch (code) {
-    case ErrorCode::InvalidArgument: throw InvalidArgumentError(msg);
+    case ErrorCode::InvalidArgument:
+      throw InvalidArgumentError(msg);
     case ErrorCode::NetworkError:
     case ErrorCode::Timeout:
-    case ErrorCode::RemoteError: throw NetworkError(msg, code);
-    case ErrorCode::SystemError: throw SystemError(msg, 0);
-    case ErrorCode::CudaError: throw CudaError(msg, 0);
-    default: throw Error(code, msg);
+    case ErrorCode::RemoteError:
+      throw NetworkError(msg, code);
+    case ErrorCode::SystemError:
+      throw SystemError(msg, 0);
+    case ErrorCode::CudaError:
+      throw CudaError(msg, 0);
+    default:
+      throw Error(code, msg);
   }
 }
 

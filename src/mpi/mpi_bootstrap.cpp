@@ -18,9 +18,9 @@ namespace {
 }
 }  // namespace
 
-#define KVCOMM_CHECK_MPI(call)                     \
-  do {                                             \
-    int kvcommMpiRc_ = (call);                     \
+#define KVCOMM_CHECK_MPI(call)                                             \
+  do {                                                                     \
+    int kvcommMpiRc_ = (call);                                             \
     if (kvcommMpiRc_ != MPI_SUCCESS) throwMpi(#call, kvcommMpiRc_, rank_); \
   } while (0)
 
@@ -42,10 +42,12 @@ MpiBootstrap::~MpiBootstrap() {
 
 void MpiBootstrap::allgather(void* data, size_t bytesPerRank) {
   KVCOMM_CHECK_ARG(bytesPerRank <= INT_MAX, "MpiBootstrap::allgather", bytesPerRank, " bytes per rank exceed INT_MAX");
-  KVCOMM_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, static_cast<int>(bytesPerRank), MPI_BYTE,
-                                 comm_));
+  KVCOMM_CHECK_MPI(
+      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, static_cast<int>(bytesPerRank), MPI_BYTE, comm_));
 }
 
-void MpiBootstrap::barrier() { KVCOMM_CHECK_MPI(MPI_Barrier(comm_)); }
+void MpiBootstrap::barrier() {
+  KVCOMM_CHECK_MPI(MPI_Barrier(comm_));
+}
 
 }  // namespace kvcomm

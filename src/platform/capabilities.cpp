@@ -40,8 +40,8 @@ void probeFabric(CUdevice dev, GpuCapabilities& g) {
     g.fabricUsable = true;
     d.cuMemRelease(h);
   } else {
-    g.fabricReason = "probe cuMemCreate(CU_MEM_HANDLE_TYPE_FABRIC) failed: " + detail::cuResultText(r) +
-                     " (no IMEX channel?)";
+    g.fabricReason =
+        "probe cuMemCreate(CU_MEM_HANDLE_TYPE_FABRIC) failed: " + detail::cuResultText(r) + " (no IMEX channel?)";
   }
 }
 
@@ -107,7 +107,9 @@ Capabilities probe() {
   return c;
 }
 
-const char* yes(bool b) { return b ? "yes" : "no"; }
+const char* yes(bool b) {
+  return b ? "yes" : "no";
+}
 
 }  // namespace
 
@@ -145,16 +147,16 @@ std::string Capabilities::toString() const {
   if (!gpus.empty()) {
     os << "  GPUs:\n";
     os << "    " << std::left << std::setw(4) << "dev" << std::setw(22) << "name" << std::setw(6) << "cc"
-       << std::setw(10) << "mem GiB" << std::setw(14) << "pci" << "vmm posixfd fabric(attr/usable) dmabuf gdr "
+       << std::setw(10) << "mem GiB" << std::setw(14) << "pci"
+       << "vmm posixfd fabric(attr/usable) dmabuf gdr "
        << "gdr+vmm mcast gran\n";
     for (const auto& g : gpus) {
       os << "    " << std::setw(4) << g.ordinal << std::setw(22) << g.name.substr(0, 21) << std::setw(6)
-         << (std::to_string(g.ccMajor) + "." + std::to_string(g.ccMinor)) << std::setw(10)
-         << (g.totalMemory >> 30) << std::setw(14) << g.pciBusId << std::setw(4) << yes(g.vmm) << std::setw(8)
-         << yes(g.posixFd) << std::setw(20) << (std::string(yes(g.fabricAttribute)) + "/" + yes(g.fabricUsable))
-         << std::setw(7) << yes(g.dmaBuf) << std::setw(4) << yes(g.gpuDirectRdma) << std::setw(8)
-         << yes(g.gpuDirectRdmaWithVmm) << std::setw(6) << yes(g.multicastAttribute) << (g.vmmGranularity >> 10)
-         << "K\n";
+         << (std::to_string(g.ccMajor) + "." + std::to_string(g.ccMinor)) << std::setw(10) << (g.totalMemory >> 30)
+         << std::setw(14) << g.pciBusId << std::setw(4) << yes(g.vmm) << std::setw(8) << yes(g.posixFd) << std::setw(20)
+         << (std::string(yes(g.fabricAttribute)) + "/" + yes(g.fabricUsable)) << std::setw(7) << yes(g.dmaBuf)
+         << std::setw(4) << yes(g.gpuDirectRdma) << std::setw(8) << yes(g.gpuDirectRdmaWithVmm) << std::setw(6)
+         << yes(g.multicastAttribute) << (g.vmmGranularity >> 10) << "K\n";
       os << "         uuid " << g.uuid << "\n";
       if (!g.fabricUsable) os << "         fabric: " << g.fabricReason << "\n";
     }

@@ -21,15 +21,15 @@ CudaDriver load() {
     d.reason = "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)";
     return d;
   }
-#define KVCOMM_CU_LOAD(name)                                                                     \
-  {                                                                                              \
-    void* fn = nullptr;                                                                          \
-    CUdriverProcAddressQueryResult q{};                                                          \
-    if (getProc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) { \
+#define KVCOMM_CU_LOAD(name)                                                                                        \
+  {                                                                                                                 \
+    void* fn = nullptr;                                                                                             \
+    CUdriverProcAddressQueryResult q{};                                                                             \
+    if (getProc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) {                \
       d.reason = cat("the CUDA driver lacks ", #name, " (driver older than the toolkit, CUDA ", CUDA_VERSION, ")"); \
-      return d;                                                                                  \
-    }                                                                                            \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                             \
+      return d;                                                                                                     \
+    }                                                                                                               \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                                                \
   }
   KVCOMM_CU_FUNCS(KVCOMM_CU_LOAD)
 #undef KVCOMM_CU_LOAD

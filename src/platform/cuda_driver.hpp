@@ -11,6 +11,7 @@
 namespace kvcomm::detail {
 
 // Every driver entry point kvcomm calls. The stringified name is the base name cuGetProcAddress expects.
+// clang-format off
 #define KVCOMM_CU_FUNCS(X)                                                                                     \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)     \
   X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceGetUuid) X(cuDeviceGetPCIBusId) X(cuDeviceGetByPCIBusId) \
@@ -22,6 +23,7 @@ namespace kvcomm::detail {
   X(cuMemGetHandleForAddressRange) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)           \
   X(cuMemAlloc) X(cuMemFree) X(cuPointerGetAttribute) X(cuFlushGPUDirectRDMAWrites) X(cuMemsetD8)              \
   X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuCtxSynchronize)
+// clang-format on
 
 struct CudaDriver {
 #define KVCOMM_CU_DECL(name) decltype(&::name) name = nullptr;
@@ -49,8 +51,8 @@ std::string cuResultText(CUresult r);
 }  // namespace kvcomm::detail
 
 /// Calls a driver entry point; throws CudaError with the call text, rank and CUresult on failure.
-#define KVCOMM_CHECK_CU(expr)                                                            \
-  do {                                                                                   \
-    CUresult kvcommCu_ = (expr);                                                         \
+#define KVCOMM_CHECK_CU(expr)                                                                       \
+  do {                                                                                              \
+    CUresult kvcommCu_ = (expr);                                                                    \
     if (kvcommCu_ != CUDA_SUCCESS) ::kvcomm::detail::throwCu(#expr, kvcommCu_, __FILE__, __LINE__); \
   } while (0)

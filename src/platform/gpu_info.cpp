@@ -58,9 +58,15 @@ bool gpuPeerAccess(const GpuInfo& mine, const GpuInfo& peer) {
 
 #else
 
-GpuInfo describeDevice(int) { return {}; }
-GpuInfo currentGpu() { return {}; }
-bool gpuPeerAccess(const GpuInfo&, const GpuInfo&) { return false; }
+GpuInfo describeDevice(int) {
+  return {};
+}
+GpuInfo currentGpu() {
+  return {};
+}
+bool gpuPeerAccess(const GpuInfo&, const GpuInfo&) {
+  return false;
+}
 
 #endif
 

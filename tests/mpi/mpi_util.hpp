@@ -35,7 +35,9 @@ inline std::shared_ptr<kvcomm::TcpBootstrap> tcpBootstrap(MPI_Comm comm = MPI_CO
   return std::make_shared<kvcomm::TcpBootstrap>(id, rank, size);
 }
 
-inline kvcomm::Communicator tcpWorld() { return kvcomm::Communicator::create(tcpBootstrap()); }
+inline kvcomm::Communicator tcpWorld() {
+  return kvcomm::Communicator::create(tcpBootstrap());
+}
 
 /// True on every rank iff `ok` is true on every rank.
 inline bool allRanks(bool ok) {

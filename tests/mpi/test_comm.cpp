@@ -91,8 +91,7 @@ TEST(Bootstrap, CallbackOverMpiEqualsTcpAndMpi) {
   auto tcp = kvtest::tcpWorld();
   auto cb = kvcomm::Communicator::create(std::make_shared<kvcomm::CallbackBootstrap>(
       kvtest::worldRank(), kvtest::worldSize(), [](const void* send, void* recv, size_t bytes) {
-        MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                      MPI_COMM_WORLD);
+        MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD);
       }));
   auto mpi = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
   for (auto* c : {&cb, &mpi}) {

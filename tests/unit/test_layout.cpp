@@ -28,10 +28,14 @@ std::vector<int> oracleGroup(const std::map<int, Coord>& all, int rank, int axis
   const Coord& me = all.at(rank);
   auto get = [](const Coord& c, int i) {
     switch (i) {
-      case 0: return std::get<0>(c);
-      case 1: return std::get<1>(c);
-      case 2: return std::get<2>(c);
-      default: return std::get<3>(c);
+      case 0:
+        return std::get<0>(c);
+      case 1:
+        return std::get<1>(c);
+      case 2:
+        return std::get<2>(c);
+      default:
+        return std::get<3>(c);
     }
   };
   for (const auto& [r, c] : all) {

@@ -1,0 +1,13 @@
+// kvcomm: library version.
+#pragma once
+
+#define KVCOMM_VERSION_MAJOR 0
+#define KVCOMM_VERSION_MINOR 1
+#define KVCOMM_VERSION_PATCH 0
+
+namespace kvcomm {
+/// Version of the headers compiled against, as MAJOR * 10000 + MINOR * 100 + PATCH.
+inline constexpr int kVersion = KVCOMM_VERSION_MAJOR * 10000 + KVCOMM_VERSION_MINOR * 100 + KVCOMM_VERSION_PATCH;
+/// Version of the library loaded at run time (same encoding).
+int version() noexcept;
+}  // namespace kvcomm
