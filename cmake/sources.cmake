@@ -11,8 +11,17 @@ set(KVCOMM_SOURCES
     src/comm/tcp_bootstrap.cpp
     src/comm/communicator.cpp
     src/comm/topology.cpp
-    src/comm/layout.cpp)
+    src/comm/layout.cpp
+    src/symm/host_memory.cpp
+    src/symm/fd_exchange.cpp
+    src/symm/rendezvous.cpp
+    src/symm/symmetric_buffer.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES
-    src/platform/cuda_driver.cpp)
+    src/platform/cuda_driver.cpp
+    src/symm/cuda_memory.cpp)
+
+# Stand-ins for the CUDA entry points in a build without CUDA.
+set(KVCOMM_NO_CUDA_SOURCES
+    src/symm/no_cuda.cpp)

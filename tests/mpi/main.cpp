@@ -2,11 +2,18 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdlib>
+
+#include "kvcomm/capabilities.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // One GPU per rank where GPUs exist (the CUDA-backend tests skip themselves otherwise).
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  kvcomm::useLocalDevice(local ? std::atoi(local) : rank);
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -1,0 +1,270 @@
+#include "symm/fd_exchange.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "common/socket.hpp"
+#include "kvcomm/bootstrap.hpp"
+
+namespace kvcomm::detail {
+
+namespace {
+
+constexpr uint32_t kFdMagic = 0x4b564644;  // "KVFD"
+constexpr size_t kFdBatch = 64;            // fds per SCM_RIGHTS message (well under SCM_MAX_FD)
+
+struct FdRequest {
+  uint32_t magic;
+  uint32_t version;
+  Token token;
+  uint64_t bufferId;
+  uint64_t generation;
+  int32_t requesterRank;
+  int32_t reserved;
+};
+
+struct FdReply {
+  uint32_t magic;
+  int32_t status;  // 0 = granted
+  uint32_t count;  // pieces (and fds) that follow
+  char message[244];
+};
+
+sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  KVCOMM_CHECK_ARG(name.size() + 1 < sizeof(a.sun_path), "fd server", "socket name too long");
+  a.sun_path[0] = '\0';
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+void setTimeouts(int fd, int64_t ms) {
+  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+void sendPlain(int sock, const void* data, size_t len, const char* what) {
+  ssize_t n = ::send(sock, data, len, MSG_NOSIGNAL);
+  if (n != static_cast<ssize_t>(len))
+    KVCOMM_THROW(NetworkError, what, "send of ", len, " bytes failed: ", n < 0 ? std::strerror(errno) : "short");
+}
+
+size_t recvPlain(int sock, void* data, size_t len, const char* what) {
+  ssize_t n = ::recv(sock, data, len, 0);
+  if (n < 0) KVCOMM_THROW(NetworkError, what, "recv failed: ", std::strerror(errno));
+  if (n == 0) KVCOMM_THROW(NetworkError, what, "the fd server closed the connection");
+  return static_cast<size_t>(n);
+}
+
+}  // namespace
+
+void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds) {
+  iovec iov{const_cast<void*>(payload), len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * nfds));
+  if (nfds > 0) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  if (n != static_cast<ssize_t>(len))
+    KVCOMM_THROW(NetworkError, "sendmsg(SCM_RIGHTS)", n < 0 ? std::strerror(errno) : "short send");
+}
+
+std::vector<Fd> recvWithFds(int sock, void* payload, size_t* len, size_t maxFds) {
+  iovec iov{payload, *len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * (maxFds ? maxFds : 1)));
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) KVCOMM_THROW(NetworkError, "recvmsg(SCM_RIGHTS)", std::strerror(errno));
+  if (n == 0) KVCOMM_THROW(NetworkError, "recvmsg(SCM_RIGHTS)", "the peer closed the connection");
+  std::vector<Fd> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);  // owned from here: closed on any error below
+    }
+  }
+  if (msg.msg_flags & MSG_CTRUNC)
+    KVCOMM_THROW(NetworkError, "recvmsg(SCM_RIGHTS)", "descriptors were truncated (MSG_CTRUNC): expected at most ",
+                 maxFds, ", the sender attached more (or RLIMIT_NOFILE is exhausted); ", fds.size(),
+                 " received descriptors were closed");
+  if (msg.msg_flags & MSG_TRUNC) KVCOMM_THROW(NetworkError, "recvmsg(SCM_RIGHTS)", "payload truncated");
+  *len = static_cast<size_t>(n);
+  return fds;
+}
+
+FdServer& FdServer::instance() {
+  static std::mutex mu;
+  static FdServer* server = nullptr;  // leaked on purpose: its thread may outlive static destruction
+  std::lock_guard<std::mutex> lock(mu);
+  if (!server || server->pid_ != getpid()) server = new FdServer();  // a forked child has no server thread
+  return *server;
+}
+
+FdServer::FdServer() : pid_(getpid()) {
+  uint8_t rnd[8];
+  randomBytes(rnd, sizeof(rnd));
+  char hex[17];
+  for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+  name_ = cat("kvcomm-", pid_, "-", hex);
+  listener_.reset(KVCOMM_CHECK_SYS(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
+  socklen_t len;
+  sockaddr_un a = abstractAddress(name_, &len);
+  KVCOMM_CHECK_SYS(bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), len));
+  KVCOMM_CHECK_SYS(listen(listener_.get(), 256));
+  thread_ = std::thread([this] { serve(); });
+  thread_.detach();
+}
+
+Token FdServer::offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
+                      std::shared_ptr<const ExportSet> set) {
+  Token t;
+  randomBytes(t.data(), t.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[t] = Entry{bufferId, generation, requesterRank, pid, uid, std::move(set)};
+  return t;
+}
+
+void FdServer::retire(uint64_t bufferId, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(entries_,
+                [&](const auto& kv) { return kv.second.bufferId == bufferId && kv.second.generation == generation; });
+}
+
+size_t FdServer::liveTokens() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+void FdServer::serve() {
+  while (true) {
+    int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      KVCOMM_WARN("fd server ", name_, ": accept failed: ", std::strerror(errno), "; server stops");
+      return;
+    }
+    Fd conn(c);
+    try {
+      handle(conn.get());
+    } catch (const std::exception& e) {
+      KVCOMM_WARN("fd server ", name_, ": ", e.what());
+    }
+  }
+}
+
+void FdServer::handle(int conn) {
+  setTimeouts(conn, 5000);
+  ucred cred{};
+  socklen_t clen = sizeof(cred);
+  KVCOMM_CHECK_SYS(getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &clen));
+  FdRequest req{};
+  size_t n = recvPlain(conn, &req, sizeof(req), "fd server");
+  FdReply reply{};
+  reply.magic = kFdMagic;
+  std::shared_ptr<const ExportSet> set;
+  std::string why;
+  if (n != sizeof(req) || req.magic != kFdMagic) {
+    why = "malformed request";
+  } else if (req.version != kProtocolVersion) {
+    why = cat("protocol version ", req.version, " != ", kProtocolVersion);
+  } else if (cred.uid != getuid()) {
+    why = cat("uid ", cred.uid, " is not this process's uid");
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(req.token);
+    if (it == entries_.end()) {
+      why = "token refused: never issued, already used, or expired";
+    } else if (it->second.bufferId != req.bufferId || it->second.generation != req.generation ||
+               it->second.requesterRank != req.requesterRank) {
+      why = "token refused: issued for another buffer, generation or rank";
+    } else if (it->second.pid != cred.pid || it->second.uid != cred.uid) {
+      why = cat("token refused: issued to pid ", it->second.pid, ", presented by pid ", cred.pid);
+    } else {
+      set = it->second.set;
+      entries_.erase(it);  // one use
+    }
+  }
+  if (!set) {
+    reply.status = 1;
+    std::snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
+    KVCOMM_DEBUG("fd server refused pid ", cred.pid, ": ", why);
+    sendPlain(conn, &reply, sizeof(reply), "fd server reply");
+    return;
+  }
+  reply.count = static_cast<uint32_t>(set->fds.size());
+  sendPlain(conn, &reply, sizeof(reply), "fd server reply");
+  if (reply.count == 0) return;
+  sendPlain(conn, set->metas.data(), set->metas.size() * sizeof(PieceMeta), "fd server metas");
+  for (size_t i = 0; i < set->fds.size(); i += kFdBatch) {
+    size_t k = std::min(kFdBatch, set->fds.size() - i);
+    std::vector<int> raw;
+    for (size_t j = 0; j < k; ++j) raw.push_back(set->fds[i + j].get());
+    uint32_t count = static_cast<uint32_t>(k);
+    sendWithFds(conn, &count, sizeof(count), raw.data(), raw.size());
+  }
+}
+
+ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId, uint64_t generation,
+                   int requesterRank, int64_t timeoutMs) {
+  Fd sock(KVCOMM_CHECK_SYS(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
+  setTimeouts(sock.get(), timeoutMs);
+  socklen_t len;
+  sockaddr_un a = abstractAddress(serverName, &len);
+  if (connect(sock.get(), reinterpret_cast<sockaddr*>(&a), len) != 0)
+    KVCOMM_THROW(NetworkError, cat("connect(fd server ", serverName, ")"), std::strerror(errno),
+                 " (peer process gone, or in another network namespace?)");
+  FdRequest req{kFdMagic, kProtocolVersion, token, bufferId, generation, requesterRank, 0};
+  sendPlain(sock.get(), &req, sizeof(req), "fd request");
+  FdReply reply{};
+  size_t n = recvPlain(sock.get(), &reply, sizeof(reply), "fd reply");
+  if (n != sizeof(reply) || reply.magic != kFdMagic)
+    KVCOMM_THROW(NetworkError, "fetchFds", "malformed reply from fd server ", serverName);
+  if (reply.status != 0) {
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", serverName, " refused: ", reply.message);
+  }
+  ExportSet out;
+  if (reply.count == 0) return out;
+  out.metas.resize(reply.count);
+  size_t want = reply.count * sizeof(PieceMeta);
+  KVCOMM_CHECK_ARG(recvPlain(sock.get(), out.metas.data(), want, "fd metas") == want, "fetchFds",
+                   "short piece table from fd server");
+  while (out.fds.size() < reply.count) {
+    uint32_t count = 0;
+    size_t plen = sizeof(count);
+    size_t expect = std::min(kFdBatch, reply.count - out.fds.size());
+    auto fds = recvWithFds(sock.get(), &count, &plen, expect);
+    if (fds.size() != count || count != expect)
+      KVCOMM_THROW(NetworkError, "fetchFds", "expected ", expect, " descriptors in a batch, received ", fds.size());
+    for (auto& f : fds) out.fds.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace kvcomm::detail

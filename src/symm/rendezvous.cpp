@@ -1,0 +1,156 @@
+#include "symm/rendezvous.hpp"
+
+#include <cstring>
+
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "kvcomm/bootstrap.hpp"
+
+namespace kvcomm::detail {
+
+const char* symmOpName(SymmOp op) {
+  switch (op) {
+    case SymmOp::Create:
+      return "create";
+    case SymmOp::Grow:
+      return "grow";
+    case SymmOp::Adopt:
+      return "adopt";
+    case SymmOp::Commit:
+      return "commit";
+    case SymmOp::Release:
+      return "release";
+  }
+  return "?";
+}
+
+uint64_t hashRanges(const std::vector<Range>& ranges) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const Range& r : ranges) {
+    mix(r.offset);
+    mix(r.bytes);
+  }
+  return h;
+}
+
+std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine) {
+  std::vector<SymmRequest> all(static_cast<size_t>(comm.size()));
+  all[static_cast<size_t>(comm.rank())] = mine;
+  comm.allgather(all.data(), sizeof(SymmRequest));
+  const SymmRequest& ref = all[0];
+  const char* op = symmOpName(static_cast<SymmOp>(ref.op));
+  for (int r = 0; r < comm.size(); ++r) {
+    const SymmRequest& x = all[static_cast<size_t>(r)];
+    std::string call = cat("SymmetricBuffer ", op, " rendezvous");
+    auto differs = [&](const char* what, uint64_t got, uint64_t want) {
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " passed ", what, " ", got, " but rank 0 passed ", want,
+                   " (every member must make the same call)");
+    };
+    if (x.version != ref.version) differs("protocol version", x.version, ref.version);
+    if (x.op != ref.op)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " is in ", symmOpName(static_cast<SymmOp>(x.op)),
+                   " while rank 0 is in ", op, " (collectives called in a different order)");
+    if (x.generation != ref.generation) differs("generation", x.generation, ref.generation);
+    if (x.capacity != ref.capacity) differs("capacity", x.capacity, ref.capacity);
+    if (x.opBytes != ref.opBytes) {
+      const char* what = x.op == static_cast<uint32_t>(SymmOp::Grow)    ? "newBytes"
+                         : x.op == static_cast<uint32_t>(SymmOp::Adopt) ? "reservedBytes"
+                                                                        : "initialBytes";
+      differs(what, x.opBytes, ref.opBytes);
+    }
+    if (x.numRanges != ref.numRanges) differs("a range count of", x.numRanges, ref.numRanges);
+    if (x.rangesHash != ref.rangesHash)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " announced different ranges than rank 0");
+    if (x.granularity != ref.granularity) differs("granularity", x.granularity, ref.granularity);
+    if (x.memKind != ref.memKind)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " uses ", memoryKindName(static_cast<MemoryKind>(x.memKind)),
+                   " memory but rank 0 uses ", memoryKindName(static_cast<MemoryKind>(ref.memKind)));
+    if (x.handleKind != ref.handleKind)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " exports ",
+                   handleKindName(static_cast<HandleKind>(x.handleKind)), " handles but rank 0 exports ",
+                   handleKindName(static_cast<HandleKind>(ref.handleKind)), " (KVCOMM_HANDLE_TYPE differs?)");
+  }
+  return all;
+}
+
+void vote(Communicator& comm, const char* step, const std::string& localError, ErrorCode localCode) {
+  struct Ballot {
+    int32_t ok;
+    int32_t code;
+    char message[504];
+  };
+  std::vector<Ballot> all(static_cast<size_t>(comm.size()));
+  Ballot& mine = all[static_cast<size_t>(comm.rank())];
+  mine.ok = localError.empty() ? 1 : 0;
+  mine.code = static_cast<int32_t>(localCode);
+  std::snprintf(mine.message, sizeof(mine.message), "%s", localError.c_str());
+  comm.allgather(all.data(), sizeof(Ballot));
+  std::string reasons;
+  ErrorCode code = ErrorCode::RemoteError;
+  bool failed = false;
+  for (int r = 0; r < comm.size(); ++r) {
+    const Ballot& b = all[static_cast<size_t>(r)];
+    if (b.ok) continue;
+    if (!failed) code = static_cast<ErrorCode>(b.code);
+    failed = true;
+    reasons += cat(reasons.empty() ? "" : "; ", "rank ", r, ": ", std::string(b.message, strnlen(b.message, 504)));
+  }
+  if (!failed) return;
+  throwError(code, step, cat("failed on ", reasons), __FILE__, __LINE__);
+}
+
+std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmRequest>& reqs,
+                                const std::vector<Piece>& mine, const std::vector<bool>& mapped, uint64_t bufferId,
+                                uint64_t generation) {
+  int n = comm.size(), me = comm.rank();
+  FdServer& server = FdServer::instance();
+  std::string localError;
+  ErrorCode localCode = ErrorCode::RemoteError;
+  std::vector<Token> tokens(static_cast<size_t>(n) * static_cast<size_t>(n));
+  try {
+    auto set = std::make_shared<ExportSet>();
+    for (const Piece& p : mine) {
+      set->metas.push_back({p.offset, p.bytes, p.chunkOffset, p.chunk->bytes()});
+      set->fds.push_back(p.chunk->exportFd());
+    }
+    for (int q = 0; q < n; ++q)
+      if (q != me && mapped[static_cast<size_t>(q)])
+        tokens[static_cast<size_t>(me) * n + q] = server.offer(
+            bufferId, generation, q, reqs[static_cast<size_t>(q)].pid, reqs[static_cast<size_t>(q)].uid, set);
+  } catch (const Error& e) {
+    localError = e.what();
+    localCode = e.code();
+  }
+  // Each rank's row of tokens: row p, column q = the token p issued to q.
+  comm.allgather(tokens.data(), sizeof(Token) * static_cast<size_t>(n));
+  std::vector<ExportSet> got(static_cast<size_t>(n));
+  if (localError.empty()) {
+    try {
+      for (int p = 0; p < n; ++p) {
+        if (p == me || !mapped[static_cast<size_t>(p)]) continue;
+        got[static_cast<size_t>(p)] =
+            fetchFds(reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId,
+                     generation, me, env::bootstrapTimeoutMs());
+      }
+    } catch (const Error& e) {
+      localError = e.what();
+      localCode = e.code();
+    }
+  }
+  try {
+    vote(comm, "SymmetricBuffer handle exchange", localError, localCode);
+  } catch (...) {
+    server.retire(bufferId, generation);
+    throw;
+  }
+  server.retire(bufferId, generation);
+  return got;
+}
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,533 @@
+// SymmetricBuffer: address space per member, chunks exchanged through the rendezvous, windows that never move.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "common/log.hpp"
+#include "common/socket.hpp"
+#include "kvcomm/symm.hpp"
+#include "platform/gpu_info.hpp"
+#include "symm/legacy_ipc.hpp"
+#include "symm/rendezvous.hpp"
+
+namespace kvcomm {
+
+using detail::cat;
+using detail::Chunk;
+using detail::HandleKind;
+using detail::Mapping;
+using detail::Piece;
+using detail::Reservation;
+using detail::SymmOp;
+using detail::SymmRequest;
+
+const char* memoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::Auto:
+      return "auto";
+    case MemoryKind::Cuda:
+      return "cuda";
+    case MemoryKind::Host:
+      return "host";
+  }
+  return "?";
+}
+
+namespace {
+
+size_t roundUp(size_t x, size_t g) {
+  return (x + g - 1) / g * g;
+}
+
+// Disjoint, merged byte intervals.
+class IntervalSet {
+ public:
+  bool covers(size_t off, size_t len) const {
+    if (len == 0) return true;
+    auto it = map_.upper_bound(off);
+    if (it == map_.begin()) return false;
+    --it;
+    return it->first <= off && off + len <= it->first + it->second;
+  }
+  bool overlaps(size_t off, size_t len) const {
+    auto it = map_.lower_bound(off + len);
+    if (it == map_.begin()) return false;
+    --it;
+    return it->first + it->second > off;
+  }
+  void add(size_t off, size_t len) {
+    size_t lo = off, hi = off + len;
+    auto it = map_.lower_bound(lo);
+    if (it != map_.begin() && std::prev(it)->first + std::prev(it)->second >= lo) --it;
+    while (it != map_.end() && it->first <= hi) {
+      lo = std::min(lo, it->first);
+      hi = std::max(hi, it->first + it->second);
+      it = map_.erase(it);
+    }
+    map_[lo] = hi - lo;
+  }
+  void remove(size_t off, size_t len) {  // [off, off+len) must be covered
+    auto it = std::prev(map_.upper_bound(off));
+    size_t lo = it->first, hi = it->first + it->second;
+    map_.erase(it);
+    if (lo < off) map_[lo] = off - lo;
+    if (off + len < hi) map_[off + len] = hi - (off + len);
+  }
+  size_t total() const {
+    size_t t = 0;
+    for (auto& [o, l] : map_) t += l;
+    return t;
+  }
+  std::vector<Range> ranges() const {
+    std::vector<Range> out;
+    for (auto& [o, l] : map_) out.push_back({o, l});
+    return out;
+  }
+
+ private:
+  std::map<size_t, size_t> map_;
+};
+
+HandleKind chooseHandleKind(MemoryKind kind) {
+  if (kind == MemoryKind::Host) return HandleKind::MemFd;
+  std::string want = env::handleType();
+  if (want == "ipc" || want == "cuda_ipc" || want == "legacy") return HandleKind::CudaIpc;
+  if (want == "fabric") return HandleKind::CudaFabric;
+  KVCOMM_CHECK_ARG(want == "auto" || want == "posix_fd", "SymmetricBuffer", "KVCOMM_HANDLE_TYPE='", want,
+                   "' is not one of auto, posix_fd, fabric, ipc");
+  return HandleKind::CudaPosixFd;
+}
+
+MemoryKind resolveKind(MemoryKind kind) {
+  if (kind != MemoryKind::Auto) return kind;
+  return detail::currentGpu().device >= 0 ? MemoryKind::Cuda : MemoryKind::Host;
+}
+
+}  // namespace
+
+struct SymmetricBuffer::Impl {
+  struct Window {
+    std::unique_ptr<Reservation> va;
+    std::map<size_t, std::unique_ptr<Mapping>> maps;  // by offset
+  };
+
+  Communicator comm;
+  std::shared_ptr<detail::MemoryBackend> backend;
+  HandleKind handles = HandleKind::MemFd;
+  MemoryKind kind = MemoryKind::Host;
+  bool adopted = false;
+  bool closed = false;
+  char* base = nullptr;
+  size_t capacity = 0;
+  size_t gran = 0;
+  std::unique_ptr<Reservation> localVa;             // created buffers
+  std::vector<std::unique_ptr<Mapping>> localMaps;  // created buffers
+  std::map<size_t, Piece> localPieces;              // what this rank exports, by offset
+  std::vector<Window> windows;                      // by rank; empty for self and unmapped members
+  std::vector<bool> mapped;                         // by rank
+  std::vector<uint64_t> bases;                      // by rank
+  uint64_t* table = nullptr;
+  IntervalSet backed;
+  uint64_t id = 0;
+  uint64_t generation = 0;
+  std::unique_ptr<detail::LegacyIpc> ipc;  // legacy CUDA IPC mode
+
+  ~Impl() { closeNow(); }
+
+  void checkOpen(const char* call) const { KVCOMM_CHECK_ARG(!closed, call, "the buffer is closed"); }
+
+  // Teardown order: peer windows first (our view of others), then this rank's own memory. Never talks to peers.
+  void closeNow() noexcept {
+    if (closed) return;
+    closed = true;
+    try {
+      windows.clear();
+      ipc.reset();
+      localMaps.clear();
+      localPieces.clear();
+      localVa.reset();
+      if (table && backend) backend->freeTable(table);
+      table = nullptr;
+    } catch (const std::exception& e) {
+      KVCOMM_WARN("SymmetricBuffer::close: ", e.what());
+    }
+  }
+
+  SymmRequest request(SymmOp op, uint64_t opBytes, const std::vector<Range>& ranges) const {
+    SymmRequest r{};
+    r.version = kProtocolVersion;
+    r.op = static_cast<uint32_t>(op);
+    r.bufferId = id;
+    r.generation = generation + 1;
+    r.capacity = capacity;
+    r.opBytes = opBytes;
+    r.rangesHash = detail::hashRanges(ranges);
+    r.numRanges = static_cast<uint32_t>(ranges.size());
+    r.granularity = gran;
+    r.memKind = static_cast<uint32_t>(kind);
+    r.handleKind = static_cast<uint32_t>(handles);
+    r.pid = static_cast<int32_t>(getpid());
+    r.uid = getuid();
+    r.device = backend ? backend->device() : -1;
+    r.hostIndex = comm.topology().members[static_cast<size_t>(comm.rank())].hostIndex;
+    std::snprintf(r.socketName, sizeof(r.socketName), "%s", detail::FdServer::instance().name().c_str());
+    return r;
+  }
+
+  // Phase 3 + import: exchange `mine`, map every peer's pieces into its window, vote. Undoes its own mappings when
+  // any rank fails. Returns normally only when every member mapped everything.
+  void exchangeAndMap(const std::vector<SymmRequest>& reqs, const std::vector<Piece>& mine, uint64_t gen) {
+    auto sets = detail::exchange(comm, reqs, mine, mapped, id, gen);
+    std::vector<std::pair<int, size_t>> added;
+    std::string err;
+    ErrorCode code = ErrorCode::RemoteError;
+    try {
+      for (int p = 0; p < comm.size(); ++p) {
+        auto& set = sets[static_cast<size_t>(p)];
+        for (size_t i = 0; i < set.metas.size(); ++i) {
+          const detail::PieceMeta& m = set.metas[i];
+          KVCOMM_CHECK_ARG(m.offset % gran == 0 && m.bytes % gran == 0 && m.bytes > 0 && m.offset <= capacity &&
+                               m.bytes <= capacity - m.offset,
+                           "SymmetricBuffer import", "rank ", p, " declared a piece [", m.offset, ", +", m.bytes,
+                           ") outside its ", capacity, "-byte buffer or off the ", gran, "-byte granularity");
+          Window& w = windows[static_cast<size_t>(p)];
+          KVCOMM_CHECK_ARG(!w.maps.count(m.offset), "SymmetricBuffer import", "rank ", p,
+                           " declared a piece at offset ", m.offset, " that is already mapped");
+          auto chunk = backend->importFd(std::move(set.fds[i]), m);
+          w.maps[m.offset] = backend->map(w.va->base() + m.offset, m.bytes, std::move(chunk), m.chunkOffset);
+          added.emplace_back(p, m.offset);
+        }
+      }
+    } catch (const Error& e) {
+      err = e.what();
+      code = e.code();
+    }
+    try {
+      detail::vote(comm, "SymmetricBuffer import", err, code);
+    } catch (...) {
+      for (auto& [p, off] : added) windows[static_cast<size_t>(p)].maps.erase(off);
+      throw;
+    }
+  }
+
+  // Phase 2 for create/adopt: windows for every mapped member, the peer table.
+  void reserveWindows(size_t windowBytes) {
+    int n = comm.size();
+    windows.resize(static_cast<size_t>(n));
+    bases.assign(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      if (r == comm.rank()) {
+        bases[static_cast<size_t>(r)] = reinterpret_cast<uint64_t>(base);
+      } else if (mapped[static_cast<size_t>(r)]) {
+        windows[static_cast<size_t>(r)].va = backend->reserve(windowBytes);
+        bases[static_cast<size_t>(r)] = reinterpret_cast<uint64_t>(windows[static_cast<size_t>(r)].va->base());
+      }
+    }
+    table = backend->allocTable(static_cast<size_t>(n));
+    backend->writeTable(table, bases);
+  }
+
+  void computeMapped() {
+    const Topology& t = comm.topology();
+    int me = comm.rank();
+    mapped.assign(static_cast<size_t>(comm.size()), false);
+    for (int r = 0; r < comm.size(); ++r)
+      mapped[static_cast<size_t>(r)] =
+          r == me || (t.sameHost(me, r) && (kind == MemoryKind::Host || t.canAccessPeer(me, r)));
+  }
+};
+
+namespace {
+
+std::unique_ptr<SymmetricBuffer::Impl> begin(Communicator& comm, MemoryKind requested, const char* call) {
+  KVCOMM_CHECK_ARG(comm.valid(), call, "the communicator is empty");
+  auto impl = std::make_unique<SymmetricBuffer::Impl>();
+  impl->comm = comm;
+  impl->kind = resolveKind(requested);
+  impl->handles = chooseHandleKind(impl->kind);
+  return impl;
+}
+
+// Everyone agrees on rank 0's id; the id names tokens, so it must not repeat across buffers.
+uint64_t agreeOnId(Communicator& comm) {
+  std::vector<uint64_t> ids(static_cast<size_t>(comm.size()));
+  detail::randomBytes(&ids[static_cast<size_t>(comm.rank())], sizeof(uint64_t));
+  comm.allgather(ids.data(), sizeof(uint64_t));
+  return ids[0];
+}
+
+// Backend creation can fail on one rank (no CUDA context); make it a collective failure.
+void makeBackend(SymmetricBuffer::Impl& impl, const char* call) {
+  std::string err;
+  ErrorCode code = ErrorCode::RemoteError;
+  try {
+    impl.backend = impl.kind == MemoryKind::Cuda ? detail::makeCudaBackend(impl.handles) : detail::makeHostBackend();
+    impl.gran = impl.backend->granularity();
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  detail::vote(impl.comm, call, err, code);
+}
+
+}  // namespace
+
+SymmetricBuffer::SymmetricBuffer() = default;
+SymmetricBuffer::SymmetricBuffer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SymmetricBuffer::~SymmetricBuffer() = default;
+SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&&) noexcept = default;
+SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&&) noexcept = default;
+
+SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size_t initialBytes, MemoryKind kind) {
+  detail::RankScope scope(comm.valid() ? comm.rank() : -1);
+  auto impl = begin(comm, kind, "SymmetricBuffer::create");
+  impl->id = agreeOnId(impl->comm);
+  if (impl->handles == HandleKind::CudaIpc) {
+    impl->ipc = detail::LegacyIpc::create(impl->comm, capacity, initialBytes);
+    impl->capacity = impl->ipc->capacity();
+    impl->gran = impl->ipc->granularity();
+    impl->base = impl->ipc->local();
+    impl->mapped = impl->ipc->mappedMembers();
+    impl->bases = impl->ipc->bases();
+    impl->table = impl->ipc->table();
+    impl->backed.add(0, impl->ipc->mappedBytes());
+    return SymmetricBuffer(std::move(impl));
+  }
+  makeBackend(*impl, "SymmetricBuffer::create");
+  impl->capacity = roundUp(capacity, impl->gran);
+  size_t init = roundUp(initialBytes, impl->gran);
+  auto reqs = detail::agree(impl->comm, impl->request(SymmOp::Create, init, {}));
+  KVCOMM_CHECK_ARG(capacity > 0 && init <= impl->capacity, "SymmetricBuffer::create", "initialBytes ", initialBytes,
+                   " exceeds capacity ", capacity, " (or capacity is 0)");
+  impl->computeMapped();
+  std::vector<Piece> mine;
+  std::string err;
+  ErrorCode code = ErrorCode::RemoteError;
+  try {
+    impl->localVa = impl->backend->reserve(impl->capacity);
+    impl->base = impl->localVa->base();
+    impl->reserveWindows(impl->capacity);
+    if (init > 0) {
+      Piece p{0, init, 0, impl->backend->allocate(init)};
+      impl->localMaps.push_back(impl->backend->map(impl->base, init, p.chunk, 0));
+      mine.push_back(p);
+    }
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  detail::vote(impl->comm, "SymmetricBuffer::create (allocation)", err, code);
+  impl->exchangeAndMap(reqs, mine, impl->generation + 1);
+  for (auto& p : mine) impl->localPieces[p.offset] = p;
+  if (init) impl->backed.add(0, init);
+  impl->generation++;
+  return SymmetricBuffer(std::move(impl));
+}
+
+SymmetricBuffer SymmetricBuffer::adopt(Communicator comm, void* base, size_t reservedBytes, MemoryKind kind) {
+  detail::RankScope scope(comm.valid() ? comm.rank() : -1);
+  auto impl = begin(comm, kind, "SymmetricBuffer::adopt");
+  KVCOMM_CHECK_ARG(impl->handles != HandleKind::CudaIpc, "SymmetricBuffer::adopt",
+                   "legacy CUDA IPC cannot share an engine's VMM allocations; adopt needs "
+                   "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (unset KVCOMM_HANDLE_TYPE=ipc)");
+  impl->id = agreeOnId(impl->comm);
+  impl->adopted = true;
+  makeBackend(*impl, "SymmetricBuffer::adopt");
+  impl->capacity = reservedBytes;
+  auto reqs = detail::agree(impl->comm, impl->request(SymmOp::Adopt, reservedBytes, {}));
+  KVCOMM_CHECK_ARG(base != nullptr && reservedBytes > 0 && reservedBytes % impl->gran == 0 &&
+                       reinterpret_cast<uintptr_t>(base) % impl->gran == 0,
+                   "SymmetricBuffer::adopt", "base ", base, " and reservedBytes ", reservedBytes,
+                   " must be non-zero multiples of the ", impl->gran, "-byte granularity");
+  (void)reqs;
+  impl->base = static_cast<char*>(base);
+  impl->computeMapped();
+  std::string err;
+  ErrorCode code = ErrorCode::RemoteError;
+  try {
+    impl->reserveWindows(reservedBytes);
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  detail::vote(impl->comm, "SymmetricBuffer::adopt (reservation)", err, code);
+  impl->generation++;
+  return SymmetricBuffer(std::move(impl));
+}
+
+void SymmetricBuffer::grow(size_t newBytes) {
+  KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::grow", "empty buffer");
+  detail::RankScope scope(impl_->comm.rank());
+  impl_->checkOpen("SymmetricBuffer::grow");
+  KVCOMM_CHECK_ARG(!impl_->adopted, "SymmetricBuffer::grow", "adopted buffers change through commit()/release()");
+  size_t want = roundUp(newBytes, impl_->gran);
+  if (impl_->ipc) {
+    auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Grow, want, {}));
+    (void)reqs;
+    impl_->ipc->grow(want);
+    impl_->backed.add(0, impl_->ipc->mappedBytes());
+    impl_->generation++;
+    return;
+  }
+  auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Grow, want, {}));
+  size_t have = impl_->backed.total();
+  KVCOMM_CHECK_ARG(want <= impl_->capacity, "SymmetricBuffer::grow", "newBytes ", newBytes, " exceeds the capacity ",
+                   impl_->capacity);
+  if (want <= have) return;  // every member agreed on the same no-op
+  std::vector<Piece> mine;
+  std::vector<std::unique_ptr<Mapping>> maps;
+  std::string err;
+  ErrorCode code = ErrorCode::RemoteError;
+  try {
+    Piece p{have, want - have, 0, impl_->backend->allocate(want - have)};
+    maps.push_back(impl_->backend->map(impl_->base + have, want - have, p.chunk, 0));
+    mine.push_back(p);
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  detail::vote(impl_->comm, "SymmetricBuffer::grow (allocation)", err, code);
+  impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
+  for (auto& m : maps) impl_->localMaps.push_back(std::move(m));
+  for (auto& p : mine) impl_->localPieces[p.offset] = p;
+  impl_->backed.add(have, want - have);
+  impl_->generation++;
+}
+
+void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
+  KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::commit", "empty buffer");
+  detail::RankScope scope(impl_->comm.rank());
+  impl_->checkOpen("SymmetricBuffer::commit");
+  KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::commit", "only adopted buffers commit; use grow()");
+  auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Commit, 0, ranges));
+  IntervalSet fresh;
+  for (const Range& r : ranges) {
+    KVCOMM_CHECK_ARG(r.bytes > 0 && r.offset % impl_->gran == 0 && r.bytes % impl_->gran == 0 &&
+                         r.offset <= impl_->capacity && r.bytes <= impl_->capacity - r.offset,
+                     "SymmetricBuffer::commit", "range [", r.offset, ", +", r.bytes, ") must lie in the ",
+                     impl_->capacity, "-byte reservation on ", impl_->gran, "-byte granularity");
+    KVCOMM_CHECK_ARG(!impl_->backed.overlaps(r.offset, r.bytes) && !fresh.overlaps(r.offset, r.bytes),
+                     "SymmetricBuffer::commit", "range [", r.offset, ", +", r.bytes,
+                     ") overlaps a committed range (release it first)");
+    fresh.add(r.offset, r.bytes);
+  }
+  std::vector<Piece> mine;
+  std::string err;
+  ErrorCode code = ErrorCode::RemoteError;
+  try {
+    for (const Range& r : ranges)
+      for (auto& p : impl_->backend->retain(impl_->base + r.offset, r.bytes, r.offset)) mine.push_back(std::move(p));
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  detail::vote(impl_->comm, "SymmetricBuffer::commit (export)", err, code);
+  impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
+  for (auto& p : mine) impl_->localPieces[p.offset] = p;
+  for (const Range& r : ranges) impl_->backed.add(r.offset, r.bytes);
+  impl_->generation++;
+}
+
+void SymmetricBuffer::release(const std::vector<Range>& ranges) {
+  KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::release", "empty buffer");
+  detail::RankScope scope(impl_->comm.rank());
+  impl_->checkOpen("SymmetricBuffer::release");
+  KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::release", "only adopted buffers release");
+  auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Release, 0, ranges));
+  (void)reqs;
+  for (const Range& r : ranges)
+    KVCOMM_CHECK_ARG(r.bytes > 0 && impl_->backed.covers(r.offset, r.bytes), "SymmetricBuffer::release", "range [",
+                     r.offset, ", +", r.bytes, ") is not committed");
+  // Mappings must lie wholly inside or outside every range (a mapping cannot be split).
+  auto inside = [&](size_t off, size_t len) {
+    for (const Range& r : ranges) {
+      if (off >= r.offset && off + len <= r.offset + r.bytes) return 1;
+      if (off < r.offset + r.bytes && r.offset < off + len) return -1;
+    }
+    return 0;
+  };
+  std::string err;
+  for (auto& [off, p] : impl_->localPieces)
+    if (inside(off, p.bytes) < 0) err = cat("range cuts through the allocation at offset ", off);
+  detail::vote(impl_->comm, "SymmetricBuffer::release", err, ErrorCode::InvalidArgument);
+  for (auto& w : impl_->windows)
+    std::erase_if(w.maps, [&](const auto& kv) { return inside(kv.first, kv.second->bytes()) > 0; });
+  std::erase_if(impl_->localPieces, [&](const auto& kv) { return inside(kv.first, kv.second.bytes) > 0; });
+  for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
+  impl_->generation++;
+}
+
+void SymmetricBuffer::close() {
+  if (impl_) impl_->closeNow();
+}
+
+void* SymmetricBuffer::local() const {
+  return impl_ ? impl_->base : nullptr;
+}
+void* SymmetricBuffer::peer(int r) const {
+  KVCOMM_CHECK_ARG(impl_ && r >= 0 && r < size(), "SymmetricBuffer::peer", "rank ", r, " out of range");
+  return reinterpret_cast<void*>(impl_->bases[static_cast<size_t>(r)]);
+}
+bool SymmetricBuffer::isMapped(int r) const {
+  return impl_ && r >= 0 && r < size() && impl_->mapped[static_cast<size_t>(r)];
+}
+int SymmetricBuffer::rank() const {
+  return impl_->comm.rank();
+}
+int SymmetricBuffer::size() const {
+  return impl_->comm.size();
+}
+size_t SymmetricBuffer::capacity() const {
+  return impl_->capacity;
+}
+size_t SymmetricBuffer::mappedBytes() const {
+  return impl_->backed.total();
+}
+bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
+  return impl_ && !impl_->closed && offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
+}
+std::vector<Range> SymmetricBuffer::backedRanges() const {
+  return impl_->backed.ranges();
+}
+uint64_t SymmetricBuffer::generation() const {
+  return impl_->generation;
+}
+size_t SymmetricBuffer::granularity() const {
+  return impl_->gran;
+}
+MemoryKind SymmetricBuffer::kind() const {
+  return impl_->kind;
+}
+bool SymmetricBuffer::adopted() const {
+  return impl_->adopted;
+}
+std::string SymmetricBuffer::handleType() const {
+  return detail::handleKindName(impl_->handles);
+}
+Communicator& SymmetricBuffer::communicator() const {
+  return impl_->comm;
+}
+const uint64_t* SymmetricBuffer::peerTable() const {
+  return impl_->table;
+}
+
+SymmDeviceHandle SymmetricBuffer::deviceHandle() const {
+  KVCOMM_CHECK_ARG(impl_ && !impl_->closed, "SymmetricBuffer::deviceHandle", "empty or closed buffer");
+  KVCOMM_CHECK_ARG(size() <= kMaxHandlePeers, "SymmetricBuffer::deviceHandle", "group of ", size(),
+                   " members exceeds the by-value handle's ", kMaxHandlePeers, "; pass peerTable() instead");
+  SymmDeviceHandle h{};
+  for (int r = 0; r < size(); ++r) {
+    h.peers[r] = impl_->bases[static_cast<size_t>(r)];
+    if (impl_->mapped[static_cast<size_t>(r)]) h.mappedMask |= (1ull << r);
+  }
+  h.capacity = impl_->capacity;
+  h.rank = rank();
+  h.size = size();
+  return h;
+}
+
+}  // namespace kvcomm

@@ -1,0 +1,52 @@
+// Test helpers that work on both backends: copies in and out of buffer memory (host memcpy, or the CUDA driver for
+// device memory) and an "engine" that reserves a KV-cache address range and commits chunks itself, the way
+// inference engines with expandable caches do, for adopt tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "kvcomm/symm.hpp"
+
+namespace kvtest {
+
+/// True when a CUDA device is usable here (tests of the CUDA backend skip otherwise, saying why).
+bool haveGpu();
+/// Why there is no GPU ("" when there is).
+std::string noGpuReason();
+
+void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n);
+void fromMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n);
+void fillMemory(kvcomm::MemoryKind kind, void* dst, uint8_t value, size_t n);
+
+/// Deterministic pattern bytes for (seed, stream).
+std::vector<uint8_t> pattern(uint64_t seed, uint64_t stream, size_t n);
+
+/// Open file descriptors and /proc/self/maps lines of this process.
+int countFds();
+int countMappings();
+
+/// An engine-owned KV cache: one reservation, chunks committed and released at chosen offsets.
+class EngineCache {
+ public:
+  /// `exportable` false makes CUDA chunks without a shareable handle type (host: private anonymous memory).
+  EngineCache(kvcomm::MemoryKind kind, size_t reservedBytes);
+  ~EngineCache();
+  char* base() const { return base_; }
+  size_t granularity() const { return gran_; }
+  void commit(size_t offset, size_t bytes, bool exportable = true);
+  void release(size_t offset);
+
+ private:
+  kvcomm::MemoryKind kind_;
+  char* base_ = nullptr;
+  size_t reserved_ = 0;
+  size_t gran_ = 0;
+  int device_ = -1;
+  std::map<size_t, std::pair<size_t, uint64_t>> chunks_;  // offset -> (bytes, CUDA handle or memfd)
+};
+
+}  // namespace kvtest

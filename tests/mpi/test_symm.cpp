@@ -1,0 +1,337 @@
+// SymmetricBuffer under mpirun: every test runs on the host backend, and on the CUDA backend where a GPU is present.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "kvcomm/error.hpp"
+#include "kvcomm/symm.hpp"
+#include "mpi/mpi_util.hpp"
+#include "symm/fd_exchange.hpp"
+
+namespace {
+
+using kvcomm::MemoryKind;
+using kvcomm::Range;
+using kvcomm::SymmetricBuffer;
+
+class Symm : public ::testing::TestWithParam<MemoryKind> {
+ protected:
+  void SetUp() override {
+    kind_ = GetParam();
+    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
+      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
+    seed_ = kvtest::sharedSeed();
+  }
+  void put(void* dst, const std::vector<uint8_t>& v) { kvtest::toMemory(kind_, dst, v.data(), v.size()); }
+  std::vector<uint8_t> get(const void* src, size_t n) {
+    std::vector<uint8_t> v(n);
+    kvtest::fromMemory(kind_, v.data(), src, n);
+    return v;
+  }
+  MemoryKind kind_ = MemoryKind::Host;
+  uint64_t seed_ = 0;
+};
+
+std::string kindName(const ::testing::TestParamInfo<MemoryKind>& i) {
+  return i.param == MemoryKind::Cuda ? "cuda" : "host";
+}
+
+TEST_P(Symm, EveryRankReadsEveryMembersPatternThroughPeerPointers) {
+  auto world = kvtest::tcpWorld();
+  const size_t bytes = 3u << 20;
+  auto buf = SymmetricBuffer::create(world, 64u << 20, bytes, kind_);
+  ASSERT_GE(buf.mappedBytes(), bytes);
+  put(buf.local(), kvtest::pattern(seed_, world.rank(), bytes));
+  world.barrier();
+  for (int r = 0; r < world.size(); ++r) {
+    ASSERT_TRUE(buf.isMapped(r));
+    EXPECT_EQ(get(buf.peer(r), bytes), kvtest::pattern(seed_, r, bytes)) << "rank " << r << "'s memory";
+  }
+  world.barrier();
+}
+
+TEST_P(Symm, SixteenGrowthsKeepAddressesAndBytes) {
+  auto world = kvtest::tcpWorld();
+  int n = world.size(), me = world.rank();
+  auto buf = SymmetricBuffer::create(world, 1, 1, kind_);  // probe the granularity
+  size_t g = buf.granularity();
+  buf = SymmetricBuffer::create(world, 17 * g, g, kind_);
+  void* local = buf.local();
+  std::vector<void*> peers;
+  for (int r = 0; r < n; ++r) peers.push_back(buf.peer(r));
+  const uint64_t* table = buf.peerTable();
+  put(local, kvtest::pattern(seed_, 1000 + me, g));
+  for (int step = 1; step <= 16; ++step) {
+    buf.grow((step + 1) * g);
+    ASSERT_EQ(buf.mappedBytes(), (step + 1) * g);
+    ASSERT_EQ(buf.local(), local);
+    ASSERT_EQ(buf.peerTable(), table);
+    for (int r = 0; r < n; ++r) ASSERT_EQ(buf.peer(r), peers[static_cast<size_t>(r)]);
+    // Write the new region of the next rank through its peer mapping; read ours back after the barrier.
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    put(static_cast<char*>(buf.peer(next)) + step * g, kvtest::pattern(seed_, step * 100 + me, g));
+    world.barrier();
+    EXPECT_EQ(get(static_cast<char*>(local) + step * g, g), kvtest::pattern(seed_, step * 100 + prev, g))
+        << "growth " << step;
+    world.barrier();
+  }
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(get(buf.peer(r), g), kvtest::pattern(seed_, 1000 + r, g)) << "old bytes of rank " << r;
+  world.barrier();
+}
+
+TEST_P(Symm, ThousandCreateGrowDestroyCyclesLeakNothing) {
+  auto world = kvtest::tcpWorld();
+  int cycles = kind_ == MemoryKind::Cuda ? 200 : 1000;
+  auto cycle = [&] {
+    auto buf = SymmetricBuffer::create(world, 8u << 20, 1, kind_);
+    buf.grow(2 * buf.granularity());
+  };
+  cycle();  // warm-up: the fd server, mesh connections and driver state exist from here on
+  world.barrier();
+  int fds = kvtest::countFds(), maps = kvtest::countMappings();
+  for (int i = 0; i < cycles; ++i) cycle();
+  world.barrier();
+  EXPECT_EQ(kvtest::countFds(), fds) << "file descriptors leaked over " << cycles << " cycles";
+  EXPECT_EQ(kvtest::countMappings(), maps) << "mappings leaked over " << cycles << " cycles";
+  EXPECT_EQ(kvcomm::detail::FdServer::instance().liveTokens(), 0u);
+}
+
+TEST_P(Symm, SizeMismatchFailsOnEveryRankNamingTheRank) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  int odd = world.size() - 1;
+  size_t cap = (world.rank() == odd ? 32u : 16u) << 20;
+  try {
+    auto buf = SymmetricBuffer::create(world, cap, 1u << 20, kind_);
+    ADD_FAILURE() << "mismatched capacities were accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("rank " + std::to_string(odd) + " passed capacity"), std::string::npos) << m;
+  }
+  // The group is still usable afterwards: nothing was left half done.
+  auto buf = SymmetricBuffer::create(world, 16u << 20, 1u << 20, kind_);
+  try {
+    buf.grow(world.rank() == 0 ? (4u << 20) : (2u << 20));
+    ADD_FAILURE() << "mismatched growth was accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("passed newBytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(buf.mappedBytes(), 1u << 20 < buf.granularity() ? buf.granularity() : (1u << 20));
+  world.barrier();
+}
+
+TEST_P(Symm, PcpSubgroupMapsExactlyItsMembers) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
+  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  auto buf = SymmetricBuffer::create(layout.pcp, 4u << 20, 1u << 20, kind_);
+  ASSERT_EQ(buf.size(), 2);
+  int partner = 1 - buf.rank();
+  ASSERT_TRUE(buf.isMapped(partner));
+  kvtest::fillMemory(kind_, buf.local(), 0xEE, 1u << 20);
+  world.barrier();
+  // Each rank stamps its world rank into its PCP partner's memory.
+  int stamp = world.rank();
+  std::vector<uint8_t> v(sizeof(int));
+  std::memcpy(v.data(), &stamp, sizeof(int));
+  put(buf.peer(partner), v);
+  world.barrier();
+  int got = -1;
+  auto back = get(buf.local(), sizeof(int));
+  std::memcpy(&got, back.data(), sizeof(int));
+  EXPECT_EQ(got, layout.pcp.worldRank(partner)) << "a non-member wrote into this rank's PCP replica";
+  EXPECT_EQ(kvcomm::Layout::coordOf({2, 2, 1, 1}, got).tp, layout.coord.tp) << "publication crossed TP coordinates";
+  world.barrier();
+}
+
+TEST_P(Symm, SameAdoptedMemoryInPcpAndTpGroupsHasTwoPeerTables) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
+  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  kvtest::EngineCache cache(kind_, 8u << 20);
+  size_t g = cache.granularity();
+  cache.commit(0, 2 * g);
+  auto pcp = SymmetricBuffer::adopt(layout.pcp, cache.base(), 8u << 20, kind_);
+  auto tp = SymmetricBuffer::adopt(layout.tp, cache.base(), 8u << 20, kind_);
+  pcp.commit({{0, 2 * g}});
+  tp.commit({{0, 2 * g}});
+  put(cache.base(), kvtest::pattern(seed_, world.rank(), 2 * g));
+  world.barrier();
+  for (auto* b : {&pcp, &tp}) {
+    ASSERT_EQ(b->local(), cache.base());
+    std::vector<uint64_t> table(2);
+    kvtest::fromMemory(kind_, table.data(), b->peerTable(), 2 * sizeof(uint64_t));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(table[static_cast<size_t>(r)], reinterpret_cast<uint64_t>(b->peer(r)));
+      EXPECT_EQ(get(b->peer(r), 2 * g), kvtest::pattern(seed_, b->communicator().worldRank(r), 2 * g));
+    }
+  }
+  EXPECT_NE(pcp.peerTable(), tp.peerTable());
+  world.barrier();
+}
+
+TEST_P(Symm, AdoptCommitReleaseRecommitKeepsAddresses) {
+  auto world = kvtest::tcpWorld();
+  int n = world.size();
+  size_t g;
+  {
+    kvtest::EngineCache probe(kind_, 1u << 21);
+    g = probe.granularity();
+  }
+  const size_t seg = 16 * g;  // one segment per "layer"
+  kvtest::EngineCache cache(kind_, 4 * seg);
+  // A prefix of every segment, chunks of varying size, gaps between them; segment 1 has two allocations.
+  cache.commit(0, g);
+  cache.commit(seg, g);
+  cache.commit(seg + g, 3 * g);
+  cache.commit(2 * seg, 2 * g);
+  std::vector<Range> ranges = {{0, g}, {seg, 4 * g}, {2 * seg, 2 * g}};
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), 4 * seg, kind_);
+  const uint64_t* table = buf.peerTable();
+  std::vector<void*> peers;
+  for (int r = 0; r < n; ++r) peers.push_back(buf.peer(r));
+  buf.commit(ranges);
+  EXPECT_EQ(buf.mappedBytes(), 7 * g);
+  EXPECT_TRUE(buf.isBacked(seg, 4 * g));
+  EXPECT_FALSE(buf.isBacked(seg, 5 * g));
+  for (const Range& rg : ranges)
+    put(cache.base() + rg.offset, kvtest::pattern(seed_, world.rank() * 16 + rg.offset / g, rg.bytes));
+  world.barrier();
+  for (int r = 0; r < n; ++r)
+    for (const Range& rg : ranges)
+      EXPECT_EQ(get(static_cast<char*>(buf.peer(r)) + rg.offset, rg.bytes),
+                kvtest::pattern(seed_, r * 16 + rg.offset / g, rg.bytes))
+          << "rank " << r << " range at " << rg.offset;
+  world.barrier();
+  // Sleep mode: release segment 1, the engine recommits the same VAs with new physical memory.
+  buf.release({{seg, 4 * g}});
+  EXPECT_FALSE(buf.isBacked(seg, g));
+  cache.release(seg);
+  cache.release(seg + g);
+  cache.commit(seg, 4 * g);
+  buf.commit({{seg, 4 * g}});
+  put(cache.base() + seg, kvtest::pattern(seed_, 5000 + world.rank(), 4 * g));
+  world.barrier();
+  EXPECT_EQ(buf.peerTable(), table);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(buf.peer(r), peers[static_cast<size_t>(r)]);
+    EXPECT_EQ(get(static_cast<char*>(buf.peer(r)) + seg, 4 * g), kvtest::pattern(seed_, 5000 + r, 4 * g));
+    EXPECT_EQ(get(buf.peer(r), g), kvtest::pattern(seed_, r * 16, g)) << "untouched segment 0 changed";
+  }
+  world.barrier();
+}
+
+TEST_P(Symm, CommitRefusesUnbackedAndNonExportableRanges) {
+  auto world = kvtest::tcpWorld();
+  kvtest::EngineCache cache(kind_, 8u << 21);
+  size_t g = cache.granularity();
+  cache.commit(0, g);
+  cache.commit(2 * g, g, /*exportable=*/false);
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), 8u << 21, kind_);
+  try {
+    buf.commit({{0, 2 * g}});  // [g, 2g) is a hole
+    ADD_FAILURE() << "an unmapped range was accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("not mapped"), std::string::npos) << e.what();
+  }
+  try {
+    buf.commit({{2 * g, g}});
+    ADD_FAILURE() << "a non-exportable allocation was accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string need = kind_ == MemoryKind::Cuda ? "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR" : "MAP_SHARED";
+    EXPECT_NE(std::string(e.what()).find(need), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(buf.mappedBytes(), 0u);
+  buf.commit({{0, g}});  // still usable
+  EXPECT_EQ(buf.mappedBytes(), g);
+  world.barrier();
+}
+
+TEST_P(Symm, PeerStillReadsAClosedRanksLastBytes) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const size_t bytes = 1u << 20;
+  auto buf = SymmetricBuffer::create(world, 4u << 20, bytes, kind_);
+  put(buf.local(), kvtest::pattern(seed_, 77 + world.rank(), bytes));
+  world.barrier();
+  if (world.rank() == 0) buf.close();  // local: returns without waiting for anyone
+  world.barrier();
+  if (world.rank() != 0) {
+    EXPECT_EQ(get(buf.peer(0), bytes), kvtest::pattern(seed_, 77, bytes));
+  }
+  world.barrier();
+  buf.close();
+  buf.close();  // idempotent
+  EXPECT_THROW(buf.grow(2 * bytes), kvcomm::InvalidArgumentError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Symm, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kindName);
+
+// One-use tokens, with the real fd server of another process.
+TEST(FdTokens, ForgedReplayedExpiredAndStolenTokensGetNoFd) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  struct Info {
+    int pid;
+    char name[48];
+  };
+  std::vector<Info> info(static_cast<size_t>(world.size()));
+  auto& server = kvcomm::detail::FdServer::instance();
+  info[static_cast<size_t>(world.rank())].pid = getpid();
+  std::snprintf(info[static_cast<size_t>(world.rank())].name, 48, "%s", server.name().c_str());
+  world.allgather(info.data(), sizeof(Info));
+  const uint64_t bufferId = 0xabcdef, gen = 3;
+  kvcomm::detail::Token tokens[2];
+  if (world.rank() == 0) {
+    auto set = std::make_shared<kvcomm::detail::ExportSet>();
+    int fd = memfd_create("token-test", MFD_CLOEXEC);
+    ASSERT_EQ(ftruncate(fd, 4096), 0);
+    set->fds.emplace_back(fd);
+    set->metas.push_back({0, 4096, 0, 4096});
+    tokens[0] = server.offer(bufferId, gen, 1, info[1].pid, getuid(), set);
+    tokens[1] = server.offer(bufferId, gen + 1, 1, info[1].pid, getuid(), set);
+    world.send(tokens, sizeof(tokens), 1, 9);
+    for (int r = 2; r < world.size(); ++r) world.send(tokens, sizeof(tokens), r, 9);
+  } else {
+    world.recv(tokens, sizeof(tokens), 0, 9);
+  }
+  world.barrier();  // every rank holds the tokens
+  auto refused = [&](const kvcomm::detail::Token& t, uint64_t g, const char* expect) {
+    int before = kvtest::countFds();
+    try {
+      kvcomm::detail::fetchFds(info[0].name, t, bufferId, g, 1, 5000);
+      return false;
+    } catch (const kvcomm::NetworkError& e) {
+      return std::string(e.what()).find(expect) != std::string::npos && kvtest::countFds() == before;
+    }
+  };
+  if (world.rank() >= 2) {  // a stolen token: right token, wrong process
+    EXPECT_TRUE(refused(tokens[0], gen, "issued to pid"));
+  }
+  world.barrier();
+  if (world.rank() == 1) {
+    kvcomm::detail::Token forged = tokens[0];
+    forged[5] ^= 1;
+    EXPECT_TRUE(refused(forged, gen, "token refused"));
+    auto got = kvcomm::detail::fetchFds(info[0].name, tokens[0], bufferId, gen, 1, 5000);
+    ASSERT_EQ(got.fds.size(), 1u);
+    EXPECT_EQ(lseek(got.fds[0].get(), 0, SEEK_END), 4096);
+    EXPECT_TRUE(refused(tokens[0], gen, "token refused")) << "a replayed token was honoured";
+  }
+  world.barrier();
+  if (world.rank() == 0) server.retire(bufferId, gen + 1);
+  world.barrier();
+  if (world.rank() == 1) {
+    EXPECT_TRUE(refused(tokens[1], gen + 1, "token refused")) << "an expired token was honoured";
+  }
+  world.barrier();
+  if (world.rank() == 0) server.retire(bufferId, gen);
+}
+
+}  // namespace
