@@ -5,6 +5,6 @@ cd "$(dirname "$0")/.."
 dir=${KVCOMM_BUILD_DIR:-build}
 gen=()
 command -v ninja >/dev/null && [ ! -f "$dir/Makefile" ] && gen=(-G Ninja)
-cmake -S . -B "$dir" "${gen[@]}" -DKVCOMM_WERROR=ON "$@" >"${dir}.configure.log" 2>&1 ||
-  { cat "${dir}.configure.log"; exit 1; }
+mkdir -p "$dir"
+cmake -S . -B "$dir" "${gen[@]}" -DKVCOMM_WERROR=ON "$@" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 cmake --build "$dir" -j "$(nproc)"

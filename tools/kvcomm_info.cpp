@@ -2,6 +2,7 @@
 //   mpirun -np 4 kvcomm-info [--tp N] [--pcp N] [--pp N] [--dp N]
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,15 +39,26 @@ int main(int argc, char** argv) {
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     kvcomm::LayoutSpec spec;
-    spec.tp = size % 2 == 0 ? 2 : 1;
-    spec.pcp = size / spec.tp;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      int v = std::atoi(argv[i + 1]);
-      if (!std::strcmp(argv[i], "--tp")) spec.tp = v;
-      if (!std::strcmp(argv[i], "--pcp")) spec.pcp = v;
-      if (!std::strcmp(argv[i], "--pp")) spec.pp = v;
-      if (!std::strcmp(argv[i], "--dp")) spec.dp = v;
+    spec.tp = 0;
+    spec.pcp = 0;
+    for (int i = 1; i < argc; i += 2) {
+      int v = i + 1 < argc ? std::atoi(argv[i + 1]) : 0;
+      if (!std::strcmp(argv[i], "--tp")) {
+        spec.tp = v;
+      } else if (!std::strcmp(argv[i], "--pcp")) {
+        spec.pcp = v;
+      } else if (!std::strcmp(argv[i], "--pp")) {
+        spec.pp = v;
+      } else if (!std::strcmp(argv[i], "--dp")) {
+        spec.dp = v;
+      } else {
+        throw kvcomm::InvalidArgumentError(std::string("unknown option ") + argv[i] +
+                                           " (use --tp N --pcp N --pp N --dp N)");
+      }
     }
+    // Unset sizes: TP 2 where it divides, PCP takes what is left.
+    if (spec.tp == 0) spec.tp = (size / (spec.pp * spec.dp * (spec.pcp ? spec.pcp : 1))) % 2 == 0 ? 2 : 1;
+    if (spec.pcp == 0) spec.pcp = std::max(1, size / (spec.tp * spec.pp * spec.dp));
     int device = kvcomm::useLocalDevice(localRankFromEnv());
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     auto layout = kvcomm::Layout::create(world, spec);

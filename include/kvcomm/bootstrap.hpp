@@ -51,12 +51,14 @@ class TcpMesh;
 class TcpBootstrap : public Bootstrap {
  public:
   /// Creates a new id whose root listens on `ifname` (default: KVCOMM_SOCKET_IFNAME, else the first non-loopback
-  /// interface that is up, else loopback). Call it in the process that will be rank 0 (it opens the root's
-  /// listening socket); another process of the same host may also create it, then rank 0 binds the id's port.
+  /// interface that is up, else loopback). Call it in the process that will be rank 0: it opens the root's
+  /// listening socket, which that process's rank-0 TcpBootstrap adopts. (A rank 0 in another process binds the id's
+  /// port itself, which works only once the creating process has exited.)
   static UniqueId createUniqueId(const std::string& ifname = "");
 
-  /// Joins the group (collective). `timeoutMs` < 0 uses KVCOMM_BOOTSTRAP_TIMEOUT_MS. Throws Timeout when the root
-  /// cannot be reached in time and NetworkError when the root refuses this rank (wrong nonce, version or size).
+  /// Joins the group (collective). `timeoutMs` < 0 uses KVCOMM_BOOTSTRAP_TIMEOUT_MS. Throws NetworkError with code
+  /// Timeout when the root cannot be reached in time, and with code NetworkError when the root refuses this rank
+  /// (wrong nonce, version or size).
   TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeoutMs = -1);
   ~TcpBootstrap() override;
   TcpBootstrap(const TcpBootstrap&) = delete;

@@ -83,10 +83,18 @@ Communicator Communicator::create(std::shared_ptr<Bootstrap> bootstrap) {
   return Communicator(std::move(impl));
 }
 
+namespace {
+void requireImpl(const void* impl, const char* call) {
+  KVCOMM_CHECK_ARG(impl != nullptr, call, "the communicator is empty (default-constructed)");
+}
+}  // namespace
+
 int Communicator::rank() const {
+  requireImpl(impl_.get(), "Communicator::rank");
   return impl_->rank;
 }
 int Communicator::size() const {
+  requireImpl(impl_.get(), "Communicator::size");
   return static_cast<int>(impl_->members.size());
 }
 int Communicator::worldRank(int r) const {
@@ -94,6 +102,7 @@ int Communicator::worldRank(int r) const {
   return impl_->topo.members[static_cast<size_t>(r)].worldRank;
 }
 const Topology& Communicator::topology() const {
+  requireImpl(impl_.get(), "Communicator::topology");
   return impl_->topo;
 }
 uint64_t Communicator::id() const {
@@ -101,6 +110,7 @@ uint64_t Communicator::id() const {
 }
 
 std::optional<Communicator> Communicator::split(int color, int key) {
+  requireImpl(impl_.get(), "Communicator::split");
   detail::RankScope scope(impl_->rank);
   struct Entry {
     int32_t color, key;
@@ -131,11 +141,13 @@ std::optional<Communicator> Communicator::split(int color, int key) {
 }
 
 void Communicator::allgather(void* data, size_t bytesPerRank) {
+  requireImpl(impl_.get(), "Communicator::allgather");
   detail::RankScope scope(impl_->rank);
   impl_->allgather(data, bytesPerRank);
 }
 
 void Communicator::barrier() {
+  requireImpl(impl_.get(), "Communicator::barrier");
   detail::RankScope scope(impl_->rank);
   std::vector<char> bytes(static_cast<size_t>(size()));
   impl_->allgather(bytes.data(), 1);

@@ -60,6 +60,10 @@ LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
 
 int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
   validate(s, "Layout::rankOf");
+  KVCOMM_CHECK_ARG(c.tp >= 0 && c.tp < s.tp && c.pcp >= 0 && c.pcp < s.pcp && c.pp >= 0 && c.pp < s.pp &&
+                       c.dp >= 0 && c.dp < s.dp,
+                   "Layout::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
+                   ") outside the layout");
   return ((c.dp * s.pp + c.pp) * s.pcp + c.pcp) * s.tp + c.tp;
 }
 
@@ -74,6 +78,8 @@ std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
 }
 
 Layout Layout::create(Communicator& world, const LayoutSpec& spec) {
+  KVCOMM_CHECK_ARG(world.valid(), "Layout::create", "the communicator is empty");
+  detail::RankScope scope(world.rank());
   validate(spec, "Layout::create");
   KVCOMM_CHECK_ARG(world.size() == worldSize(spec), "Layout::create", "the communicator has ", world.size(),
                    " ranks but tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp, " = ",

@@ -1,5 +1,6 @@
 // Every environment knob kvcomm reads, in one place (documented in docs/environment.md).
-// Values are read when used, not cached, so a process (or a test) may change them between operations.
+// Values are read when an object is created or an operation starts (a communicator keeps the bootstrap timeout it
+// was created with), so a process (or a test) may change them between operations.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,10 @@ std::string socketIfname();
 /// KVCOMM_HANDLE_TYPE = auto | posix_fd | fabric | ipc: how CUDA memory is exported to peers (ipc = legacy CUDA IPC).
 std::string handleType();
 
-/// KVCOMM_MULTICAST = 1 opts in to NVLS multicast publication; refused when NCCL_NVLS_ENABLE=0,
-/// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or NVSHMEM_DISABLE_NVLS=1 is set. Returns the reason it is refused, or "".
+/// KVCOMM_MULTICAST = 1 opts in to NVLS multicast publication.
 bool multicastRequested();
+/// Why multicast will not be used ("" when it would): not opted in, or NCCL_NVLS_ENABLE=0,
+/// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or NVSHMEM_DISABLE_NVLS=1 is set.
 std::string multicastRefusal();
 
 /// Reads an integer knob; `fallback` when unset or malformed.
