@@ -60,10 +60,10 @@ LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
 
 int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
   validate(s, "Layout::rankOf");
-  KVCOMM_CHECK_ARG(c.tp >= 0 && c.tp < s.tp && c.pcp >= 0 && c.pcp < s.pcp && c.pp >= 0 && c.pp < s.pp &&
-                       c.dp >= 0 && c.dp < s.dp,
-                   "Layout::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
-                   ") outside the layout");
+  KVCOMM_CHECK_ARG(
+      c.tp >= 0 && c.tp < s.tp && c.pcp >= 0 && c.pcp < s.pcp && c.pp >= 0 && c.pp < s.pp && c.dp >= 0 && c.dp < s.dp,
+      "Layout::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
+      ") outside the layout");
   return ((c.dp * s.pp + c.pp) * s.pcp + c.pcp) * s.tp + c.tp;
 }
 

@@ -1,0 +1,97 @@
+#include "common/bench.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace kvbench {
+
+Args::Args(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0) continue;
+    k = k.substr(2);
+    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+      kv_[k] = argv[++i];
+    else
+      kv_[k] = "1";
+  }
+}
+
+std::string Args::get(const std::string& key, const std::string& fallback) const {
+  auto it = kv_.find(key);
+  return it == kv_.end() ? fallback : it->second;
+}
+
+long long Args::getInt(const std::string& key, long long fallback) const {
+  auto it = kv_.find(key);
+  return it == kv_.end() ? fallback : std::atoll(it->second.c_str());
+}
+
+std::vector<long long> Args::getList(const std::string& key, const std::vector<long long>& fallback) const {
+  auto it = kv_.find(key);
+  if (it == kv_.end()) return fallback;
+  std::vector<long long> out;
+  std::stringstream ss(it->second);
+  for (std::string x; std::getline(ss, x, ',');) out.push_back(std::atoll(x.c_str()));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string fmt(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+Report::Report(std::string bench, std::vector<std::string> columns)
+    : bench_(std::move(bench)), columns_(std::move(columns)) {}
+
+void Report::row(const std::vector<std::string>& values) {
+  rows_.push_back(values);
+}
+
+void Report::print(const std::string& jsonPath) const {
+  std::vector<size_t> w(columns_.size());
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    w[c] = columns_[c].size();
+    for (const auto& r : rows_) w[c] = std::max(w[c], c < r.size() ? r[c].size() : 0);
+  }
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s = "| ";
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      std::string v = c < r.size() ? r[c] : "";
+      s += v + std::string(w[c] - v.size(), ' ') + " | ";
+    }
+    return s;
+  };
+  std::cout << "\n" << bench_ << "\n" << line(columns_) << "\n|";
+  for (size_t c = 0; c < columns_.size(); ++c) std::cout << std::string(w[c] + 2, '-') << "|";
+  std::cout << "\n";
+  for (const auto& r : rows_) std::cout << line(r) << "\n";
+  std::cout.flush();
+  if (jsonPath.empty()) return;
+  std::ofstream f(jsonPath, std::ios::app);
+  for (const auto& r : rows_) {
+    f << "{\"bench\":\"" << bench_ << "\"";
+    for (size_t c = 0; c < columns_.size() && c < r.size(); ++c) {
+      const std::string& v = r[c];
+      char* end = nullptr;
+      std::strtod(v.c_str(), &end);
+      bool numeric = !v.empty() && end && *end == '\0';
+      f << ",\"" << columns_[c] << "\":" << (numeric ? v : "\"" + v + "\"");
+    }
+    f << "}\n";
+  }
+}
+
+}  // namespace kvbench

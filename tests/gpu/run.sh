@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: build with CUDA, run every test on the CUDA backend (unit tests, mpirun -np 2
+# suites, CUDA graph tests), then the benchmarks. Logs, tables and JSON go to $OUT (default /tmp/kvcomm-gpu).
+#   tests/gpu/run.sh [tests|perf|all]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/kvcomm-gpu}
+mkdir -p "$OUT"
+np=${KVCOMM_GPU_NP:-2}
+build=${KVCOMM_BUILD_DIR:-build-gpu}
+status=0
+step() { echo; echo "=== $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv | tee "$OUT/gpus.txt"
+nvidia-smi topo -m | tee "$OUT/topo.txt"
+
+step "build"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S . -B "$build" "${gen[@]}" -DKVCOMM_CUDA=ON -DKVCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+  >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
+echo "built"
+
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -x NCCL_NVLS_ENABLE
+     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x KVCOMM_LOG_LEVEL)
+export KVCOMM_LOG_LEVEL=${KVCOMM_LOG_LEVEL:-warn}
+
+if [ "$what" != perf ]; then
+  step "capabilities and topology (kvcomm-info, $np ranks)"
+  "${mpi[@]}" "$build/tools/kvcomm-info" --tp 1 2>&1 | tee "$OUT/info.txt" || status=1
+
+  step "unit tests"
+  timeout 300 "$build/tests/unit/kvcomm_unit_tests" --gtest_brief=1 2>&1 | tail -15 | tee "$OUT/unit.txt" || status=1
+
+  for bin in kvcomm_mpi_tests kvcomm_gpu_tests; do
+    step "$bin (mpirun -np $np, CUDA backend where a GPU is present)"
+    timeout 500 "${mpi[@]}" "$build/tests/mpi/$bin" --gtest_brief=1 2>&1 | tee "$OUT/$bin.txt" | \
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error|rank [0-9]" | head -60
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
+fi
+
+if [ "$what" != tests ]; then
+  step "perf: rendezvous"
+  for kind in cuda host; do
+    timeout 300 "${mpi[@]}" "$build/perf/perf_symm_rendezvous" --kind $kind --json "$OUT/perf.jsonl" 2>&1 | \
+      tee -a "$OUT/perf.txt" | tail -9 || status=1
+  done
+  for b in "$build"/perf/perf_publish; do
+    [ -x "$b" ] || continue
+    step "perf: $(basename "$b")"
+    timeout 400 "${mpi[@]}" "$b" --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -40 || status=1
+  done
+fi
+echo; echo "=== status $status"
+exit $status
