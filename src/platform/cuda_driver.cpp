@@ -21,15 +21,19 @@ CudaDriver load() {
     d.reason = "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)";
     return d;
   }
-#define KVCOMM_CU_LOAD(name)                                                                                        \
-  {                                                                                                                 \
-    void* fn = nullptr;                                                                                             \
-    CUdriverProcAddressQueryResult q{};                                                                             \
-    if (getProc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) {                \
-      d.reason = cat("the CUDA driver lacks ", #name, " (driver older than the toolkit, CUDA ", CUDA_VERSION, ")"); \
-      return d;                                                                                                     \
-    }                                                                                                               \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                                                \
+  // Entry points are requested at the CUDA 12.0 ABI, whose signatures are the ones cuda.h declares by default:
+  // asking for CUDA_VERSION (13.0) returns newer variants with other parameters (cuCtxGetDevice_v2 takes a
+  // context) behind the old prototype.
+  constexpr int kAbi = 12000;
+#define KVCOMM_CU_LOAD(name)                                                                   \
+  {                                                                                            \
+    void* fn = nullptr;                                                                        \
+    CUdriverProcAddressQueryResult q{};                                                        \
+    if (getProc(#name, &fn, kAbi, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) {   \
+      d.reason = cat("the CUDA driver lacks ", #name, " (driver older than CUDA ", kAbi, ")"); \
+      return d;                                                                                \
+    }                                                                                          \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                           \
   }
   KVCOMM_CU_FUNCS(KVCOMM_CU_LOAD)
 #undef KVCOMM_CU_LOAD
