@@ -15,13 +15,23 @@ set(KVCOMM_SOURCES
     src/symm/host_memory.cpp
     src/symm/fd_exchange.cpp
     src/symm/rendezvous.cpp
-    src/symm/symmetric_buffer.cpp)
+    src/symm/symmetric_buffer.cpp
+    src/kernels/host_ops.cpp
+    src/ops/host_transport.cpp
+    src/ops/publisher.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES
     src/platform/cuda_driver.cpp
-    src/symm/cuda_memory.cpp)
+    src/symm/cuda_memory.cpp
+    src/kernels/publish.cu)
+
+# CUDA builds with nccl.h: the fallback's NCCL transport.
+set(KVCOMM_NCCL_SOURCES
+    src/platform/nccl.cpp
+    src/ops/nccl_transport.cpp)
 
 # Stand-ins for the CUDA entry points in a build without CUDA.
 set(KVCOMM_NO_CUDA_SOURCES
-    src/symm/no_cuda.cpp)
+    src/symm/no_cuda.cpp
+    src/kernels/no_cuda.cpp)

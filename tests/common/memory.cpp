@@ -92,6 +92,35 @@ int countMappings() {
   return n;
 }
 
+Memory::Memory(kvcomm::MemoryKind kind, size_t bytes) : kind_(kind) {
+  if (kind == kvcomm::MemoryKind::Host) {
+    host_.resize(bytes ? bytes : 1);
+    ptr_ = host_.data();
+    return;
+  }
+#ifdef KVCOMM_HAVE_CUDA
+  CUdeviceptr p = 0;
+  KVCOMM_CHECK_CU(kvcomm::detail::cudaDriver().cuMemAlloc(&p, bytes ? bytes : 1));
+  ptr_ = reinterpret_cast<char*>(p);
+#else
+  throw std::runtime_error("no CUDA in this build");
+#endif
+}
+
+Memory::~Memory() {
+#ifdef KVCOMM_HAVE_CUDA
+  if (kind_ == kvcomm::MemoryKind::Cuda && ptr_)
+    kvcomm::detail::cudaDriver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr_));
+#endif
+}
+
+void synchronize(kvcomm::MemoryKind kind) {
+  if (kind == kvcomm::MemoryKind::Host) return;
+#ifdef KVCOMM_HAVE_CUDA
+  KVCOMM_CHECK_CU(kvcomm::detail::cudaDriver().cuCtxSynchronize());
+#endif
+}
+
 EngineCache::EngineCache(kvcomm::MemoryKind kind, size_t reservedBytes) : kind_(kind), reserved_(reservedBytes) {
   if (kind == kvcomm::MemoryKind::Host) {
     gran_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));

@@ -29,6 +29,24 @@ std::vector<uint8_t> pattern(uint64_t seed, uint64_t stream, size_t n);
 int countFds();
 int countMappings();
 
+/// Plain memory of a kind (host heap, or cuMemAlloc device memory), for publish sources.
+class Memory {
+ public:
+  Memory(kvcomm::MemoryKind kind, size_t bytes);
+  ~Memory();
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  char* data() const { return ptr_; }
+
+ private:
+  kvcomm::MemoryKind kind_;
+  char* ptr_ = nullptr;
+  std::vector<char> host_;
+};
+
+/// Waits for all work on the current device (no-op for host memory).
+void synchronize(kvcomm::MemoryKind kind);
+
 /// An engine-owned KV cache: one reservation, chunks committed and released at chosen offsets.
 class EngineCache {
  public:

@@ -1,0 +1,76 @@
+// kvcomm device API: storing a KV row into every replica, for engines that fuse it into their own cache-store
+// kernel (see examples/fused_cache_store.cu).
+#pragma once
+
+#include <stdint.h>
+
+#include "kvcomm/device/macros.hpp"
+#include "kvcomm/device/symm_device.hpp"
+
+namespace kvcomm {
+
+/// Byte offset of `slot`'s row: offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride.
+KVCOMM_HOST_DEVICE_INLINE uint64_t slotDestination(int64_t slot, uint64_t offset, uint64_t blockSize,
+                                                   uint64_t blockStride, uint64_t rowStride) {
+  uint64_t s = static_cast<uint64_t>(slot);
+  return offset + (s / blockSize) * blockStride + (s % blockSize) * rowStride;
+}
+
+#if KVCOMM_ON_DEVICE_COMPILER
+
+namespace detail {
+template <int VEC>
+struct VecType;
+template <>
+struct VecType<16> {
+  using type = uint4;
+};
+template <>
+struct VecType<8> {
+  using type = uint2;
+};
+template <>
+struct VecType<4> {
+  using type = uint32_t;
+};
+template <>
+struct VecType<2> {
+  using type = uint16_t;
+};
+template <>
+struct VecType<1> {
+  using type = uint8_t;
+};
+}  // namespace detail
+
+/// Warp-cooperative: copies `bytes` from `src` into every member mapped in `h` at byte `dst` of its memory, this
+/// rank's own replica included. `src` and `dst` must be VEC-aligned (and the bases, which are); any length works
+/// (a byte tail follows the vectors). Plain (weak) stores: publish them with a barrier (barrier.hpp). Call with
+/// all 32 lanes of a warp; `laneId` = threadIdx.x % 32.
+template <int VEC>
+KVCOMM_DEVICE_INLINE void warpStoreToReplicas(const SymmDeviceHandle& h, uint64_t dst, const char* src,
+                                              uint64_t bytes, int laneId) {
+  using V = typename detail::VecType<VEC>::type;
+  const uint64_t vecs = bytes / VEC;
+  for (uint64_t c = static_cast<uint64_t>(laneId); c < vecs; c += 32) {
+    V v = reinterpret_cast<const V*>(src)[c];
+    for (int r = 0; r < h.size; ++r)
+      if (h.isMapped(r)) reinterpret_cast<V*>(h.peer(r) + dst)[c] = v;
+  }
+  for (uint64_t b = vecs * VEC + static_cast<uint64_t>(laneId); b < bytes; b += 32) {
+    char v = src[b];
+    for (int r = 0; r < h.size; ++r)
+      if (h.isMapped(r)) h.peer(r)[dst + b] = v;
+  }
+}
+
+#endif  // KVCOMM_ON_DEVICE_COMPILER
+
+/// The widest vector (16, 8, 4, 2 or 1 bytes) that divides every value.
+KVCOMM_HOST_DEVICE_INLINE int commonAlignment(uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0,
+                                              uint64_t e = 0) {
+  uint64_t x = a | b | c | d | e;
+  return (x & 15) == 0 ? 16 : (x & 7) == 0 ? 8 : (x & 3) == 0 ? 4 : (x & 1) == 0 ? 2 : 1;
+}
+
+}  // namespace kvcomm

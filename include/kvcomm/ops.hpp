@@ -1,0 +1,121 @@
+// kvcomm: publish-to-peers and the barrier. Producers store their final KV rows straight into every member's replica
+// (their own included), then one system-scope barrier; or, where that cannot run, AllGather the rows and insert them
+// locally (the fallback), with identical bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvcomm/device/barrier.hpp"
+#include "kvcomm/device/error_record.hpp"
+#include "kvcomm/symm.hpp"
+
+struct CUstream_st;
+
+namespace kvcomm {
+
+/// A CUDA stream (same type as cudaStream_t and CUstream); ignored by host buffers, whose operations are synchronous.
+using Stream = CUstream_st*;
+
+/// Element type of a slot mapping.
+enum class SlotType { Int64, Int32 };
+
+/// One cache tensor written by a publish call (all sizes in bytes). Row i of the source lands in every replica at
+///   offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride,   slot = slotMapping[i],
+/// so flat layouts (blockSize 1) and block-major layouts with split regions both work. Example, Indexer-K with 128
+/// data bytes at off * 128 and a 4-byte scale at blockSize * 128 + off * 4 inside each block: two tensors,
+///   {keys,   128, 128, layer, bs, bs * 132, 128} and {scales, 4, 4, layer + bs * 128, bs, bs * 132, 4}.
+struct CacheTensor {
+  const void* src = nullptr;  ///< row i at src + i * srcStride (device memory for CUDA buffers)
+  size_t srcStride = 0;       ///< bytes between source rows (0: rowBytes)
+  size_t rowBytes = 0;        ///< bytes per row; any size (bf16, FP8, index keys: bytes are opaque)
+  size_t offset = 0;          ///< destination base, bytes from the buffer's base
+  size_t blockSize = 1;       ///< tokens per block
+  size_t blockStride = 0;     ///< bytes between blocks (0: blockSize * rowStride)
+  size_t rowStride = 0;       ///< bytes between rows of a block (0: rowBytes)
+};
+
+/// How a Publisher moves rows.
+enum class PublishMode {
+  Direct,    ///< stores into peers' memory through symmetric mappings, then a release/acquire barrier
+  Fallback,  ///< AllGather of the rows (NCCL on GPUs, kvcomm's bootstrap on host memory) and a local insert
+};
+const char* publishModeName(PublishMode mode);
+
+/// Options of Publisher::create.
+struct PublisherOptions {
+  /// Independent barrier lanes (overlapped micro-batches); at most kMaxBarrierLanes.
+  int lanes = 2;
+  /// Bound on every barrier wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS.
+  int64_t barrierTimeoutMs = -1;
+  /// Fallback staging reserved up front, so that the fallback can be captured in a CUDA graph: tokens per rank
+  /// and bytes per token (summed over tensors). Larger calls grow it, outside graph capture only.
+  size_t stagingTokens = 4096;
+  size_t stagingBytesPerToken = 1024;
+};
+
+/// A device error read back by Publisher::pollError().
+struct DeviceError {
+  DeviceErrorKind kind = DeviceErrorKind::None;
+  int64_t tokenIndex = -1;
+  int64_t slot = -1;
+  int tensor = -1;
+  int rank = -1;
+  int peer = -1;
+  int lane = -1;
+  explicit operator bool() const { return kind != DeviceErrorKind::None; }
+};
+
+/// Publication into a SymmetricBuffer's replicas, and its barrier.
+///
+/// Call order: create() once, collectively, after the buffer exists (it picks the mode: KVCOMM_DIRECT=auto uses
+/// Direct where every member is on this host with P2P access, 1 demands it, 0 forces the fallback). Then per step,
+/// on every member: publish() (or publishAndBarrier()) for each layer, barrier() before anyone reads peers' rows.
+/// Both are capture-safe (CUDA graphs) and do no host synchronisation. After the stream finished, checkErrors()
+/// reports slots found out of range on the device and barrier timeouts. The buffer must outlive the publisher; after
+/// a barrier timeout the publisher's epochs are out of step: create a new one.
+class Publisher {
+ public:
+  /// Collective over the buffer's group.
+  static Publisher create(SymmetricBuffer& buffer, const PublisherOptions& options = {});
+
+  Publisher();
+  ~Publisher();
+  Publisher(Publisher&&) noexcept;
+  Publisher& operator=(Publisher&&) noexcept;
+
+  /// Stores row i of every tensor at slotMapping[i] (int64 or int32; < 0 = padding, skipped) in every replica.
+  /// Validates before launch everything knowable (offsets and strides inside the backed range, counts); a slot
+  /// beyond the backed range found on the device is not written and is reported by checkErrors(). In Fallback mode
+  /// every member must pass the same numTokens (pad with slot -1).
+  void publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType, size_t numTokens,
+               Stream stream = nullptr);
+  /// Returns (in stream order) once every member reached its matching barrier on `lane`: release of this rank's
+  /// earlier stores, acquire of the peers'. Bounded by the barrier timeout.
+  void barrier(Stream stream = nullptr, int lane = 0);
+  /// publish() then barrier(), as one kernel in Direct mode.
+  void publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
+                         size_t numTokens, Stream stream = nullptr, int lane = 0);
+
+  PublishMode mode() const;
+  /// Why this mode was chosen.
+  const std::string& modeReason() const;
+  /// Reads (and clears) the first device error since the last call. Synchronise the publishing stream first.
+  DeviceError pollError();
+  /// Throws the recorded device error, if any: InvalidArgumentError for a slot out of range (naming the token
+  /// index), a Timeout for a barrier (naming rank, peer and lane).
+  void checkErrors();
+  /// The barrier for kernels that fuse it (device/barrier.hpp); Direct mode only.
+  BarrierDeviceHandle barrierHandle() const;
+
+  struct Impl;
+
+ private:
+  explicit Publisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvcomm

@@ -1,0 +1,98 @@
+// CPU implementations of publish, barrier and pack over host memory: the host backend's data path, with the same
+// semantics as the kernels (padding skipped, rows beyond the backed range refused, bounded barrier waits).
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/check.hpp"
+#include "kernels/launch.hpp"
+#include "kvcomm/device/publish.hpp"
+
+namespace kvcomm::detail {
+
+namespace {
+
+int64_t slotAt(const PublishLaunch& p, int source, int64_t i) {
+  const char* base = static_cast<const char*>(p.slots) + static_cast<uint64_t>(source) * p.sourceStride;
+  int64_t s;
+  if (p.slot64) {
+    std::memcpy(&s, base + i * 8, 8);
+  } else {
+    int32_t v;
+    std::memcpy(&v, base + i * 4, 4);
+    s = v;
+  }
+  return s;
+}
+
+bool destination(const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
+  uint64_t block = static_cast<uint64_t>(slot) / t.blockSize;
+  if (block > t.limit / (t.blockStride ? t.blockStride : 1)) return false;
+  *dst = slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride);
+  return *dst + t.rowBytes <= t.limit;
+}
+
+}  // namespace
+
+void hostPublish(const PublishLaunch& p) {
+  // Validate every row first: a bad slot changes nothing.
+  for (int s = 0; s < p.numSources; ++s)
+    for (int64_t i = 0; i < p.numTokens; ++i) {
+      int64_t slot = slotAt(p, s, i);
+      if (slot < 0) continue;
+      for (int k = 0; k < p.numTensors; ++k) {
+        uint64_t dst;
+        if (!destination(p.t[k], slot, &dst))
+          KVCOMM_THROW(InvalidArgument, "publish", "token ", static_cast<int64_t>(s) * p.numTokens + i, ": slot ", slot,
+                       " of tensor ", k, " lands beyond the backed part of the buffer (ends at byte ", p.t[k].limit,
+                       "); nothing was written");
+      }
+    }
+  for (int s = 0; s < p.numSources; ++s)
+    for (int64_t i = 0; i < p.numTokens; ++i) {
+      int64_t slot = slotAt(p, s, i);
+      if (slot < 0) continue;
+      for (int k = 0; k < p.numTensors; ++k) {
+        const PublishTensorDesc& t = p.t[k];
+        uint64_t dst = 0;
+        destination(t, slot, &dst);
+        const char* src = t.src + static_cast<uint64_t>(s) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+        for (int r = 0; r < p.replicas.size; ++r)
+          if (p.replicas.isMapped(r)) std::memcpy(p.replicas.peer(r) + dst, src, t.rowBytes);
+      }
+    }
+}
+
+void hostBarrier(const BarrierDeviceHandle& b, int lane) {
+  uint64_t epoch = b.epochs[lane] + 1;
+  for (int peer = 0; peer < b.size; ++peer)
+    if (peer != b.rank && b.peerSignals[peer])
+      __atomic_store_n(barrierFlag(b.peerSignals[peer], lane, b.rank), epoch, __ATOMIC_RELEASE);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(b.timeoutNs);
+  for (int peer = 0; peer < b.size; ++peer) {
+    if (peer == b.rank || !b.peerSignals[peer]) continue;
+    const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
+    for (uint32_t spin = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < epoch; ++spin) {
+      if ((spin & 255) == 255) {
+        if (std::chrono::steady_clock::now() > deadline)
+          KVCOMM_THROW(Timeout, "barrier", "rank ", b.rank, " waited for peer ", peer, " on lane ", lane, " longer than ",
+                       b.timeoutNs / 1000000, " ms (the peer never arrived)");
+        sched_yield();  // ranks may share cores
+      }
+    }
+  }
+  b.epochs[lane] = epoch;
+}
+
+void hostPack(const PackLaunch& p) {
+  auto* slotsOut = reinterpret_cast<int64_t*>(p.out);
+  for (int64_t i = 0; i < p.numTokens; ++i)
+    slotsOut[i] = p.slot64 ? static_cast<const int64_t*>(p.slots)[i] : static_cast<const int32_t*>(p.slots)[i];
+  for (int k = 0; k < p.numTensors; ++k)
+    for (int64_t i = 0; i < p.numTokens; ++i)
+      std::memcpy(p.out + p.partOffset[k] + static_cast<uint64_t>(i) * p.rowBytes[k],
+                  p.src[k] + static_cast<uint64_t>(i) * p.srcStride[k], p.rowBytes[k]);
+}
+
+}  // namespace kvcomm::detail

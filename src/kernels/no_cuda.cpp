@@ -1,0 +1,17 @@
+// Kernel launches in a build without CUDA: host buffers never reach them; say so if anything does.
+#include "common/check.hpp"
+#include "kernels/launch.hpp"
+
+namespace kvcomm::detail {
+
+void launchPublish(const PublishLaunch&, void*, const BarrierDeviceHandle*, int) {
+  KVCOMM_THROW(Unsupported, "publish (cuda)", "libkvcomm was built without CUDA");
+}
+void launchBarrier(const BarrierDeviceHandle&, int, void*) {
+  KVCOMM_THROW(Unsupported, "barrier (cuda)", "libkvcomm was built without CUDA");
+}
+void launchPack(const PackLaunch&, void*) {
+  KVCOMM_THROW(Unsupported, "publish (cuda fallback)", "libkvcomm was built without CUDA");
+}
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,129 @@
+// NCCL AllGather transport for the CUDA fallback, and the device-memory helpers of the ops layer.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "ops/fallback_transport.hpp"
+#include "platform/cuda_driver.hpp"
+#include "platform/nccl.hpp"
+#include "symm/rendezvous.hpp"
+
+namespace kvcomm::detail {
+
+void* deviceAlloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  KVCOMM_CHECK_CU(requireCudaDriver("deviceAlloc").cuMemAlloc(&p, bytes ? bytes : 1));
+  return reinterpret_cast<void*>(p);
+}
+
+void deviceFree(void* p) noexcept {
+  if (!p) return;
+  CUresult r = cudaDriver().cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) KVCOMM_WARN("cuMemFree failed: ", cuResultText(r));
+}
+
+void deviceMemset(void* p, int value, size_t bytes) {
+  const CudaDriver& d = requireCudaDriver("deviceMemset");
+  KVCOMM_CHECK_CU(d.cuMemsetD8(reinterpret_cast<CUdeviceptr>(p), static_cast<unsigned char>(value), bytes));
+  KVCOMM_CHECK_CU(d.cuCtxSynchronize());
+}
+
+void deviceToHost(void* dst, const void* src, size_t bytes) {
+  KVCOMM_CHECK_CU(requireCudaDriver("deviceToHost").cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes));
+}
+
+bool streamCapturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status);
+  return e == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+namespace {
+
+class NcclTransport : public FallbackTransport {
+ public:
+  NcclTransport(Communicator& comm, size_t recordBytes) : size_(comm.size()) {
+    const char* call = "Publisher (fallback: NCCL)";
+    std::string err;
+    ErrorCode code = ErrorCode::RemoteError;
+    std::vector<ncclUniqueId> ids(static_cast<size_t>(size_));
+    try {
+      const NcclLib& n = requireNccl(call);
+      if (comm.rank() == 0) KVCOMM_CHECK_NCCL(n.getUniqueId(&ids[0]));
+    } catch (const Error& e) {
+      err = e.what();
+      code = e.code();
+    }
+    vote(comm, call, err, code);
+    comm.allgather(ids.data(), sizeof(ncclUniqueId));
+    try {
+      KVCOMM_CHECK_NCCL(nccl().commInitRank(&comm_, size_, ids[0], comm.rank()));
+      scratch_ = static_cast<char*>(deviceAlloc(8 * static_cast<size_t>(size_ + 1)));
+      reserve(recordBytes);
+    } catch (const Error& e) {
+      err = e.what();
+      code = e.code();
+    }
+    vote(comm, call, err, code);
+  }
+
+  ~NcclTransport() override {
+    if (comm_) {
+      ncclResult_t r = nccl().commDestroy(comm_);
+      if (r != ncclSuccess) KVCOMM_WARN("ncclCommDestroy failed: ", nccl().getErrorString(r));
+    }
+    deviceFree(send_);
+    deviceFree(recv_);
+    deviceFree(scratch_);
+  }
+
+  char* sendBuffer(size_t recordBytes, Stream stream) override {
+    if (recordBytes > capacity_) {
+      KVCOMM_CHECK_ARG(!streamCapturing(stream), "publish (fallback)", "a record of ", recordBytes,
+                       " bytes exceeds the ", capacity_, "-byte staging and the stream is being captured: create the "
+                       "Publisher with larger stagingTokens/stagingBytesPerToken");
+      KVCOMM_CHECK_CU(cudaDriver().cuCtxSynchronize());  // staging may still be in use by queued work
+      reserve(recordBytes);
+    }
+    return send_;
+  }
+
+  const char* gather(size_t recordBytes, Stream stream) override {
+    KVCOMM_CHECK_NCCL(nccl().allGather(send_, recv_, recordBytes, ncclUint8, comm_, stream));
+    return recv_;
+  }
+
+  void barrier(Stream stream) override {
+    // 8 bytes from every rank: the send slot sits past the receive area (no overlap).
+    KVCOMM_CHECK_NCCL(
+        nccl().allGather(scratch_ + 8 * static_cast<size_t>(size_), scratch_, 8, ncclUint8, comm_, stream));
+  }
+
+ private:
+  void reserve(size_t recordBytes) {
+    deviceFree(send_);
+    deviceFree(recv_);
+    send_ = recv_ = nullptr;
+    capacity_ = 0;
+    send_ = static_cast<char*>(deviceAlloc(recordBytes));
+    recv_ = static_cast<char*>(deviceAlloc(recordBytes * static_cast<size_t>(size_)));
+    capacity_ = recordBytes;
+  }
+
+  int size_;
+  ncclComm_t comm_ = nullptr;
+  char* send_ = nullptr;
+  char* recv_ = nullptr;
+  char* scratch_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<FallbackTransport> makeNcclTransport(Communicator& comm, size_t recordBytes) {
+  return std::make_unique<NcclTransport>(comm, recordBytes);
+}
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,331 @@
+// Publisher: validation, mode choice (direct or gather+insert) and launches on either backend.
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "kernels/launch.hpp"
+#include "kvcomm/device/publish.hpp"
+#include "kvcomm/ops.hpp"
+#include "ops/fallback_transport.hpp"
+#include "symm/rendezvous.hpp"
+
+namespace kvcomm {
+
+using detail::cat;
+
+const char* publishModeName(PublishMode mode) { return mode == PublishMode::Direct ? "direct" : "fallback"; }
+
+namespace {
+
+// The signal area every member owns (one small symmetric buffer): flags written by peers, then this rank's epochs,
+// block-arrival counters and device error record.
+constexpr size_t kFlagsBytes = sizeof(uint64_t) * kMaxBarrierLanes * kMaxHandlePeers;
+constexpr size_t kEpochsAt = kFlagsBytes;
+constexpr size_t kArrivalsAt = kEpochsAt + sizeof(uint64_t) * kMaxBarrierLanes;
+constexpr size_t kErrorAt = kArrivalsAt + sizeof(uint32_t) * kMaxBarrierLanes + 32;
+constexpr size_t kSignalBytes = kErrorAt + sizeof(DeviceErrorRecord);
+
+size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
+
+}  // namespace
+
+struct Publisher::Impl {
+  SymmetricBuffer* buf = nullptr;
+  SymmetricBuffer signals;
+  MemoryKind kind = MemoryKind::Host;
+  PublishMode mode = PublishMode::Fallback;
+  std::string reason;
+  int lanes = 2;
+  SymmDeviceHandle replicas{};   // every member (Direct)
+  SymmDeviceHandle localOnly{};  // this rank's replica (Fallback insert)
+  BarrierDeviceHandle bar{};
+  DeviceErrorRecord* error = nullptr;
+  std::unique_ptr<detail::FallbackTransport> transport;
+  uint64_t backedGeneration = ~0ull;
+  std::vector<Range> backed;
+
+  int rank() const { return buf->rank(); }
+
+  // End of the backed range holding [offset, offset + bytes), or 0 when there is none.
+  uint64_t backedLimit(size_t offset, size_t bytes) {
+    if (backedGeneration != buf->generation()) {
+      backed = buf->backedRanges();
+      backedGeneration = buf->generation();
+    }
+    for (const Range& r : backed)
+      if (offset >= r.offset && offset + bytes <= r.offset + r.bytes) return r.offset + r.bytes;
+    return 0;
+  }
+
+  // Checks one tensor and fills its descriptor (source fields are set by the caller).
+  detail::PublishTensorDesc describe(const CacheTensor& c, int k, size_t numTokens) {
+    const char* call = "publish";
+    KVCOMM_CHECK_ARG(c.rowBytes > 0, call, "tensor ", k, ": rowBytes is 0");
+    KVCOMM_CHECK_ARG(c.src != nullptr || numTokens == 0, call, "tensor ", k, ": src is null");
+    KVCOMM_CHECK_ARG(c.blockSize >= 1, call, "tensor ", k, ": blockSize is 0");
+    detail::PublishTensorDesc t{};
+    t.src = static_cast<const char*>(c.src);
+    t.srcStride = c.srcStride ? c.srcStride : c.rowBytes;
+    t.rowBytes = c.rowBytes;
+    t.offset = c.offset;
+    t.blockSize = c.blockSize;
+    t.rowStride = c.rowStride ? c.rowStride : c.rowBytes;
+    t.blockStride = c.blockStride ? c.blockStride : c.blockSize * t.rowStride;
+    KVCOMM_CHECK_ARG((c.blockSize - 1) * t.rowStride + c.rowBytes <= t.blockStride, call, "tensor ", k,
+                     ": rows of a block (", c.blockSize, " x stride ", t.rowStride, ", ", c.rowBytes,
+                     " bytes each) overflow the block stride ", t.blockStride);
+    t.limit = backedLimit(c.offset, c.rowBytes);
+    KVCOMM_CHECK_ARG(t.limit != 0, call, "tensor ", k, ": offset ", c.offset, " (+", c.rowBytes,
+                     " bytes) is not inside the backed part of the buffer (", buf->mappedBytes(), " bytes backed)");
+    t.vec = commonAlignment(reinterpret_cast<uintptr_t>(t.src), t.srcStride, t.offset, t.blockStride,
+                            c.blockSize > 1 ? t.rowStride : 0);
+    return t;
+  }
+
+  detail::PublishLaunch launchFor(const std::vector<CacheTensor>& tensors, const void* slots, SlotType type,
+                                  size_t numTokens) {
+    KVCOMM_CHECK_ARG(!tensors.empty() && tensors.size() <= static_cast<size_t>(detail::kMaxPublishTensors), "publish",
+                     tensors.size(), " tensors; 1 to ", detail::kMaxPublishTensors, " per call");
+    KVCOMM_CHECK_ARG(slots != nullptr || numTokens == 0, "publish", "slotMapping is null");
+    detail::PublishLaunch p{};
+    for (size_t k = 0; k < tensors.size(); ++k) p.t[k] = describe(tensors[k], static_cast<int>(k), numTokens);
+    p.numTensors = static_cast<int32_t>(tensors.size());
+    p.replicas = replicas;
+    p.slots = slots;
+    p.slot64 = type == SlotType::Int64 ? 1 : 0;
+    p.numTokens = static_cast<int64_t>(numTokens);
+    p.numSources = 1;
+    p.error = error;
+    return p;
+  }
+
+  void publishDirect(detail::PublishLaunch& p, Stream stream, bool fuse, int lane) {
+    if (kind == MemoryKind::Cuda) {
+      detail::launchPublish(p, stream, fuse ? &bar : nullptr, lane);
+      return;
+    }
+    detail::hostPublish(p);
+    if (fuse) detail::hostBarrier(bar, lane);
+  }
+
+  // Gather+insert: pack (slots as int64, rows back to back), gather every rank's record, insert all locally.
+  void publishFallback(const detail::PublishLaunch& p, Stream stream) {
+    size_t T = static_cast<size_t>(p.numTokens);
+    detail::PackLaunch pack{};
+    size_t at = align16(T * sizeof(int64_t));
+    for (int k = 0; k < p.numTensors; ++k) {
+      pack.src[k] = p.t[k].src;
+      pack.srcStride[k] = p.t[k].srcStride;
+      pack.rowBytes[k] = p.t[k].rowBytes;
+      pack.partOffset[k] = at;
+      at += align16(T * p.t[k].rowBytes);
+    }
+    size_t record = std::max<size_t>(at, 16);
+    pack.slots = p.slots;
+    pack.slot64 = p.slot64;
+    pack.numTokens = p.numTokens;
+    pack.numTensors = p.numTensors;
+    pack.out = transport->sendBuffer(record, stream);
+    if (kind == MemoryKind::Cuda)
+      detail::launchPack(pack, stream);
+    else
+      detail::hostPack(pack);
+    const char* all = transport->gather(record, stream);
+    detail::PublishLaunch ins = p;
+    ins.replicas = localOnly;
+    ins.slots = all;
+    ins.slot64 = 1;
+    ins.numSources = buf->size();
+    ins.sourceStride = record;
+    for (int k = 0; k < p.numTensors; ++k) {
+      ins.t[k].src = all + pack.partOffset[k];
+      ins.t[k].srcStride = p.t[k].rowBytes;
+      ins.t[k].vec = commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), record, p.t[k].rowBytes,
+                                     p.t[k].offset, p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
+    }
+    if (kind == MemoryKind::Cuda)
+      detail::launchPublish(ins, stream, nullptr, 0);
+    else
+      detail::hostPublish(ins);
+  }
+};
+
+Publisher::Publisher() = default;
+Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Publisher::~Publisher() = default;
+Publisher::Publisher(Publisher&&) noexcept = default;
+Publisher& Publisher::operator=(Publisher&&) noexcept = default;
+
+Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& options) {
+  KVCOMM_CHECK_ARG(buffer.valid(), "Publisher::create", "the buffer is empty");
+  Communicator comm = buffer.communicator();
+  detail::RankScope scope(comm.rank());
+  KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, "Publisher::create", "lanes ",
+                   options.lanes, " outside [1, ", kMaxBarrierLanes, "]");
+  auto impl = std::make_unique<Impl>();
+  impl->buf = &buffer;
+  impl->kind = buffer.kind();
+  impl->lanes = options.lanes;
+
+  // Mode: every member must ask for the same, and Direct only where every member can reach every replica.
+  struct ModeVote {
+    int32_t requested;
+    int32_t directOk;
+    char why[248];
+  };
+  std::vector<ModeVote> votes(static_cast<size_t>(comm.size()));
+  ModeVote& mine = votes[static_cast<size_t>(comm.rank())];
+  mine.requested = static_cast<int32_t>(env::direct());
+  mine.directOk = 1;
+  std::string why;
+  if (buffer.size() > kMaxHandlePeers) why = cat(buffer.size(), " members exceed the direct path's ", kMaxHandlePeers);
+  for (int r = 0; r < buffer.size() && why.empty(); ++r)
+    if (!buffer.isMapped(r))
+      why = cat("member ", r, " is not mapped here (another host, or no P2P access between the GPUs)");
+  if (!why.empty()) mine.directOk = 0;
+  std::snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
+  comm.allgather(votes.data(), sizeof(ModeVote));
+  bool allOk = true;
+  for (int r = 0; r < comm.size(); ++r) {
+    const ModeVote& v = votes[static_cast<size_t>(r)];
+    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create", "rank ", r,
+                     " has a different KVCOMM_DIRECT than rank 0");
+    if (!v.directOk && allOk) {
+      allOk = false;
+      why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
+    }
+  }
+  auto requested = static_cast<env::DirectMode>(votes[0].requested);
+  if (requested == env::DirectMode::Force && !allOk)
+    KVCOMM_THROW(Unsupported, "Publisher::create", "KVCOMM_DIRECT=1 demands direct publication, which cannot run on ",
+                 "this group: ", why);
+  if (requested == env::DirectMode::Off) {
+    impl->mode = PublishMode::Fallback;
+    impl->reason = "KVCOMM_DIRECT=0 forces the gather+insert fallback";
+  } else if (allOk) {
+    impl->mode = PublishMode::Direct;
+    impl->reason = cat("every member is mapped (", requested == env::DirectMode::Force ? "KVCOMM_DIRECT=1" : "auto", ")");
+  } else {
+    impl->mode = PublishMode::Fallback;
+    impl->reason = cat("direct publication cannot run: ", why);
+  }
+
+  // The signal area: zeroed on every member before anyone can signal into it.
+  impl->signals = SymmetricBuffer::create(comm, kSignalBytes, kSignalBytes, impl->kind);
+  char* local = static_cast<char*>(impl->signals.local());
+  if (impl->kind == MemoryKind::Cuda) detail::deviceMemset(local, 0, kSignalBytes);
+  impl->replicas = buffer.size() <= kMaxHandlePeers ? buffer.deviceHandle() : SymmDeviceHandle{};
+  impl->localOnly = impl->replicas;
+  impl->localOnly.mappedMask = 1ull << comm.rank();
+  if (buffer.size() > kMaxHandlePeers) {  // fallback only: the insert needs this rank's base alone
+    impl->localOnly.rank = 0;
+    impl->localOnly.size = 1;
+    impl->localOnly.peers[0] = reinterpret_cast<uint64_t>(buffer.local());
+    impl->localOnly.mappedMask = 1;
+  }
+  BarrierDeviceHandle& b = impl->bar;
+  for (int r = 0; r < std::min(comm.size(), kMaxHandlePeers); ++r)
+    b.peerSignals[r] = impl->signals.isMapped(r) ? reinterpret_cast<uint64_t>(impl->signals.peer(r)) : 0;
+  b.localSignals = reinterpret_cast<uint64_t*>(local);
+  b.epochs = reinterpret_cast<uint64_t*>(local + kEpochsAt);
+  b.arrivals = reinterpret_cast<uint32_t*>(local + kArrivalsAt);
+  b.error = reinterpret_cast<DeviceErrorRecord*>(local + kErrorAt);
+  int64_t ms = options.barrierTimeoutMs >= 0 ? options.barrierTimeoutMs : env::barrierTimeoutMs();
+  b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
+  b.rank = comm.rank();
+  b.size = comm.size();
+  b.lanes = options.lanes;
+  impl->error = b.error;
+  if (impl->mode == PublishMode::Fallback) {
+    if (impl->kind == MemoryKind::Cuda) {
+      size_t record = align16(options.stagingTokens * sizeof(int64_t)) +
+                      align16(options.stagingTokens * options.stagingBytesPerToken) + 16 * detail::kMaxPublishTensors;
+      impl->transport = detail::makeNcclTransport(comm, record);
+    } else {
+      impl->transport = detail::makeHostTransport(comm);
+    }
+  }
+  comm.barrier();
+  return Publisher(std::move(impl));
+}
+
+void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
+                        size_t numTokens, Stream stream) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
+  if (impl_->mode == PublishMode::Direct)
+    impl_->publishDirect(p, stream, false, 0);
+  else
+    impl_->publishFallback(p, stream);
+}
+
+void Publisher::barrier(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::barrier", "lane ", lane, " outside [0, ",
+                   impl_->lanes, ")");
+  if (impl_->mode == PublishMode::Fallback) {
+    impl_->transport->barrier(stream);
+  } else if (impl_->kind == MemoryKind::Cuda) {
+    detail::launchBarrier(impl_->bar, lane, stream);
+  } else {
+    detail::hostBarrier(impl_->bar, lane);
+  }
+}
+
+void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping,
+                                  SlotType slotType, size_t numTokens, Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::publishAndBarrier", "lane ", lane,
+                   " outside [0, ", impl_->lanes, ")");
+  auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
+  if (impl_->mode == PublishMode::Direct) {
+    impl_->publishDirect(p, stream, true, lane);
+  } else {
+    impl_->publishFallback(p, stream);
+    impl_->transport->barrier(stream);
+  }
+}
+
+PublishMode Publisher::mode() const { return impl_->mode; }
+const std::string& Publisher::modeReason() const { return impl_->reason; }
+BarrierDeviceHandle Publisher::barrierHandle() const { return impl_->bar; }
+
+DeviceError Publisher::pollError() {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::pollError", "empty publisher");
+  DeviceErrorRecord rec{};
+  if (impl_->kind == MemoryKind::Cuda)
+    detail::deviceToHost(&rec, impl_->error, sizeof(rec));
+  else
+    std::memcpy(&rec, impl_->error, sizeof(rec));
+  if (rec.flag != 1) return {};
+  if (impl_->kind == MemoryKind::Cuda)
+    detail::deviceMemset(impl_->error, 0, sizeof(rec));
+  else
+    std::memset(static_cast<void*>(impl_->error), 0, sizeof(rec));
+  DeviceError e;
+  e.kind = static_cast<DeviceErrorKind>(rec.kind);
+  e.tokenIndex = rec.index;
+  e.slot = rec.slot;
+  e.tensor = rec.tensor;
+  e.rank = rec.rank;
+  e.peer = rec.peer;
+  e.lane = rec.lane;
+  return e;
+}
+
+void Publisher::checkErrors() {
+  DeviceError e = pollError();
+  detail::RankScope scope(impl_->rank());
+  if (e.kind == DeviceErrorKind::SlotOutOfRange)
+    KVCOMM_THROW(InvalidArgument, "publish (device)", "token ", e.tokenIndex, ": slot ", e.slot, " of tensor ",
+                 e.tensor, " lands beyond the backed part of the buffer; that row was not written");
+  if (e.kind == DeviceErrorKind::BarrierTimeout)
+    KVCOMM_THROW(Timeout, "barrier (device)", "rank ", e.rank, " waited for peer ", e.peer, " on lane ", e.lane,
+                 " longer than ", impl_->bar.timeoutNs / 1000000, " ms (the peer never arrived)");
+}
+
+}  // namespace kvcomm

@@ -1,0 +1,373 @@
+// publish + barrier under mpirun, on the host backend and (where a GPU is present) the CUDA backend, compared byte
+// for byte with an independent gather-then-insert oracle over a poisoned cache region.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "common/publish_oracle.hpp"
+#include "kvcomm/error.hpp"
+#include "kvcomm/ops.hpp"
+#include "mpi/mpi_util.hpp"
+
+namespace {
+
+using kvcomm::MemoryKind;
+using kvcomm::Publisher;
+using kvcomm::SlotType;
+using kvcomm::SymmetricBuffer;
+using kvtest::CacheLayout;
+using kvtest::Geometry;
+using kvtest::Inputs;
+
+// Sets an environment knob for one scope (on this rank; tests set it on every rank).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// A call's inputs in the buffer's memory kind.
+struct Staged {
+  std::vector<std::unique_ptr<kvtest::Memory>> rows;
+  std::unique_ptr<kvtest::Memory> slots;
+  std::vector<kvcomm::CacheTensor> tensors;
+  SlotType type = SlotType::Int64;
+  size_t tokens = 0;
+};
+
+class Publish : public ::testing::TestWithParam<MemoryKind> {
+ protected:
+  void SetUp() override {
+    kind_ = GetParam();
+    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu()) GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
+    seed_ = kvtest::sharedSeed();
+  }
+
+  Staged stage(const Geometry& g, const Inputs& in, SlotType type) {
+    Staged s;
+    s.type = type;
+    s.tokens = in.slots.size();
+    for (size_t k = 0; k < g.tensors.size(); ++k) {
+      s.rows.push_back(std::make_unique<kvtest::Memory>(kind_, in.rows[k].size()));
+      kvtest::toMemory(kind_, s.rows.back()->data(), in.rows[k].data(), in.rows[k].size());
+      kvcomm::CacheTensor t = g.tensors[k];
+      t.src = s.rows.back()->data();
+      t.srcStride = in.srcStride[k];
+      s.tensors.push_back(t);
+    }
+    size_t bytes = s.tokens * (type == SlotType::Int64 ? 8 : 4);
+    s.slots = std::make_unique<kvtest::Memory>(kind_, bytes);
+    if (type == SlotType::Int64) {
+      kvtest::toMemory(kind_, s.slots->data(), in.slots.data(), bytes);
+    } else {
+      auto narrow = kvtest::slots32(in);
+      kvtest::toMemory(kind_, s.slots->data(), narrow.data(), bytes);
+    }
+    return s;
+  }
+
+  std::vector<uint8_t> oracle(const Geometry& g, int size, size_t tokens, uint64_t seed, uint64_t salt = 0) {
+    std::vector<uint8_t> image(g.regionBytes, kvtest::kPoison);
+    for (int r = 0; r < size; ++r) kvtest::applyOracle(image, g, kvtest::makeInputs(seed, r, size, tokens, g, salt));
+    return image;
+  }
+
+  std::vector<uint8_t> replica(const SymmetricBuffer& buf, size_t bytes) {
+    kvtest::synchronize(kind_);
+    std::vector<uint8_t> v(bytes);
+    kvtest::fromMemory(kind_, v.data(), buf.local(), bytes);
+    return v;
+  }
+
+  // One scenario end to end on `buf`: poison, publish every rank's rows, barrier, compare with the oracle.
+  void runScenario(SymmetricBuffer& buf, Publisher& pub, CacheLayout layout, size_t rowBytes, size_t tokens,
+                   SlotType type, uint64_t seed, bool fused = false) {
+    Communicator& comm = buf.communicator();
+    Geometry g = kvtest::makeGeometry(layout, rowBytes, comm.size() * tokens + tokens / 4 + 16);
+    ASSERT_LE(g.regionBytes, buf.mappedBytes());
+    kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, g.regionBytes);
+    Inputs in = kvtest::makeInputs(seed, comm.rank(), comm.size(), tokens, g);
+    Staged s = stage(g, in, type);
+    comm.barrier();  // every replica is poisoned before anyone publishes
+    if (fused) {
+      pub.publishAndBarrier(s.tensors, s.slots->data(), type, tokens);
+    } else {
+      pub.publish(s.tensors, s.slots->data(), type, tokens);
+      pub.barrier();
+    }
+    auto got = replica(buf, g.regionBytes);
+    pub.checkErrors();
+    auto want = oracle(g, comm.size(), tokens, seed);
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size() && bad == 0; ++i)
+      if (got[i] != want[i]) bad = i + 1;
+    EXPECT_EQ(bad, 0u) << "first differing byte " << bad - 1 << " (layout " << (layout == CacheLayout::Flat ? "flat" : "block")
+                       << ", rowBytes " << rowBytes << ", tokens " << tokens << ", rank " << comm.rank() << ")";
+    comm.barrier();  // nobody re-poisons before everyone compared
+  }
+
+  using Communicator = kvcomm::Communicator;
+  MemoryKind kind_ = MemoryKind::Host;
+  uint64_t seed_ = 0;
+};
+
+std::string kindName(const ::testing::TestParamInfo<MemoryKind>& i) {
+  return i.param == MemoryKind::Cuda ? "cuda" : "host";
+}
+
+constexpr size_t kMaxRegion = 208u << 20;
+
+TEST_P(Publish, MatchesGatherInsertOracleAcrossSizesAndLayouts) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, kMaxRegion, kMaxRegion, kind_);
+  auto pub = Publisher::create(buf);
+  EXPECT_EQ(pub.mode(), kvcomm::PublishMode::Direct) << pub.modeReason();
+  int scenario = 0;
+  for (size_t tokens : {0, 1, 7, 256, 4096, 65536})
+    for (size_t rowBytes : {1, 7, 16, 132, 576, 656, 4096}) {
+      if (tokens * rowBytes * static_cast<size_t>(world.size()) > (190u << 20)) continue;
+      for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
+        SlotType type = (scenario++ % 2) ? SlotType::Int32 : SlotType::Int64;
+        runScenario(buf, pub, layout, rowBytes, tokens, type, seed_ + scenario, scenario % 3 == 0);
+        if (HasFailure()) return;
+      }
+    }
+}
+
+TEST_P(Publish, MatchesOracleOnAdoptedMemory) {
+  auto world = kvtest::tcpWorld();
+  const size_t reserved = 64u << 20;
+  kvtest::EngineCache cache(kind_, reserved);
+  size_t g = cache.granularity();
+  size_t committed = (24u << 20) / g * g;
+  cache.commit(0, committed / 2);
+  cache.commit(committed / 2, committed / 2);
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), reserved, kind_);
+  buf.commit({{0, committed}});
+  auto pub = Publisher::create(buf);
+  int scenario = 0;
+  for (size_t tokens : {7, 256, 4096})
+    for (size_t rowBytes : {7, 132, 656})
+      for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
+        SlotType type = (scenario++ % 2) ? SlotType::Int32 : SlotType::Int64;
+        runScenario(buf, pub, layout, rowBytes, tokens, type, seed_ + scenario);
+        if (HasFailure()) return;
+      }
+}
+
+TEST_P(Publish, DirectAndFallbackGiveIdenticalCaches) {
+  auto world = kvtest::tcpWorld();
+  auto direct = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
+  auto fallback = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
+  auto pd = Publisher::create(direct);
+  Publisher pf;
+  {
+    ScopedEnv off("KVCOMM_DIRECT", "0");
+    pf = Publisher::create(fallback);
+  }
+  ASSERT_EQ(pd.mode(), kvcomm::PublishMode::Direct) << pd.modeReason();
+  ASSERT_EQ(pf.mode(), kvcomm::PublishMode::Fallback) << pf.modeReason();
+  for (auto [tokens, rowBytes] : {std::pair<size_t, size_t>{256, 656}, {7, 7}, {1000, 132}})
+    for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
+      uint64_t seed = seed_ + tokens + rowBytes;
+      runScenario(direct, pd, layout, rowBytes, tokens, SlotType::Int64, seed);
+      runScenario(fallback, pf, layout, rowBytes, tokens, SlotType::Int32, seed);
+      Geometry g = kvtest::makeGeometry(layout, rowBytes, world.size() * tokens + tokens / 4 + 16);
+      EXPECT_EQ(replica(direct, g.regionBytes), replica(fallback, g.regionBytes)) << "direct and fallback differ";
+      world.barrier();
+    }
+}
+
+TEST_P(Publish, PcpGroupsOfTp2Pcp2NeverCrossTpCoordinates) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
+  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  auto buf = SymmetricBuffer::create(layout.pcp, 8u << 20, 8u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  // Each PCP group publishes its own data (seeded by its TP coordinate); a row crossing groups would show.
+  runScenario(buf, pub, CacheLayout::Flat, 656, 512, SlotType::Int64, seed_ + 1000 * layout.coord.tp);
+  runScenario(buf, pub, CacheLayout::BlockSplit, 132, 300, SlotType::Int32, seed_ + 1000 * layout.coord.tp + 1);
+}
+
+TEST_P(Publish, ThousandStepsWithNewInputsEveryStep) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 4u << 20, 4u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  const size_t tokens = 24;
+  Geometry g = kvtest::makeGeometry(CacheLayout::Flat, 656, world.size() * tokens * 40);
+  kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, g.regionBytes);
+  std::vector<uint8_t> want(g.regionBytes, kvtest::kPoison);
+  world.barrier();
+  int steps = kind_ == MemoryKind::Cuda ? 1000 : 300;
+  for (int step = 0; step < steps; ++step) {
+    Inputs in = kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, g, step + 1);
+    Staged s = stage(g, in, SlotType::Int64);
+    pub.publish(s.tensors, s.slots->data(), SlotType::Int64, tokens);
+    pub.barrier();
+    for (int r = 0; r < world.size(); ++r)
+      kvtest::applyOracle(want, g, kvtest::makeInputs(seed_, r, world.size(), tokens, g, step + 1));
+    ASSERT_EQ(replica(buf, g.regionBytes), want) << "step " << step;
+    pub.barrier(nullptr, 1);  // nobody overwrites before everyone checked
+  }
+}
+
+TEST_P(Publish, TwoLanesInterleavedInOneStep) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 8u << 20, 8u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  Geometry a = kvtest::makeGeometry(CacheLayout::Flat, 656, world.size() * 64 + 32, 0);
+  Geometry b = kvtest::makeGeometry(CacheLayout::BlockSplit, 132, world.size() * 64 + 32, (a.regionBytes + 4095) / 4096 * 4096);
+  kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, b.regionBytes);
+  std::vector<uint8_t> want(b.regionBytes, kvtest::kPoison);
+  world.barrier();
+  for (int step = 0; step < 20; ++step) {
+    Inputs ia = kvtest::makeInputs(seed_, world.rank(), world.size(), 64, a, 2 * step + 1);
+    Inputs ib = kvtest::makeInputs(seed_, world.rank(), world.size(), 64, b, 2 * step + 2);
+    Staged sa = stage(a, ia, SlotType::Int64), sb = stage(b, ib, SlotType::Int32);
+    // Micro-batch A on lane 0, micro-batch B on lane 1, interleaved.
+    pub.publish(sa.tensors, sa.slots->data(), SlotType::Int64, 64);
+    pub.publish(sb.tensors, sb.slots->data(), SlotType::Int32, 64);
+    pub.barrier(nullptr, 1);
+    pub.barrier(nullptr, 0);
+    for (int r = 0; r < world.size(); ++r) {
+      kvtest::applyOracle(want, a, kvtest::makeInputs(seed_, r, world.size(), 64, a, 2 * step + 1));
+      kvtest::applyOracle(want, b, kvtest::makeInputs(seed_, r, world.size(), 64, b, 2 * step + 2));
+    }
+    ASSERT_EQ(replica(buf, b.regionBytes), want) << "step " << step;
+    pub.barrier(nullptr, 0);
+  }
+}
+
+TEST_P(Publish, SlotBeyondTheBufferIsReportedAndNotWritten) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 4u << 20, 4u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  const size_t tokens = 32;
+  Geometry g = kvtest::makeGeometry(CacheLayout::Flat, 132, world.size() * tokens + 8);
+  kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, buf.mappedBytes());
+  Inputs in = kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, g);
+  const size_t badToken = 5;
+  if (world.rank() == 0) in.slots[badToken] = static_cast<int64_t>(buf.mappedBytes());  // far past the end
+  Staged s = stage(g, in, SlotType::Int64);
+  world.barrier();
+  bool hostThrew = false;
+  try {
+    pub.publish(s.tensors, s.slots->data(), SlotType::Int64, tokens);
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    hostThrew = true;  // host backend: validated before writing anything
+    EXPECT_EQ(kind_, MemoryKind::Host);
+    EXPECT_NE(std::string(e.what()).find("token 5"), std::string::npos) << e.what();
+  }
+  pub.barrier();
+  kvtest::synchronize(kind_);
+  if (kind_ == MemoryKind::Cuda && world.rank() == 0) {
+    try {
+      pub.checkErrors();
+      ADD_FAILURE() << "the out-of-range slot was not reported";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("token 5"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(hostThrew, kind_ == MemoryKind::Host && world.rank() == 0);
+  // The oracle: rank 0's bad row is missing (device), or all of rank 0's rows (host validated before writing).
+  std::vector<uint8_t> want(g.regionBytes, kvtest::kPoison);
+  for (int r = 0; r < world.size(); ++r) {
+    Inputs x = kvtest::makeInputs(seed_, r, world.size(), tokens, g);
+    if (r == 0 && kind_ == MemoryKind::Host) continue;
+    if (r == 0) x.slots[badToken] = -1;
+    kvtest::applyOracle(want, g, x);
+  }
+  EXPECT_EQ(replica(buf, g.regionBytes), want);
+  // Nothing landed past the region either (the bad slot would have pointed there).
+  auto tail = replica(buf, buf.mappedBytes());
+  for (size_t i = g.regionBytes; i < tail.size(); i += 997) ASSERT_EQ(tail[i], kvtest::kPoison) << "byte " << i;
+  world.barrier();
+}
+
+TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  kvtest::Memory src(kind_, 4096), slots(kind_, 64);
+  auto expectRefused = [&](std::vector<kvcomm::CacheTensor> t, const char* needle) {
+    try {
+      pub.publish(t, slots.data(), SlotType::Int64, 8);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  kvcomm::CacheTensor ok{src.data(), 0, 64, 0, 1, 0, 0};
+  kvcomm::CacheTensor outside = ok;
+  outside.offset = buf.mappedBytes();
+  expectRefused({outside}, "not inside the backed part");
+  kvcomm::CacheTensor overlapping{src.data(), 0, 64, 0, 16, 512, 64};  // 16 rows of 64 bytes in 512
+  expectRefused({overlapping}, "overflow the block stride");
+  expectRefused({ok, ok, ok, ok, ok}, "1 to 4");
+  kvcomm::CacheTensor empty = ok;
+  empty.rowBytes = 0;
+  expectRefused({empty}, "rowBytes is 0");
+  EXPECT_THROW(pub.barrier(nullptr, 7), kvcomm::InvalidArgumentError);
+  world.barrier();
+}
+
+TEST_P(Publish, RankThatNeverArrivesTimesOutWithAClearError) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
+  kvcomm::PublisherOptions opts;
+  opts.barrierTimeoutMs = 400;
+  auto pub = Publisher::create(buf, opts);
+  if (world.rank() == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      pub.barrier(nullptr, 1);
+      kvtest::synchronize(kind_);
+      pub.checkErrors();
+    } catch (const kvcomm::Error& e) {
+      EXPECT_EQ(e.code(), kvcomm::ErrorCode::Timeout) << e.what();
+      message = e.what();
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(message.find("rank 0 waited for peer"), std::string::npos) << message;
+    EXPECT_NE(message.find("on lane 1"), std::string::npos) << message;
+    EXPECT_GE(ms, 350);
+    EXPECT_LT(ms, 5000);
+  }
+  world.barrier();  // the others never called barrier()
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Publish, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kindName);
+
+TEST(PublishMode, ForcingDirectNamesWhatIsMissing) {
+  // Every member of an MPI job on one host is mapped, so KVCOMM_DIRECT=1 must succeed here; the refusal across
+  // hosts is covered by the network-namespace test (tests/scripts/netns_topology.sh).
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  ScopedEnv force("KVCOMM_DIRECT", "1");
+  auto pub = Publisher::create(buf);
+  EXPECT_EQ(pub.mode(), kvcomm::PublishMode::Direct);
+  EXPECT_NE(pub.modeReason().find("KVCOMM_DIRECT=1"), std::string::npos) << pub.modeReason();
+}
+
+}  // namespace
