@@ -76,8 +76,8 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane) {
     for (uint32_t spin = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < epoch; ++spin) {
       if ((spin & 255) == 255) {
         if (std::chrono::steady_clock::now() > deadline)
-          KVCOMM_THROW(Timeout, "barrier", "rank ", b.rank, " waited for peer ", peer, " on lane ", lane, " longer than ",
-                       b.timeoutNs / 1000000, " ms (the peer never arrived)");
+          KVCOMM_THROW(Timeout, "barrier", "rank ", b.rank, " waited for peer ", peer, " on lane ", lane,
+                       " longer than ", b.timeoutNs / 1000000, " ms (the peer never arrived)");
         sched_yield();  // ranks may share cores
       }
     }

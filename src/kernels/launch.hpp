@@ -14,15 +14,15 @@ inline constexpr int kMaxPublishTensors = 4;
 
 /// One cache tensor of a publish (or insert) launch; all values in bytes.
 struct PublishTensorDesc {
-  const char* src;      // row (source s, token i) at src + s * sourceStride + i * srcStride
+  const char* src;  // row (source s, token i) at src + s * sourceStride + i * srcStride
   uint64_t srcStride;
   uint64_t rowBytes;
-  uint64_t offset;      // destination base in the buffer
+  uint64_t offset;  // destination base in the buffer
   uint64_t blockSize;
   uint64_t blockStride;
   uint64_t rowStride;
-  uint64_t limit;       // a row must end at or before this offset (end of the backed range holding `offset`)
-  int32_t vec;          // vector width every row start is aligned to
+  uint64_t limit;  // a row must end at or before this offset (end of the backed range holding `offset`)
+  int32_t vec;     // vector width every row start is aligned to
   int32_t reserved;
 };
 
@@ -32,11 +32,11 @@ struct PublishTensorDesc {
 struct PublishLaunch {
   PublishTensorDesc t[kMaxPublishTensors];
   SymmDeviceHandle replicas;
-  const void* slots;       // slot of (source s, token i) at slots + s * sourceStride + i * slotBytes
-  uint64_t sourceStride;   // bytes between sources (insert: one per rank); 0 with one source
+  const void* slots;      // slot of (source s, token i) at slots + s * sourceStride + i * slotBytes
+  uint64_t sourceStride;  // bytes between sources (insert: one per rank); 0 with one source
   int64_t numTokens;
   int32_t numSources;
-  int32_t slot64;          // 1: int64 slots, 0: int32
+  int32_t slot64;  // 1: int64 slots, 0: int32
   int32_t numTensors;
   int32_t reserved;
   DeviceErrorRecord* error;

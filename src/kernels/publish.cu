@@ -47,23 +47,34 @@ __device__ __forceinline__ void storeRow(const PublishLaunch& p, const PublishTe
   uint64_t dst = ok ? slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride) : 0;
   if (!ok || dst + t.rowBytes > t.limit) {
     if (lane == 0)
-      recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>(source) * p.numTokens + i,
-                        slot, tensor, p.replicas.rank, -1, -1);
+      recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>(source) * p.numTokens + i, slot,
+                        tensor, p.replicas.rank, -1, -1);
     return;
   }
   const char* src = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
   switch (t.vec) {
-    case 16: warpStoreToReplicas<16>(p.replicas, dst, src, t.rowBytes, lane); break;
-    case 8: warpStoreToReplicas<8>(p.replicas, dst, src, t.rowBytes, lane); break;
-    case 4: warpStoreToReplicas<4>(p.replicas, dst, src, t.rowBytes, lane); break;
-    case 2: warpStoreToReplicas<2>(p.replicas, dst, src, t.rowBytes, lane); break;
-    default: warpStoreToReplicas<1>(p.replicas, dst, src, t.rowBytes, lane); break;
+    case 16:
+      warpStoreToReplicas<16>(p.replicas, dst, src, t.rowBytes, lane);
+      break;
+    case 8:
+      warpStoreToReplicas<8>(p.replicas, dst, src, t.rowBytes, lane);
+      break;
+    case 4:
+      warpStoreToReplicas<4>(p.replicas, dst, src, t.rowBytes, lane);
+      break;
+    case 2:
+      warpStoreToReplicas<2>(p.replicas, dst, src, t.rowBytes, lane);
+      break;
+    default:
+      warpStoreToReplicas<1>(p.replicas, dst, src, t.rowBytes, lane);
+      break;
   }
 }
 
 template <bool Fused>
-__global__ void __launch_bounds__(kThreads) publishKernel(const __grid_constant__ PublishLaunch p,
-                                                         const __grid_constant__ BarrierDeviceHandle b, int barrierLane) {
+__global__ void __launch_bounds__(kThreads)
+    publishKernel(const __grid_constant__ PublishLaunch p, const __grid_constant__ BarrierDeviceHandle b,
+                  int barrierLane) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -81,7 +92,9 @@ __global__ void __launch_bounds__(kThreads) publishKernel(const __grid_constant_
   if (Fused) barrierAfterGrid(b, barrierLane);
 }
 
-__global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) { barrierBlock(b, lane); }
+__global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) {
+  barrierBlock(b, lane);
+}
 
 __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ PackLaunch p) {
   const int lane = threadIdx.x & 31;

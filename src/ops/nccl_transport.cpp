@@ -82,7 +82,8 @@ class NcclTransport : public FallbackTransport {
   char* sendBuffer(size_t recordBytes, Stream stream) override {
     if (recordBytes > capacity_) {
       KVCOMM_CHECK_ARG(!streamCapturing(stream), "publish (fallback)", "a record of ", recordBytes,
-                       " bytes exceeds the ", capacity_, "-byte staging and the stream is being captured: create the "
+                       " bytes exceeds the ", capacity_,
+                       "-byte staging and the stream is being captured: create the "
                        "Publisher with larger stagingTokens/stagingBytesPerToken");
       KVCOMM_CHECK_CU(cudaDriver().cuCtxSynchronize());  // staging may still be in use by queued work
       reserve(recordBytes);

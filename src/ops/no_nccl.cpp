@@ -9,13 +9,19 @@ std::unique_ptr<FallbackTransport> makeNcclTransport(Communicator&, size_t) {
 }
 
 #ifndef KVCOMM_HAVE_CUDA
-void* deviceAlloc(size_t) { KVCOMM_THROW(Unsupported, "deviceAlloc", "libkvcomm was built without CUDA"); }
+void* deviceAlloc(size_t) {
+  KVCOMM_THROW(Unsupported, "deviceAlloc", "libkvcomm was built without CUDA");
+}
 void deviceFree(void*) noexcept {}
-void deviceMemset(void*, int, size_t) { KVCOMM_THROW(Unsupported, "deviceMemset", "libkvcomm was built without CUDA"); }
+void deviceMemset(void*, int, size_t) {
+  KVCOMM_THROW(Unsupported, "deviceMemset", "libkvcomm was built without CUDA");
+}
 void deviceToHost(void*, const void*, size_t) {
   KVCOMM_THROW(Unsupported, "deviceToHost", "libkvcomm was built without CUDA");
 }
-bool streamCapturing(Stream) { return false; }
+bool streamCapturing(Stream) {
+  return false;
+}
 #endif
 
 }  // namespace kvcomm::detail

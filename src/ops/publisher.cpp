@@ -14,7 +14,9 @@ namespace kvcomm {
 
 using detail::cat;
 
-const char* publishModeName(PublishMode mode) { return mode == PublishMode::Direct ? "direct" : "fallback"; }
+const char* publishModeName(PublishMode mode) {
+  return mode == PublishMode::Direct ? "direct" : "fallback";
+}
 
 namespace {
 
@@ -26,7 +28,9 @@ constexpr size_t kArrivalsAt = kEpochsAt + sizeof(uint64_t) * kMaxBarrierLanes;
 constexpr size_t kErrorAt = kArrivalsAt + sizeof(uint32_t) * kMaxBarrierLanes + 32;
 constexpr size_t kSignalBytes = kErrorAt + sizeof(DeviceErrorRecord);
 
-size_t align16(size_t x) { return (x + 15) & ~size_t(15); }
+size_t align16(size_t x) {
+  return (x + 15) & ~size_t(15);
+}
 
 }  // namespace
 
@@ -141,8 +145,8 @@ struct Publisher::Impl {
     for (int k = 0; k < p.numTensors; ++k) {
       ins.t[k].src = all + pack.partOffset[k];
       ins.t[k].srcStride = p.t[k].rowBytes;
-      ins.t[k].vec = commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), record, p.t[k].rowBytes,
-                                     p.t[k].offset, p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
+      ins.t[k].vec = commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), record, p.t[k].rowBytes, p.t[k].offset,
+                                     p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
     }
     if (kind == MemoryKind::Cuda)
       detail::launchPublish(ins, stream, nullptr, 0);
@@ -205,7 +209,8 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
     impl->reason = "KVCOMM_DIRECT=0 forces the gather+insert fallback";
   } else if (allOk) {
     impl->mode = PublishMode::Direct;
-    impl->reason = cat("every member is mapped (", requested == env::DirectMode::Force ? "KVCOMM_DIRECT=1" : "auto", ")");
+    impl->reason =
+        cat("every member is mapped (", requested == env::DirectMode::Force ? "KVCOMM_DIRECT=1" : "auto", ")");
   } else {
     impl->mode = PublishMode::Fallback;
     impl->reason = cat("direct publication cannot run: ", why);
@@ -264,8 +269,8 @@ void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slo
 void Publisher::barrier(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::barrier", "lane ", lane, " outside [0, ",
-                   impl_->lanes, ")");
+  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::barrier", "lane ", lane, " outside [0, ", impl_->lanes,
+                   ")");
   if (impl_->mode == PublishMode::Fallback) {
     impl_->transport->barrier(stream);
   } else if (impl_->kind == MemoryKind::Cuda) {
@@ -275,12 +280,12 @@ void Publisher::barrier(Stream stream, int lane) {
   }
 }
 
-void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping,
-                                  SlotType slotType, size_t numTokens, Stream stream, int lane) {
+void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
+                                  size_t numTokens, Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::publishAndBarrier", "lane ", lane,
-                   " outside [0, ", impl_->lanes, ")");
+  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::publishAndBarrier", "lane ", lane, " outside [0, ",
+                   impl_->lanes, ")");
   auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
   if (impl_->mode == PublishMode::Direct) {
     impl_->publishDirect(p, stream, true, lane);
@@ -290,9 +295,15 @@ void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const
   }
 }
 
-PublishMode Publisher::mode() const { return impl_->mode; }
-const std::string& Publisher::modeReason() const { return impl_->reason; }
-BarrierDeviceHandle Publisher::barrierHandle() const { return impl_->bar; }
+PublishMode Publisher::mode() const {
+  return impl_->mode;
+}
+const std::string& Publisher::modeReason() const {
+  return impl_->reason;
+}
+BarrierDeviceHandle Publisher::barrierHandle() const {
+  return impl_->bar;
+}
 
 DeviceError Publisher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::pollError", "empty publisher");

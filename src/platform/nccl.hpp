@@ -31,8 +31,8 @@ const NcclLib& requireNccl(const char* call);
 
 }  // namespace kvcomm::detail
 
-#define KVCOMM_CHECK_NCCL(expr)                                                                  \
-  do {                                                                                           \
-    ncclResult_t kvcommNccl_ = (expr);                                                           \
+#define KVCOMM_CHECK_NCCL(expr)                                                                          \
+  do {                                                                                                   \
+    ncclResult_t kvcommNccl_ = (expr);                                                                   \
     if (kvcommNccl_ != ncclSuccess) ::kvcomm::detail::throwNccl(#expr, kvcommNccl_, __FILE__, __LINE__); \
   } while (0)

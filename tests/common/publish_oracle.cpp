@@ -11,7 +11,9 @@
 namespace kvtest {
 
 namespace {
-size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t alignUp(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
 }  // namespace
 
 Geometry makeGeometry(CacheLayout layout, size_t rowBytes, size_t slots, size_t base) {

@@ -41,6 +41,13 @@ if [ "$what" != perf ]; then
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error|rank [0-9]" | head -60
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+  # The 4-rank tests (TP2/PCP2 layouts): two ranks per GPU.
+  step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 tests)"
+  mpi4=("${mpi[@]}"); mpi4[6]=4
+  timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_brief=1 \
+    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*' 2>&1 | tee "$OUT/mpi4.txt" | \
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error" | head -30
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if [ "$what" != tests ]; then

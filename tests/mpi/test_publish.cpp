@@ -58,7 +58,8 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
  protected:
   void SetUp() override {
     kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu()) GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
+    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
+      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
     seed_ = kvtest::sharedSeed();
   }
 
@@ -120,8 +121,9 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
     size_t bad = 0;
     for (size_t i = 0; i < got.size() && bad == 0; ++i)
       if (got[i] != want[i]) bad = i + 1;
-    EXPECT_EQ(bad, 0u) << "first differing byte " << bad - 1 << " (layout " << (layout == CacheLayout::Flat ? "flat" : "block")
-                       << ", rowBytes " << rowBytes << ", tokens " << tokens << ", rank " << comm.rank() << ")";
+    EXPECT_EQ(bad, 0u) << "first differing byte " << bad - 1 << " (layout "
+                       << (layout == CacheLayout::Flat ? "flat" : "block") << ", rowBytes " << rowBytes << ", tokens "
+                       << tokens << ", rank " << comm.rank() << ")";
     comm.barrier();  // nobody re-poisons before everyone compared
   }
 
@@ -235,7 +237,8 @@ TEST_P(Publish, TwoLanesInterleavedInOneStep) {
   auto buf = SymmetricBuffer::create(world, 8u << 20, 8u << 20, kind_);
   auto pub = Publisher::create(buf);
   Geometry a = kvtest::makeGeometry(CacheLayout::Flat, 656, world.size() * 64 + 32, 0);
-  Geometry b = kvtest::makeGeometry(CacheLayout::BlockSplit, 132, world.size() * 64 + 32, (a.regionBytes + 4095) / 4096 * 4096);
+  Geometry b =
+      kvtest::makeGeometry(CacheLayout::BlockSplit, 132, world.size() * 64 + 32, (a.regionBytes + 4095) / 4096 * 4096);
   kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, b.regionBytes);
   std::vector<uint8_t> want(b.regionBytes, kvtest::kPoison);
   world.barrier();

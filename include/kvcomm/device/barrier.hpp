@@ -27,7 +27,7 @@ struct BarrierDeviceHandle {
   uint64_t* epochs;                       ///< [kMaxBarrierLanes] this rank's epoch per lane
   uint32_t* arrivals;                     ///< [kMaxBarrierLanes] block arrivals of fused kernels
   DeviceErrorRecord* error;
-  uint64_t timeoutNs;                     ///< bound on every wait
+  uint64_t timeoutNs;  ///< bound on every wait
   int32_t rank;
   int32_t size;
   int32_t lanes;

@@ -17,10 +17,10 @@ enum class DeviceErrorKind : int32_t {
 
 /// First error wins; later ones are dropped until the host clears the record.
 struct DeviceErrorRecord {
-  int32_t flag;  ///< 0 = clear; set with an atomic compare-and-swap
-  int32_t kind;  ///< DeviceErrorKind
-  int64_t index; ///< token index (SlotOutOfRange)
-  int64_t slot;  ///< offending slot (SlotOutOfRange)
+  int32_t flag;   ///< 0 = clear; set with an atomic compare-and-swap
+  int32_t kind;   ///< DeviceErrorKind
+  int64_t index;  ///< token index (SlotOutOfRange)
+  int64_t slot;   ///< offending slot (SlotOutOfRange)
   int32_t tensor;
   int32_t rank;  ///< rank that detected it
   int32_t peer;  ///< peer waited for (BarrierTimeout)

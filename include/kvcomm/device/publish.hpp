@@ -48,8 +48,8 @@ struct VecType<1> {
 /// (a byte tail follows the vectors). Plain (weak) stores: publish them with a barrier (barrier.hpp). Call with
 /// all 32 lanes of a warp; `laneId` = threadIdx.x % 32.
 template <int VEC>
-KVCOMM_DEVICE_INLINE void warpStoreToReplicas(const SymmDeviceHandle& h, uint64_t dst, const char* src,
-                                              uint64_t bytes, int laneId) {
+KVCOMM_DEVICE_INLINE void warpStoreToReplicas(const SymmDeviceHandle& h, uint64_t dst, const char* src, uint64_t bytes,
+                                              int laneId) {
   using V = typename detail::VecType<VEC>::type;
   const uint64_t vecs = bytes / VEC;
   for (uint64_t c = static_cast<uint64_t>(laneId); c < vecs; c += 32) {

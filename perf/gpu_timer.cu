@@ -1,0 +1,67 @@
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "common/bench.hpp"
+#include "gpu_timer.hpp"
+
+namespace kvbench {
+
+namespace {
+__global__ void emptyKernel() {}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::abort();
+  }
+}
+}  // namespace
+
+void launchEmpty(CUstream_st* stream) {
+  emptyKernel<<<1, 32, 0, stream>>>();
+}
+
+CUstream_st* makeStream() {
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return s;
+}
+
+void syncDevice() {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
+                     CUstream_st* stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < perGraph; ++i) op(stream);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(exec, stream), "warm-up launch");
+  check(cudaStreamSynchronize(stream), "warm-up sync");
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, stream);
+    check(cudaGraphLaunch(exec, stream), "launch");
+    cudaEventRecord(b, stream);
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    us.push_back(1000.0 * ms / perGraph);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return median(us);
+}
+
+}  // namespace kvbench
