@@ -8,7 +8,8 @@ struct CUstream_st;
 namespace kvbench {
 
 /// Median microseconds per operation: `op` enqueues one operation on the stream; `perGraph` of them are captured
-/// into one graph, replayed `warmup` times untimed and `reps` times timed (events around each replay).
+/// into one graph, replayed `warmup` times untimed, then in `reps` timed batches of 10 back-to-back replays (events
+/// around each batch).
 double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
                      CUstream_st* stream);
 

@@ -60,7 +60,7 @@ double maxOverRanks(double v) {
 void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::string& json) {
   const size_t rowBytes = static_cast<size_t>(args.getInt("row-bytes", 656));
   auto tokenList = args.getList("tokens", {1, 16, 256, 4096, 65536});
-  const int repsArg = static_cast<int>(args.getInt("reps", 300));
+  const int repsArg = static_cast<int>(args.getInt("reps", 200));  // batches of 10 replays
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
@@ -102,7 +102,7 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
     MPI_Barrier(MPI_COMM_WORLD);
     double a = maxOverRanks(kvbench::graphMedianUs(op, 1, reps, 20, s));
     MPI_Barrier(MPI_COMM_WORLD);
-    double b = maxOverRanks(kvbench::graphMedianUs(op, 20, std::max(10, reps / 2), 5, s));
+    double b = maxOverRanks(kvbench::graphMedianUs(op, 20, std::max(10, reps / 4), 5, s));
     return std::pair<double, double>{a, b};
   };
   auto floor = timeBoth([](CUstream_st* st) { kvbench::launchEmpty(st); }, repsArg);
@@ -112,7 +112,7 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
 
   for (long long tl : tokenList) {
     size_t T = static_cast<size_t>(tl);
-    int reps = T >= 65536 ? std::max(30, repsArg / 6) : repsArg;
+    int reps = T >= 65536 ? std::max(20, repsArg / 8) : repsArg;
     auto hs = makeSlots(me, T);
     cudaMemcpy(slots, hs.data(), T * 8, cudaMemcpyHostToDevice);
     CacheTensor t{rows, rowBytes, rowBytes, 0, 1, rowBytes, rowBytes};

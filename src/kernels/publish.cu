@@ -12,7 +12,6 @@ namespace kvcomm::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
 
 void checkLaunch(const char* what) {
   cudaError_t e = cudaGetLastError();
@@ -20,14 +19,15 @@ void checkLaunch(const char* what) {
     throwError(ErrorCode::CudaError, what, cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)), __FILE__, __LINE__);
 }
 
-// Blocks that keep every SM busy without oversubscribing the grid-stride loop.
+// Blocks that are resident at once (2 per SM at the publish kernel's register use): the grid-stride loops then
+// run without waves.
 int maxBlocks() {
   static thread_local int cached = 0;
   if (cached == 0) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cached = (sms > 0 ? sms : 132) * 8;
+    cached = (sms > 0 ? sms : 132) * 2;
   }
   return cached;
 }
@@ -37,57 +37,115 @@ __device__ __forceinline__ int64_t loadSlot(const PublishLaunch& p, int source, 
   return p.slot64 ? reinterpret_cast<const int64_t*>(base)[i] : reinterpret_cast<const int32_t*>(base)[i];
 }
 
-__device__ __forceinline__ void storeRow(const PublishLaunch& p, const PublishTensorDesc& t, int tensor, int source,
-                                         int64_t i, int lane) {
-  int64_t slot = loadSlot(p, source, i);
-  if (slot < 0) return;  // padding
-  uint64_t block = static_cast<uint64_t>(slot) / t.blockSize;
-  // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
-  bool ok = block <= t.limit / (t.blockStride ? t.blockStride : 1);
-  uint64_t dst = ok ? slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride) : 0;
-  if (!ok || dst + t.rowBytes > t.limit) {
-    if (lane == 0)
-      recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>(source) * p.numTokens + i, slot,
-                        tensor, p.replicas.rank, -1, -1);
-    return;
-  }
-  const char* src = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
-  switch (t.vec) {
-    case 16:
-      warpStoreToReplicas<16>(p.replicas, dst, src, t.rowBytes, lane);
-      break;
-    case 8:
-      warpStoreToReplicas<8>(p.replicas, dst, src, t.rowBytes, lane);
-      break;
-    case 4:
-      warpStoreToReplicas<4>(p.replicas, dst, src, t.rowBytes, lane);
-      break;
-    case 2:
-      warpStoreToReplicas<2>(p.replicas, dst, src, t.rowBytes, lane);
-      break;
-    default:
-      warpStoreToReplicas<1>(p.replicas, dst, src, t.rowBytes, lane);
-      break;
+template <int VEC>
+struct Vec;
+template <>
+struct Vec<16> {
+  using T = uint4;
+};
+template <>
+struct Vec<8> {
+  using T = uint2;
+};
+template <>
+struct Vec<4> {
+  using T = uint32_t;
+};
+template <>
+struct Vec<2> {
+  using T = uint16_t;
+};
+template <>
+struct Vec<1> {
+  using T = uint8_t;
+};
+
+constexpr int kUnroll = 4;  // vectors in flight per thread
+
+// Every (row, column) of VEC bytes is one work item, spread over all threads of the grid: full lanes whatever the
+// row size, contiguous source reads, and kUnroll loads issued before their stores. The last column of a row that is
+// not a multiple of VEC copies its tail bytes.
+template <int VEC>
+__device__ __forceinline__ void copyTensor(const PublishLaunch& p, const PublishTensorDesc& t, int tensor, int64_t tid,
+                                           int64_t threads) {
+  using V = typename Vec<VEC>::T;
+  const int64_t fullCols = static_cast<int64_t>(t.rowBytes / VEC);
+  const int64_t cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
+  const int64_t total = static_cast<int64_t>(p.numSources) * p.numTokens * cols;
+  const uint64_t blockLimit = t.limit / (t.blockStride ? t.blockStride : 1);
+  for (int64_t base = tid; base < total; base += threads * kUnroll) {
+    V v[kUnroll];
+    uint64_t dst[kUnroll];
+    const char* src[kUnroll];
+    int64_t col[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      col[u] = -1;
+      int64_t c = base + u * threads;
+      if (c >= total) continue;
+      int64_t row = c / cols;
+      int64_t cc = c - row * cols;
+      int source = static_cast<int>(row / p.numTokens);
+      int64_t i = row - static_cast<int64_t>(source) * p.numTokens;
+      int64_t slot = loadSlot(p, source, i);
+      if (slot < 0) continue;  // padding
+      // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
+      uint64_t d = static_cast<uint64_t>(slot) / t.blockSize <= blockLimit
+                       ? slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride)
+                       : ~uint64_t(0);
+      if (d == ~uint64_t(0) || d + t.rowBytes > t.limit) {
+        if (cc == 0)
+          recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, row, slot, tensor, p.replicas.rank, -1, -1);
+        continue;
+      }
+      col[u] = cc;
+      dst[u] = d;
+      src[u] = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+      if (cc < fullCols) v[u] = reinterpret_cast<const V*>(src[u])[cc];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (col[u] < 0) continue;
+      if (col[u] < fullCols) {
+        for (int r = 0; r < p.replicas.size; ++r)
+          if (p.replicas.isMapped(r)) reinterpret_cast<V*>(p.replicas.peer(r) + dst[u])[col[u]] = v[u];
+      } else {
+        for (uint64_t b = static_cast<uint64_t>(fullCols) * VEC; b < t.rowBytes; ++b) {
+          char x = src[u][b];
+          for (int r = 0; r < p.replicas.size; ++r)
+            if (p.replicas.isMapped(r)) p.replicas.peer(r)[dst[u] + b] = x;
+        }
+      }
+    }
   }
 }
 
 template <bool Fused>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     publishKernel(const __grid_constant__ PublishLaunch p, const __grid_constant__ BarrierDeviceHandle b,
                   int barrierLane) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int64_t perSource = p.numTokens * p.numTensors;
-  const int64_t rows = perSource * p.numSources;
-  for (int64_t r = warp; r < rows; r += warps) {
-    int source = static_cast<int>(r / perSource);
-    int64_t rest = r - source * perSource;
-    int64_t token = rest / p.numTensors;
-    int tensor = static_cast<int>(rest - token * p.numTensors);
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
 #pragma unroll
-    for (int k = 0; k < kMaxPublishTensors; ++k)  // static indices keep the descriptors in parameter space
-      if (k == tensor) storeRow(p, p.t[k], k, source, token, lane);
+  for (int k = 0; k < kMaxPublishTensors; ++k) {  // static indices keep the descriptors in parameter space
+    if (k >= p.numTensors) break;
+    switch (p.t[k].vec) {
+      case 16:
+        copyTensor<16>(p, p.t[k], k, tid, threads);
+        break;
+      case 8:
+        copyTensor<8>(p, p.t[k], k, tid, threads);
+        break;
+      case 4:
+        copyTensor<4>(p, p.t[k], k, tid, threads);
+        break;
+      case 2:
+        copyTensor<2>(p, p.t[k], k, tid, threads);
+        break;
+      default:
+        copyTensor<1>(p, p.t[k], k, tid, threads);
+        break;
+    }
   }
   if (Fused) barrierAfterGrid(b, barrierLane);
 }
@@ -120,9 +178,13 @@ __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ P
 }  // namespace
 
 void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane) {
-  int64_t rows = p.numTokens * p.numTensors * p.numSources;
-  if (rows == 0 && !fusedBarrier) return;
-  int64_t want = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  int64_t items = 0;  // (row, vector column) pairs over all tensors
+  for (int k = 0; k < p.numTensors; ++k) {
+    int64_t vec = p.t[k].vec > 0 ? p.t[k].vec : 1;
+    items += p.numTokens * p.numSources * static_cast<int64_t>((p.t[k].rowBytes + vec - 1) / vec);
+  }
+  if (items == 0 && !fusedBarrier) return;
+  int64_t want = (items + kThreads * kUnroll - 1) / (kThreads * kUnroll);
   int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, maxBlocks())));
   auto s = static_cast<cudaStream_t>(stream);
   if (fusedBarrier) {

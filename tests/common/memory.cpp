@@ -33,7 +33,9 @@ void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {
     return;
   }
 #ifdef KVCOMM_HAVE_CUDA
+  // From pageable memory the call may return before the DMA lands: wait, so that a barrier after it means "written".
   KVCOMM_CHECK_CU(kvcomm::detail::cudaDriver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, n));
+  KVCOMM_CHECK_CU(kvcomm::detail::cudaDriver().cuCtxSynchronize());
 #else
   throw std::runtime_error("no CUDA in this build");
 #endif

@@ -55,6 +55,20 @@ KVCOMM_DEVICE_INLINE uint64_t loadAcquireSystem(const uint64_t* p) {
   return v;
 }
 
+/// Relaxed load at system scope (polling: no ordering, but never served from a stale cached copy).
+KVCOMM_DEVICE_INLINE uint64_t loadRelaxedSystem(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// Atomic add with acquire-release semantics at GPU scope; returns the old value.
+KVCOMM_DEVICE_INLINE uint32_t addAcqRelGpu(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 KVCOMM_DEVICE_INLINE uint64_t globalTimerNs() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -67,29 +81,30 @@ KVCOMM_DEVICE_INLINE void barrierSignal(const BarrierDeviceHandle& b, int lane, 
 }
 
 /// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
-/// records a BarrierTimeout naming rank, peer and lane and returns false.
+/// records a BarrierTimeout naming rank, peer and lane and returns false. Polls with relaxed loads and acquires once.
 KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
   const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
-  if (loadAcquireSystem(flag) >= epoch) return true;
-  uint64_t start = globalTimerNs();
-  while (loadAcquireSystem(flag) < epoch) {
-    if (globalTimerNs() - start > b.timeoutNs) {
-      recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
-      return false;
+  if (loadRelaxedSystem(flag) < epoch) {
+    uint64_t start = globalTimerNs();
+    while (loadRelaxedSystem(flag) < epoch) {
+      if (globalTimerNs() - start > b.timeoutNs) {
+        recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
+        return false;
+      }
     }
   }
-  return true;
+  return loadAcquireSystem(flag) >= epoch;
 }
 
-/// Block-scope barrier: the calling block's threads [0, size) each signal and wait for one member; the block's
-/// earlier stores (and earlier kernels' in stream order) are released before the signals. Call from every thread
-/// of exactly one block per rank and lane; advances the lane's epoch.
+/// Block-scope barrier: the calling block's threads [0, size) each signal and wait for one member. The signal is a
+/// system-scope release, cumulative over everything the block (through __syncthreads) and earlier kernels of the
+/// stream wrote; the wait is a system-scope acquire shared with the block by the closing __syncthreads. Call from
+/// every thread of exactly one block per rank and lane; advances the lane's epoch.
 KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
   __syncthreads();
   uint64_t epoch = b.epochs[lane] + 1;
   int t = static_cast<int>(threadIdx.x);
   if (t < b.size && t != b.rank && b.peerSignals[t] != 0) {
-    __threadfence_system();
     barrierSignal(b, lane, t, epoch);
     barrierWait(b, lane, t, epoch);
   }
@@ -100,18 +115,18 @@ KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
 /// For kernels that write with many blocks and then synchronise: every block calls it once after its last store;
 /// the last block to arrive runs barrierBlock() and resets the arrival count (so graph replays start at zero).
 /// Returns true in the block that ran the barrier.
+/// Arrivals synchronise at GPU scope (release by each block, acquire by the last); the last block's system-scope
+/// release then covers every block's stores, by cumulativity.
 KVCOMM_DEVICE_INLINE bool barrierAfterGrid(const BarrierDeviceHandle& b, int lane) {
-  __shared__ uint32_t last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();  // this block's stores before its arrival
-    last = atomicAdd(&b.arrivals[lane], 1u) == gridDim.x - 1 ? 1u : 0u;
+  if (gridDim.x > 1) {
+    __shared__ uint32_t last;
+    __syncthreads();
+    if (threadIdx.x == 0) last = addAcqRelGpu(&b.arrivals[lane], 1u) == gridDim.x - 1 ? 1u : 0u;
+    __syncthreads();
+    if (!last) return false;
+    if (threadIdx.x == 0) b.arrivals[lane] = 0;  // the next launch starts from zero (this kernel is the last user)
   }
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
   barrierBlock(b, lane);
-  if (threadIdx.x == 0) b.arrivals[lane] = 0;
   return true;
 }
 
