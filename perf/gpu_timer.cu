@@ -12,6 +12,26 @@ namespace kvbench {
 namespace {
 __global__ void emptyKernel() {}
 
+__global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, int variant) {
+  if (variant == 0) {
+    kvcomm::barrierBlock(b, lane);
+    return;
+  }
+  __syncthreads();
+  uint64_t epoch = b.epochs[lane] + 1;
+  int t = static_cast<int>(threadIdx.x);
+  if (t < b.size && t != b.rank && b.peerSignals[t] != 0) {
+    uint64_t* remote = kvcomm::barrierFlag(b.peerSignals[t], lane, b.rank);
+    if (variant == 2) __threadfence_system();
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(remote), "l"(epoch) : "memory");
+    const uint64_t* flag = kvcomm::barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, t);
+    while (kvcomm::loadRelaxedSystem(flag) < epoch) {
+    }
+  }
+  __syncthreads();
+  if (t == 0) b.epochs[lane] = epoch;
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
@@ -22,6 +42,10 @@ void check(cudaError_t e, const char* what) {
 
 void launchEmpty(CUstream_st* stream) {
   emptyKernel<<<1, 32, 0, stream>>>();
+}
+
+void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream) {
+  barrierProbe<<<1, 32, 0, stream>>>(b, lane, variant);
 }
 
 CUstream_st* makeStream() {

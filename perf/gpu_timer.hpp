@@ -3,6 +3,8 @@
 
 #include <functional>
 
+#include "kvcomm/device/barrier.hpp"
+
 struct CUstream_st;
 
 namespace kvbench {
@@ -15,6 +17,11 @@ double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, 
 
 /// An empty kernel (the launch floor).
 void launchEmpty(CUstream_st* stream);
+
+/// Barrier probes that take the barrier apart (they share the Publisher's flags; give each its own lane):
+/// 0 = kvcomm's barrierBlock; 1 = relaxed signal and relaxed wait (no ordering: the bare NVLink round trip, not a
+/// correct barrier); 2 = __threadfence_system() then a relaxed signal (fence instead of a release store).
+void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream);
 
 CUstream_st* makeStream();
 void syncDevice();

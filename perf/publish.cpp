@@ -66,7 +66,9 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
   const size_t region = static_cast<size_t>(n) * maxTokens * rowBytes + (4u << 20);
   auto buf = kvcomm::SymmetricBuffer::create(world, region, region, kvcomm::MemoryKind::Cuda);
-  auto direct = kvcomm::Publisher::create(buf);
+  kvcomm::PublisherOptions dopts;
+  dopts.lanes = 4;  // lanes 1-3 for the barrier probes
+  auto direct = kvcomm::Publisher::create(buf, dopts);
   setenv("KVCOMM_DIRECT", "0", 1);
   kvcomm::PublisherOptions fo;
   fo.stagingTokens = maxTokens;
@@ -109,6 +111,13 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
   rep.row({"-", "0", "empty kernel (launch floor)", fmt(floor.first), fmt(floor.second), "-", "-", "-", "-"});
   auto bar = timeBoth([&](CUstream_st* st) { direct.barrier(st, 0); }, repsArg);
   rep.row({"-", "0", "kvcomm barrier", fmt(bar.first), fmt(bar.second), "-", "-", "-", "-"});
+  const char* probes[] = {"probe: barrierBlock in a bare kernel", "probe: relaxed signal+wait (no ordering)",
+                          "probe: threadfence_system + relaxed signal"};
+  for (int v = 0; v < 3; ++v) {
+    auto h = direct.barrierHandle();
+    auto pr = timeBoth([&](CUstream_st* st) { kvbench::launchBarrierProbe(h, 1 + v, v, st); }, repsArg);
+    rep.row({"-", "0", probes[v], fmt(pr.first), fmt(pr.second), "-", "-", "-", "-"});
+  }
 
   for (long long tl : tokenList) {
     size_t T = static_cast<size_t>(tl);

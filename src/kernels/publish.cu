@@ -64,48 +64,49 @@ constexpr int kUnroll = 4;  // vectors in flight per thread
 
 // Every (row, column) of VEC bytes is one work item, spread over all threads of the grid: full lanes whatever the
 // row size, contiguous source reads, and kUnroll loads issued before their stores. The last column of a row that is
-// not a multiple of VEC copies its tail bytes.
-template <int VEC>
-__device__ __forceinline__ void copyTensor(const PublishLaunch& p, const PublishTensorDesc& t, int tensor, int64_t tid,
-                                           int64_t threads) {
+// not a multiple of VEC copies its tail bytes. The source vector is loaded before the slot is known (its address
+// does not depend on it), so the two loads overlap instead of forming a chain. Index is int32_t when the item count
+// allows it (cheaper division), else int64_t.
+template <int VEC, typename Index>
+__device__ __forceinline__ void copyTensor(const PublishLaunch& p, const PublishTensorDesc& t, int tensor, Index tid,
+                                           Index threads) {
   using V = typename Vec<VEC>::T;
-  const int64_t fullCols = static_cast<int64_t>(t.rowBytes / VEC);
-  const int64_t cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
-  const int64_t total = static_cast<int64_t>(p.numSources) * p.numTokens * cols;
+  const Index fullCols = static_cast<Index>(t.rowBytes / VEC);
+  const Index cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
+  const Index tokens = static_cast<Index>(p.numTokens);
+  const Index total = static_cast<Index>(p.numSources) * tokens * cols;
   const uint64_t blockLimit = t.limit / (t.blockStride ? t.blockStride : 1);
-  for (int64_t base = tid; base < total; base += threads * kUnroll) {
+  for (Index base = tid; base < total; base += threads * kUnroll) {
     V v[kUnroll];
     uint64_t dst[kUnroll];
     const char* src[kUnroll];
-    int64_t col[kUnroll];
+    Index col[kUnroll];
+    int64_t slot[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       col[u] = -1;
-      int64_t c = base + u * threads;
+      Index c = base + u * threads;
       if (c >= total) continue;
-      int64_t row = c / cols;
-      int64_t cc = c - row * cols;
-      int source = static_cast<int>(row / p.numTokens);
-      int64_t i = row - static_cast<int64_t>(source) * p.numTokens;
-      int64_t slot = loadSlot(p, source, i);
-      if (slot < 0) continue;  // padding
-      // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
-      uint64_t d = static_cast<uint64_t>(slot) / t.blockSize <= blockLimit
-                       ? slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride)
-                       : ~uint64_t(0);
-      if (d == ~uint64_t(0) || d + t.rowBytes > t.limit) {
-        if (cc == 0)
-          recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, row, slot, tensor, p.replicas.rank, -1, -1);
-        continue;
-      }
-      col[u] = cc;
-      dst[u] = d;
+      Index row = c / cols;
+      col[u] = c - row * cols;
+      Index source = row / tokens;
+      Index i = row - source * tokens;
       src[u] = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
-      if (cc < fullCols) v[u] = reinterpret_cast<const V*>(src[u])[cc];
+      if (col[u] < fullCols) v[u] = reinterpret_cast<const V*>(src[u])[col[u]];
+      slot[u] = loadSlot(p, static_cast<int>(source), i);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (col[u] < 0) continue;
+      if (col[u] < 0 || slot[u] < 0) continue;  // past the end, or padding
+      // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
+      bool inRange = static_cast<uint64_t>(slot[u]) / t.blockSize <= blockLimit;
+      dst[u] = inRange ? slotDestination(slot[u], t.offset, t.blockSize, t.blockStride, t.rowStride) : 0;
+      if (!inRange || dst[u] + t.rowBytes > t.limit) {
+        if (col[u] == 0)
+          recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>((base + u * threads) / cols),
+                            slot[u], tensor, p.replicas.rank, -1, -1);
+        continue;
+      }
       if (col[u] < fullCols) {
         for (int r = 0; r < p.replicas.size; ++r)
           if (p.replicas.isMapped(r)) reinterpret_cast<V*>(p.replicas.peer(r) + dst[u])[col[u]] = v[u];
@@ -118,6 +119,19 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
       }
     }
   }
+}
+
+template <int VEC>
+__device__ __forceinline__ void copyTensorAnyIndex(const PublishLaunch& p, const PublishTensorDesc& t, int tensor) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t vec = VEC;
+  const int64_t items =
+      static_cast<int64_t>(p.numSources) * p.numTokens * static_cast<int64_t>((t.rowBytes + vec - 1) / vec);
+  if (items + threads * kUnroll < (int64_t(1) << 31))
+    copyTensor<VEC, int32_t>(p, t, tensor, static_cast<int32_t>(tid), static_cast<int32_t>(threads));
+  else
+    copyTensor<VEC, int64_t>(p, t, tensor, tid, threads);
 }
 
 template <bool Fused>
