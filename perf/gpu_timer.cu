@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -11,6 +12,20 @@ namespace kvbench {
 
 namespace {
 __global__ void emptyKernel() {}
+
+__global__ void __launch_bounds__(256) smCopy(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
+  size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t threads = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t base = tid; base < n; base += 4 * threads) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (base + u * threads < n) v[u] = src[base + u * threads];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (base + u * threads < n) dst[base + u * threads] = v[u];
+  }
+}
 
 __global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, int variant) {
   if (variant == 0) {
@@ -42,6 +57,19 @@ void check(cudaError_t e, const char* what) {
 
 void launchEmpty(CUstream_st* stream) {
   emptyKernel<<<1, 32, 0, stream>>>();
+}
+
+void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream) {
+  static int blocks = 0;
+  if (!blocks) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    blocks = sms * 4;
+  }
+  size_t n = bytes / 16;
+  int grid = static_cast<int>(std::min<size_t>(blocks, (n + 1023) / 1024 + 1));
+  smCopy<<<grid, 256, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), n);
 }
 
 void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream) {

@@ -18,6 +18,10 @@ double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, 
 /// An empty kernel (the launch floor).
 void launchEmpty(CUstream_st* stream);
 
+/// A plain SM copy kernel (16-byte vectors, 4 in flight per thread, every SM): `bytes` (a multiple of 16) from `src`
+/// to `dst`; into a peer's memory it shows what SM stores over NVLink reach with no scatter at all.
+void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream);
+
 /// Barrier probes that take the barrier apart (they share the Publisher's flags; give each its own lane):
 /// 0 = kvcomm's barrierBlock; 1 = relaxed signal and relaxed wait (no ordering: the bare NVLink round trip, not a
 /// correct barrier); 2 = __threadfence_system() then a relaxed signal (fence instead of a release store).

@@ -170,6 +170,7 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
     char* peerDst = static_cast<char*>(buf.peer((me + 1) % n));
     auto cp =
         timeBoth([&](CUstream_st* st) { cudaMemcpyAsync(peerDst, rows, bytes, cudaMemcpyDeviceToDevice, st); }, reps);
+    auto sm = timeBoth([&](CUstream_st* st) { kvbench::launchSmCopy(peerDst, rows, bytes & ~size_t(15), st); }, reps);
     double cpGBs = bytes / (cp.second * 1e3);
     auto row = [&](const char* name, std::pair<double, double> v, bool bw) {
       double gbs = bytes / (v.second * 1e3);
@@ -178,10 +179,14 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
     };
     row("kvcomm publish+barrier", pb, true);
     row("kvcomm publishAndBarrier (fused)", fused, true);
+    row("kvcomm publish+barrier, slots in order", pbSeq, true);
     row("kvcomm fallback (pack+nccl+insert)", fb, false);
     row("NCCL AllGather + insert (baseline)", base, false);
     rep.row({std::to_string(T), std::to_string(bytes), "cudaMemcpy into peer (copy engine)", fmt(cp.first),
              fmt(cp.second), "-", "-", fmt(cpGBs, 1), "1.000"});
+    double smGBs = bytes / (sm.second * 1e3);
+    rep.row({std::to_string(T), std::to_string(bytes), "probe: SM copy kernel into peer (contiguous)", fmt(sm.first),
+             fmt(sm.second), "-", "-", fmt(smGBs, 1), fmt(smGBs / cpGBs, 3)});
   }
   direct.checkErrors();
   if (me == 0) rep.print(json);

@@ -138,30 +138,29 @@ template <bool Fused>
 __global__ void __launch_bounds__(kThreads, 2)
     publishKernel(const __grid_constant__ PublishLaunch p, const __grid_constant__ BarrierDeviceHandle b,
                   int barrierLane) {
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uint64_t epoch = Fused ? barrierNextEpoch(b, barrierLane) : 0;
 #pragma unroll
   for (int k = 0; k < kMaxPublishTensors; ++k) {  // static indices keep the descriptors in parameter space
     if (k >= p.numTensors) break;
     switch (p.t[k].vec) {
       case 16:
-        copyTensor<16>(p, p.t[k], k, tid, threads);
+        copyTensorAnyIndex<16>(p, p.t[k], k);
         break;
       case 8:
-        copyTensor<8>(p, p.t[k], k, tid, threads);
+        copyTensorAnyIndex<8>(p, p.t[k], k);
         break;
       case 4:
-        copyTensor<4>(p, p.t[k], k, tid, threads);
+        copyTensorAnyIndex<4>(p, p.t[k], k);
         break;
       case 2:
-        copyTensor<2>(p, p.t[k], k, tid, threads);
+        copyTensorAnyIndex<2>(p, p.t[k], k);
         break;
       default:
-        copyTensor<1>(p, p.t[k], k, tid, threads);
+        copyTensorAnyIndex<1>(p, p.t[k], k);
         break;
     }
   }
-  if (Fused) barrierAfterGrid(b, barrierLane);
+  if (Fused) barrierAfterGrid(b, barrierLane, epoch);
 }
 
 __global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) {

@@ -96,13 +96,13 @@ KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, in
   return loadAcquireSystem(flag) >= epoch;
 }
 
-/// Block-scope barrier: the calling block's threads [0, size) each signal and wait for one member. The signal is a
+/// Block-scope barrier: the calling block's threads [0, size) each signal `epoch` (barrierNextEpoch()) and wait for
+/// one member each. The signal is a
 /// system-scope release, cumulative over everything the block (through __syncthreads) and earlier kernels of the
 /// stream wrote; the wait is a system-scope acquire shared with the block by the closing __syncthreads. Call from
 /// every thread of exactly one block per rank and lane; advances the lane's epoch.
-KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
+KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane, uint64_t epoch) {
   __syncthreads();
-  uint64_t epoch = b.epochs[lane] + 1;
   int t = static_cast<int>(threadIdx.x);
   if (t < b.size && t != b.rank && b.peerSignals[t] != 0) {
     barrierSignal(b, lane, t, epoch);
@@ -112,12 +112,22 @@ KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
   if (t == 0) b.epochs[lane] = epoch;
 }
 
-/// For kernels that write with many blocks and then synchronise: every block calls it once after its last store;
-/// the last block to arrive runs barrierBlock() and resets the arrival count (so graph replays start at zero).
-/// Returns true in the block that ran the barrier.
+/// The epoch barrierBlock() will announce next on `lane`. Kernels that barrier at their end read it at their start,
+/// so the load overlaps their other work instead of delaying the signal.
+KVCOMM_DEVICE_INLINE uint64_t barrierNextEpoch(const BarrierDeviceHandle& b, int lane) {
+  return b.epochs[lane] + 1;
+}
+
+KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
+  barrierBlock(b, lane, barrierNextEpoch(b, lane));
+}
+
+/// For kernels that write with many blocks and then synchronise: every block calls it once after its last store,
+/// with barrierNextEpoch() read at the kernel's start; the last block to arrive runs barrierBlock() and resets the
+/// arrival count (so graph replays start at zero). Returns true in the block that ran the barrier.
 /// Arrivals synchronise at GPU scope (release by each block, acquire by the last); the last block's system-scope
 /// release then covers every block's stores, by cumulativity.
-KVCOMM_DEVICE_INLINE bool barrierAfterGrid(const BarrierDeviceHandle& b, int lane) {
+KVCOMM_DEVICE_INLINE bool barrierAfterGrid(const BarrierDeviceHandle& b, int lane, uint64_t epoch) {
   if (gridDim.x > 1) {
     __shared__ uint32_t last;
     __syncthreads();
@@ -126,7 +136,7 @@ KVCOMM_DEVICE_INLINE bool barrierAfterGrid(const BarrierDeviceHandle& b, int lan
     if (!last) return false;
     if (threadIdx.x == 0) b.arrivals[lane] = 0;  // the next launch starts from zero (this kernel is the last user)
   }
-  barrierBlock(b, lane);
+  barrierBlock(b, lane, epoch);
   return true;
 }
 
