@@ -135,6 +135,19 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
         reps);
     auto fused =
         timeBoth([&](CUstream_st* st) { direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0); }, reps);
+    // The same rows with the slots in order (a prefill chunk's usual mapping): destinations are contiguous.
+    std::vector<int64_t> seq(T);
+    for (size_t i = 0; i < T; ++i) seq[i] = static_cast<int64_t>(me * T + i);
+    int64_t* seqSlots = nullptr;
+    cudaMalloc(&seqSlots, T * 8);
+    cudaMemcpy(seqSlots, seq.data(), T * 8, cudaMemcpyHostToDevice);
+    auto pbSeq = timeBoth(
+        [&](CUstream_st* st) {
+          direct.publish(tensors, seqSlots, SlotType::Int64, T, st);
+          direct.barrier(st, 0);
+        },
+        reps);
+    cudaFree(seqSlots);
     auto fb = timeBoth([&](CUstream_st* st) { fallback.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
     // Baseline record: [int64 slots x T | rows], packed once outside the timing (an engine's rows are contiguous).
     size_t slotPart = (T * 8 + 15) & ~size_t(15);
