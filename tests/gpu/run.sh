@@ -41,6 +41,10 @@ if [ "$what" != perf ]; then
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error|rank [0-9]" | head -60
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+  step "example: fused cache-store kernel (device API), and the demo"
+  "${mpi[@]}" "$build/examples/example_fused_cache_store" 2>&1 | tee "$OUT/example.txt" || status=1
+  "${mpi[@]}" "$build/tools/kvcomm-demo" 2>&1 | tee "$OUT/demo.txt" || status=1
+
   # The 4-rank tests (TP2/PCP2 layouts): two ranks per GPU.
   step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 tests)"
   mpi4=("${mpi[@]}"); mpi4[6]=4

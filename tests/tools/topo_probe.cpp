@@ -1,6 +1,9 @@
 // topo_probe: one rank of a TcpBootstrap group whose members may live in different network namespaces. Rank 0
 // creates the unique id and writes it to a file; the others read it. Checks the host index every member reports.
-//   topo_probe --rank R --size N --id-file PATH --expect 0,0,1,1 [--ifname IF]
+// With --publish, it then publishes across the group on host memory: "force" (KVCOMM_DIRECT=1) must be refused with
+// a clear error when members live on other hosts; "auto" must pick the gather+insert fallback there and give
+// bytes equal to the gather-then-insert oracle.
+//   topo_probe --rank R --size N --id-file PATH --expect 0,0,1,1 [--ifname IF] [--publish force|auto]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,13 +14,65 @@
 #include <thread>
 #include <vector>
 
+#include "common/publish_oracle.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/ops.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace {
+
+bool publishAcrossHosts(kvcomm::Communicator& comm, const std::string& how) {
+  const size_t tokens = 200;
+  auto g = kvtest::makeGeometry(kvtest::CacheLayout::BlockSplit, 132, comm.size() * tokens + 64);
+  auto buf = kvcomm::SymmetricBuffer::create(comm, g.regionBytes, g.regionBytes, kvcomm::MemoryKind::Host);
+  bool crossHost = comm.topology().numHosts > 1;
+  for (int r = 0; r < comm.size(); ++r)
+    if (buf.isMapped(r) != comm.topology().sameHost(comm.rank(), r)) {
+      std::fprintf(stderr, "rank %d: member %d mapped=%d on host %d\n", comm.rank(), r, buf.isMapped(r),
+                   comm.topology().members[r].hostIndex);
+      return false;
+    }
+  setenv("KVCOMM_DIRECT", how == "force" ? "1" : "auto", 1);
+  if (how == "force") {
+    try {
+      auto pub = kvcomm::Publisher::create(buf);
+      if (crossHost) std::fprintf(stderr, "rank %d: KVCOMM_DIRECT=1 was accepted across hosts\n", comm.rank());
+      return !crossHost;
+    } catch (const kvcomm::Error& e) {
+      bool clear = e.code() == kvcomm::ErrorCode::Unsupported &&
+                   std::string(e.what()).find("KVCOMM_DIRECT=1") != std::string::npos &&
+                   std::string(e.what()).find("not mapped") != std::string::npos;
+      if (!clear || !crossHost) std::fprintf(stderr, "rank %d: unexpected error: %s\n", comm.rank(), e.what());
+      return clear && crossHost;
+    }
+  }
+  auto pub = kvcomm::Publisher::create(buf);
+  if ((pub.mode() == kvcomm::PublishMode::Fallback) != crossHost) return false;
+  std::memset(buf.local(), kvtest::kPoison, g.regionBytes);
+  comm.barrier();  // every replica poisoned before anyone publishes into it
+  auto in = kvtest::makeInputs(77, comm.rank(), comm.size(), tokens, g);
+  std::vector<kvcomm::CacheTensor> ts = g.tensors;
+  for (size_t k = 0; k < ts.size(); ++k) {
+    ts[k].src = in.rows[k].data();
+    ts[k].srcStride = in.srcStride[k];
+  }
+  pub.publish(ts, in.slots.data(), kvcomm::SlotType::Int64, tokens);
+  pub.barrier();
+  std::vector<uint8_t> want(g.regionBytes, kvtest::kPoison);
+  for (int r = 0; r < comm.size(); ++r) kvtest::applyOracle(want, g, kvtest::makeInputs(77, r, comm.size(), tokens, g));
+  bool same = std::memcmp(want.data(), buf.local(), g.regionBytes) == 0;
+  if (!same) std::fprintf(stderr, "rank %d: replica differs from the oracle\n", comm.rank());
+  comm.barrier();
+  return same;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int rank = -1, size = 0;
-  std::string idFile, expect, ifname;
+  std::string idFile, expect, ifname, publish;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--rank") rank = std::atoi(v.c_str());
@@ -25,6 +80,7 @@ int main(int argc, char** argv) {
     if (k == "--id-file") idFile = v;
     if (k == "--expect") expect = v;
     if (k == "--ifname") ifname = v;
+    if (k == "--publish") publish = v;
   }
   try {
     kvcomm::UniqueId id;
@@ -52,6 +108,7 @@ int main(int argc, char** argv) {
     // Members on one host must agree on local ranks; members apart must not share a host.
     comm.barrier();
     if (!ok) std::fprintf(stderr, "rank %d: host indices differ from --expect %s\n", rank, expect.c_str());
+    if (ok && !publish.empty()) ok = publishAcrossHosts(comm, publish);
     return ok ? 0 : 1;
   } catch (const kvcomm::Error& e) {
     std::fprintf(stderr, "topo_probe rank %d: %s\n", rank, e.what());
