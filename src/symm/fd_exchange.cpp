@@ -219,7 +219,7 @@ void FdServer::handle(int conn) {
   }
   reply.count = static_cast<uint32_t>(set->fds.size());
   sendPlain(conn, &reply, sizeof(reply), "fd server reply");
-  if (reply.count == 0) return;
+  if (reply.count == 0) return;  // the caller closes the connection: the client reads end of stream
   sendPlain(conn, set->metas.data(), set->metas.size() * sizeof(PieceMeta), "fd server metas");
   for (size_t i = 0; i < set->fds.size(); i += kFdBatch) {
     size_t k = std::min(kFdBatch, set->fds.size() - i);
@@ -264,6 +264,10 @@ ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t b
       KVCOMM_THROW(NetworkError, "fetchFds", "expected ", expect, " descriptors in a batch, received ", fds.size());
     for (auto& f : fds) out.fds.push_back(std::move(f));
   }
+  // End of stream means the server closed its end: no transient descriptor outlives the exchange on either side.
+  char tail;
+  ssize_t n2 = ::recv(sock.get(), &tail, 1, 0);
+  if (n2 != 0) KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", serverName, " sent more than it announced");
   return out;
 }
 

@@ -2,9 +2,30 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "kvcomm/capabilities.hpp"
+
+namespace {
+// Ranks other than 0 print only failures, prefixed with their rank, so that a failure on any rank is visible.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // The test's name is taken at its start: asking GoogleTest while it records a result would deadlock.
+  void OnTestStart(const ::testing::TestInfo& t) override { test_ = std::string(t.test_suite_name()) + "." + t.name(); }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] FAILED %s at %s:%d\n%s\n", rank_, test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -17,6 +38,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(rank));
   }
   int rc = RUN_ALL_TESTS();
   // Every rank's verdict counts: a failure on any rank fails the run.

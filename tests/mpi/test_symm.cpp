@@ -97,8 +97,10 @@ TEST_P(Symm, ThousandCreateGrowDestroyCyclesLeakNothing) {
   int fds = kvtest::countFds(), maps = kvtest::countMappings();
   for (int i = 0; i < cycles; ++i) cycle();
   world.barrier();
-  EXPECT_EQ(kvtest::countFds(), fds) << "file descriptors leaked over " << cycles << " cycles";
-  EXPECT_EQ(kvtest::countMappings(), maps) << "mappings leaked over " << cycles << " cycles";
+  // A leak per cycle would show as >= `cycles` extra entries; a few may come and go with the MPI runtime's own
+  // connections and the allocator's arenas, which no cycle owns.
+  EXPECT_LE(kvtest::countFds(), fds + 4) << "file descriptors leaked over " << cycles << " cycles";
+  EXPECT_LE(kvtest::countMappings(), maps + 4) << "mappings leaked over " << cycles << " cycles";
   EXPECT_EQ(kvcomm::detail::FdServer::instance().liveTokens(), 0u);
 }
 
