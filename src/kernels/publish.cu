@@ -19,15 +19,14 @@ void checkLaunch(const char* what) {
     throwError(ErrorCode::CudaError, what, cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)), __FILE__, __LINE__);
 }
 
-// Blocks that are resident at once (2 per SM at the publish kernel's register use): the grid-stride loops then
-// run without waves.
+// Blocks resident at once (4 per SM for the specialised publish kernels): the grid-stride loops run without waves.
 int maxBlocks() {
   static thread_local int cached = 0;
   if (cached == 0) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cached = (sms > 0 ? sms : 132) * 2;
+    cached = (sms > 0 ? sms : 132) * 4;
   }
   return cached;
 }
@@ -121,46 +120,68 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
   }
 }
 
-template <int VEC>
-__device__ __forceinline__ void copyTensorAnyIndex(const PublishLaunch& p, const PublishTensorDesc& t, int tensor) {
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t vec = VEC;
-  const int64_t items =
-      static_cast<int64_t>(p.numSources) * p.numTokens * static_cast<int64_t>((t.rowBytes + vec - 1) / vec);
-  if (items + threads * kUnroll < (int64_t(1) << 31))
-    copyTensor<VEC, int32_t>(p, t, tensor, static_cast<int32_t>(tid), static_cast<int32_t>(threads));
-  else
-    copyTensor<VEC, int64_t>(p, t, tensor, tid, threads);
-}
-
-template <bool Fused>
-__global__ void __launch_bounds__(kThreads, 2)
+// One kernel per vector width: when every tensor of a call shares it (the common case) the kernel holds a single
+// copy loop, uses fewer registers and runs more blocks per SM; mixed widths take the generic kernel (VEC = 0).
+template <bool Fused, int VEC, typename Index>
+__global__ void __launch_bounds__(kThreads, VEC == 0 ? 2 : (sizeof(Index) == 8 ? 3 : 4))
     publishKernel(const __grid_constant__ PublishLaunch p, const __grid_constant__ BarrierDeviceHandle b,
                   int barrierLane) {
   const uint64_t epoch = Fused ? barrierNextEpoch(b, barrierLane) : 0;
+  const Index tid = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Index threads = static_cast<Index>(gridDim.x) * blockDim.x;
 #pragma unroll
   for (int k = 0; k < kMaxPublishTensors; ++k) {  // static indices keep the descriptors in parameter space
     if (k >= p.numTensors) break;
-    switch (p.t[k].vec) {
-      case 16:
-        copyTensorAnyIndex<16>(p, p.t[k], k);
-        break;
-      case 8:
-        copyTensorAnyIndex<8>(p, p.t[k], k);
-        break;
-      case 4:
-        copyTensorAnyIndex<4>(p, p.t[k], k);
-        break;
-      case 2:
-        copyTensorAnyIndex<2>(p, p.t[k], k);
-        break;
-      default:
-        copyTensorAnyIndex<1>(p, p.t[k], k);
-        break;
+    if constexpr (VEC != 0) {
+      copyTensor<VEC, Index>(p, p.t[k], k, tid, threads);
+    } else {
+      switch (p.t[k].vec) {
+        case 16:
+          copyTensor<16, Index>(p, p.t[k], k, tid, threads);
+          break;
+        case 8:
+          copyTensor<8, Index>(p, p.t[k], k, tid, threads);
+          break;
+        case 4:
+          copyTensor<4, Index>(p, p.t[k], k, tid, threads);
+          break;
+        case 2:
+          copyTensor<2, Index>(p, p.t[k], k, tid, threads);
+          break;
+        default:
+          copyTensor<1, Index>(p, p.t[k], k, tid, threads);
+          break;
+      }
     }
   }
   if (Fused) barrierAfterGrid(b, barrierLane, epoch);
+}
+
+template <bool Fused, typename Index>
+void launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const BarrierDeviceHandle& b, int lane) {
+  int vec = p.t[0].vec;
+  for (int k = 1; k < p.numTensors; ++k)
+    if (p.t[k].vec != vec) vec = 0;
+  switch (vec) {
+    case 16:
+      publishKernel<Fused, 16, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+    case 8:
+      publishKernel<Fused, 8, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+    case 4:
+      publishKernel<Fused, 4, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+    case 2:
+      publishKernel<Fused, 2, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+    case 1:
+      publishKernel<Fused, 1, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+    default:
+      publishKernel<Fused, 0, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      break;
+  }
 }
 
 __global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) {
@@ -200,10 +221,14 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
   int64_t want = (items + kThreads * kUnroll - 1) / (kThreads * kUnroll);
   int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, maxBlocks())));
   auto s = static_cast<cudaStream_t>(stream);
+  // 32-bit work indices (cheaper division) whenever the largest tensor's item count allows it.
+  bool narrow = items + static_cast<int64_t>(blocks) * kThreads * kUnroll < (int64_t(1) << 31);
+  BarrierDeviceHandle none{};
+  const BarrierDeviceHandle& b = fusedBarrier ? *fusedBarrier : none;
   if (fusedBarrier) {
-    publishKernel<true><<<blocks, kThreads, 0, s>>>(p, *fusedBarrier, lane);
+    narrow ? launchWith<true, int32_t>(p, blocks, s, b, lane) : launchWith<true, int64_t>(p, blocks, s, b, lane);
   } else {
-    publishKernel<false><<<blocks, kThreads, 0, s>>>(p, BarrierDeviceHandle{}, 0);
+    narrow ? launchWith<false, int32_t>(p, blocks, s, b, lane) : launchWith<false, int64_t>(p, blocks, s, b, lane);
   }
   checkLaunch("publish kernel launch");
 }
