@@ -1,8 +1,10 @@
-// kvcomm: everything an engine includes.
+// kvcomm: everything an engine includes (host API; kernels include kvcomm/device/*.hpp).
 #pragma once
 
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/ops.hpp"
+#include "kvcomm/symm.hpp"
 #include "kvcomm/version.hpp"

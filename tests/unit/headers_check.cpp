@@ -1,0 +1,20 @@
+// Compile check: every public header, as C++17 (this file) and under nvcc (headers_check.cu includes this file).
+#include "kvcomm/bootstrap.hpp"
+#include "kvcomm/capabilities.hpp"
+#include "kvcomm/comm.hpp"
+#include "kvcomm/device/barrier.hpp"
+#include "kvcomm/device/error_record.hpp"
+#include "kvcomm/device/macros.hpp"
+#include "kvcomm/device/publish.hpp"
+#include "kvcomm/device/symm_device.hpp"
+#include "kvcomm/error.hpp"
+#include "kvcomm/kvcomm.hpp"
+#include "kvcomm/ops.hpp"
+#include "kvcomm/symm.hpp"
+#include "kvcomm/version.hpp"
+
+#if __cplusplus < 201703L
+#error "public headers must compile as C++17"
+#endif
+
+static_assert(sizeof(kvcomm::SymmDeviceHandle) > 0 && sizeof(kvcomm::BarrierDeviceHandle) > 0, "device view");
