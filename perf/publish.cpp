@@ -295,8 +295,7 @@ int main(int argc, char** argv) {
   kvbench::Args args(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  int device = kvcomm::useLocalDevice(lr ? std::atoi(lr) : rank);
+  int device = kvbench::bindLocalDevice();
   std::string kind = args.get("kind", device >= 0 ? "cuda" : "host");
   std::string json = args.get("json", "");
   int rc = 0;

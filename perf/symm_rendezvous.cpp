@@ -43,8 +43,7 @@ int main(int argc, char** argv) {
   kvbench::Args args(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  int device = kvcomm::useLocalDevice(lr ? std::atoi(lr) : rank);
+  int device = kvbench::bindLocalDevice();
   std::string kindName = args.get("kind", device >= 0 ? "cuda" : "host");
   kvcomm::MemoryKind kind = kindName == "cuda" ? kvcomm::MemoryKind::Cuda : kvcomm::MemoryKind::Host;
   auto sizes = args.getList("sizes-gib", {1, 16, 64});

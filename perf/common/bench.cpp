@@ -1,5 +1,9 @@
 #include "common/bench.hpp"
 
+#include <mpi.h>
+
+#include "kvcomm/capabilities.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +96,13 @@ void Report::print(const std::string& jsonPath) const {
     }
     f << "}\n";
   }
+}
+
+int bindLocalDevice() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return kvcomm::useLocalDevice(local ? std::atoi(local) : rank);
 }
 
 }  // namespace kvbench

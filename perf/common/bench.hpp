@@ -38,4 +38,7 @@ class Report {
 
 std::string fmt(double v, int precision = 2);
 
+/// Under mpirun: binds this rank to GPU (local rank % GPUs) where there is one; returns the device or -1.
+int bindLocalDevice();
+
 }  // namespace kvbench

@@ -36,29 +36,6 @@ __device__ __forceinline__ int64_t loadSlot(const PublishLaunch& p, int source, 
   return p.slot64 ? reinterpret_cast<const int64_t*>(base)[i] : reinterpret_cast<const int32_t*>(base)[i];
 }
 
-template <int VEC>
-struct Vec;
-template <>
-struct Vec<16> {
-  using T = uint4;
-};
-template <>
-struct Vec<8> {
-  using T = uint2;
-};
-template <>
-struct Vec<4> {
-  using T = uint32_t;
-};
-template <>
-struct Vec<2> {
-  using T = uint16_t;
-};
-template <>
-struct Vec<1> {
-  using T = uint8_t;
-};
-
 constexpr int kUnroll = 4;  // vectors in flight per thread
 
 // Every (row, column) of VEC bytes is one work item, spread over all threads of the grid: full lanes whatever the
@@ -69,7 +46,7 @@ constexpr int kUnroll = 4;  // vectors in flight per thread
 template <int VEC, typename Index>
 __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const PublishTensorDesc& t, int tensor, Index tid,
                                            Index threads) {
-  using V = typename Vec<VEC>::T;
+  using V = typename kvcomm::detail::VecType<VEC>::type;  // the device API's vector types
   const Index fullCols = static_cast<Index>(t.rowBytes / VEC);
   const Index cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
   const Index tokens = static_cast<Index>(p.numTokens);
