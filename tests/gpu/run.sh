@@ -37,8 +37,8 @@ if [ "$what" != perf ]; then
 
   for bin in kvcomm_mpi_tests kvcomm_gpu_tests; do
     step "$bin (mpirun -np $np, CUDA backend where a GPU is present)"
-    timeout 500 "${mpi[@]}" "$build/tests/mpi/$bin" --gtest_brief=1 2>&1 | tee "$OUT/$bin.txt" | \
-      grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error|rank [0-9]" | head -60
+    timeout 500 "${mpi[@]}" "$build/tests/mpi/$bin" --gtest_color=no 2>&1 | tee "$OUT/$bin.txt" | \
+      grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -80
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
   step "example: fused cache-store kernel (device API), and the demo"
@@ -48,9 +48,9 @@ if [ "$what" != perf ]; then
   # The 4-rank tests (TP2/PCP2 layouts): two ranks per GPU.
   step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 tests)"
   mpi4=("${mpi[@]}"); mpi4[6]=4
-  timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_brief=1 \
+  timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_color=no \
     --gtest_filter='*Pcp*:*Tp*:Layout*:Split*' 2>&1 | tee "$OUT/mpi4.txt" | \
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error" | head -30
+    grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
@@ -67,4 +67,6 @@ if [ "$what" != tests ]; then
   done
 fi
 echo; echo "=== status $status"
+# What comes back from the machine is limited in file count: one archive of the logs, plus the JSON.
+(cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log 2>/dev/null)
 exit $status
