@@ -273,6 +273,30 @@ TEST_P(Symm, PeerStillReadsAClosedRanksLastBytes) {
   EXPECT_THROW(buf.grow(2 * bytes), kvcomm::InvalidArgumentError);
 }
 
+TEST_P(Symm, LegacyCudaIpcFallback) {
+  if (kind_ != MemoryKind::Cuda) GTEST_SKIP() << "legacy CUDA IPC is a CUDA handle type";
+  auto world = kvtest::tcpWorld();
+  setenv("KVCOMM_HANDLE_TYPE", "ipc", 1);
+  auto buf = SymmetricBuffer::create(world, 8u << 20, 4u << 20, kind_);
+  EXPECT_EQ(buf.handleType(), "cuda_ipc");
+  put(buf.local(), kvtest::pattern(seed_, 300 + world.rank(), 4u << 20));
+  world.barrier();
+  for (int r = 0; r < world.size(); ++r)
+    EXPECT_EQ(get(buf.peer(r), 4u << 20), kvtest::pattern(seed_, 300 + r, 4u << 20)) << "rank " << r;
+  buf.grow(8u << 20);  // the whole capacity was allocated up front
+  EXPECT_EQ(buf.mappedBytes(), 8u << 20);
+  EXPECT_THROW(buf.grow(16u << 20), kvcomm::InvalidArgumentError);
+  kvtest::EngineCache cache(kind_, 8u << 20);
+  try {
+    auto adopted = SymmetricBuffer::adopt(world, cache.base(), 8u << 20, kind_);
+    ADD_FAILURE() << "legacy IPC adopted VMM memory";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("POSIX_FILE_DESCRIPTOR"), std::string::npos) << e.what();
+  }
+  unsetenv("KVCOMM_HANDLE_TYPE");
+  world.barrier();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Symm, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kindName);
 
 // One-use tokens, with the real fd server of another process.
