@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(dKeys, keys.data(), keys.size() * sizeof(int16_t), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dSlots, slots.data(), slots.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
     CHECK(cudaMemset(cache.local(), 0, cache.mappedBytes()));
+    CHECK(cudaDeviceSynchronize());  // zeroed before any peer can store into it
     world.barrier();
 
     cacheStoreAndPublish<<<32, kWarps * 32>>>(dKeys, dSlots, tokens, cache.deviceHandle(), pub.barrierHandle(),

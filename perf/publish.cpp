@@ -5,7 +5,7 @@
 // engine's graph pays); medians after warm-up. Also: the barrier alone, an empty kernel (the launch floor), and
 // copy-engine writes into the peer's memory (cudaMemcpy over the same mapping, what cudaMemcpyPeer does).
 // Host: wall-clock medians of direct publish+barrier against gather+insert over kvcomm's bootstrap and over MPI.
-//   mpirun -np 2 perf_publish [--tokens 1,16,256,4096,65536] [--row-bytes 656] [--reps 300] [--json out.jsonl]
+//   mpirun -np 2 perf_publish [--tokens 1,16,256,4096,65536] [--row-bytes 656] [--reps 200] [--json out.jsonl]
 #include <mpi.h>
 
 #include <chrono>
@@ -162,11 +162,13 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
                 1,
                 rowBytes,
                 rowBytes,
-                buf.mappedBytes(),
                 kvcomm::commonAlignment(reinterpret_cast<uintptr_t>(recv + slotPart), record, rowBytes),
                 0};
     ins.replicas = buf.deviceHandle();
     ins.replicas.mappedMask = 1ull << me;
+    ins.backed = buf.backedBitmap();
+    ins.capacity = buf.capacity();
+    ins.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
     ins.slots = recv;
     ins.sourceStride = record;
     ins.numTokens = static_cast<int64_t>(T);

@@ -75,8 +75,10 @@ struct DeviceError {
 /// Direct where every member is on this host with P2P access, 1 demands it, 0 forces the fallback). Then per step,
 /// on every member: publish() (or publishAndBarrier()) for each layer, barrier() before anyone reads peers' rows.
 /// Both are capture-safe (CUDA graphs) and do no host synchronisation. After the stream finished, checkErrors()
-/// reports slots found out of range on the device and barrier timeouts. The buffer must outlive the publisher; after
-/// a barrier timeout the publisher's epochs are out of step: create a new one.
+/// reports slots found out of range on the device and barrier timeouts. The publisher holds its own handle on the
+/// buffer. Rows are checked on the device against the buffer's backed-granule bitmap, so a publish captured in a
+/// CUDA graph follows later growth and refuses (reports) rows in released ranges. After a barrier timeout the
+/// publisher's epochs are out of step: create a new one.
 class Publisher {
  public:
   /// Collective over the buffer's group.

@@ -36,8 +36,9 @@ struct Range {
 ///   1. create(comm, capacity, initialBytes) — or adopt(comm, base, reservedBytes) over an engine's reservation;
 ///   2. grow(newBytes) (created buffers) / commit(ranges), release(ranges) (adopted buffers), as often as needed;
 ///      local(), peer(r), deviceHandle() and peerTable() never change;
-///   3. close() (local: never waits on peers) or destruction. Peer windows are unmapped before this rank's own
-///      memory is released; a peer that still maps this rank's memory keeps it alive until that peer closes.
+///   3. close() (local: never waits on peers) or destruction of the last handle (a Publisher holds one). Peer windows
+///      are unmapped before this rank's own memory is released; a peer that still maps this rank's memory keeps it
+///      alive until that peer closes.
 ///
 /// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false); remote fetch reaches them.
 class SymmetricBuffer {
@@ -107,12 +108,18 @@ class SymmetricBuffer {
   /// uint64[size()] of member base addresses (0 = not mapped) at an address that never changes for the buffer's
   /// life: device memory for CUDA buffers, host memory for host buffers. Engine kernels take this plus offsets.
   const uint64_t* peerTable() const;
+  /// Bit g of the word array (bit g % 64 of word g / 64) says whether granule g ([g, g + 1) * granularity()) is
+  /// backed on every member; same memory kind and stability as peerTable(), updated by every grow/commit/release.
+  /// Kernels captured before a change check rows against it, so they follow growth and never touch released pages.
+  const uint64_t* backedBitmap() const;
 
   struct Impl;
 
  private:
-  explicit SymmetricBuffer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend class Publisher;  // keeps its own handle on the buffer
+  explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
+  SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace kvcomm

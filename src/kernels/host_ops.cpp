@@ -26,11 +26,11 @@ int64_t slotAt(const PublishLaunch& p, int source, int64_t i) {
   return s;
 }
 
-bool destination(const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
+bool destination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
   uint64_t block = static_cast<uint64_t>(slot) / t.blockSize;
-  if (block > t.limit / (t.blockStride ? t.blockStride : 1)) return false;
+  if (block > p.capacity / (t.blockStride ? t.blockStride : 1)) return false;
   *dst = slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride);
-  return *dst + t.rowBytes <= t.limit;
+  return rowBacked(p, *dst, t.rowBytes);
 }
 
 }  // namespace
@@ -43,10 +43,9 @@ void hostPublish(const PublishLaunch& p) {
       if (slot < 0) continue;
       for (int k = 0; k < p.numTensors; ++k) {
         uint64_t dst;
-        if (!destination(p.t[k], slot, &dst))
+        if (!destination(p, p.t[k], slot, &dst))
           KVCOMM_THROW(InvalidArgument, "publish", "token ", static_cast<int64_t>(s) * p.numTokens + i, ": slot ", slot,
-                       " of tensor ", k, " lands beyond the backed part of the buffer (ends at byte ", p.t[k].limit,
-                       "); nothing was written");
+                       " of tensor ", k, " lands outside the backed part of the buffer; nothing was written");
       }
     }
   for (int s = 0; s < p.numSources; ++s)
@@ -56,7 +55,7 @@ void hostPublish(const PublishLaunch& p) {
       for (int k = 0; k < p.numTensors; ++k) {
         const PublishTensorDesc& t = p.t[k];
         uint64_t dst = 0;
-        destination(t, slot, &dst);
+        destination(p, t, slot, &dst);
         const char* src = t.src + static_cast<uint64_t>(s) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
         for (int r = 0; r < p.replicas.size; ++r)
           if (p.replicas.isMapped(r)) std::memcpy(p.replicas.peer(r) + dst, src, t.rowBytes);

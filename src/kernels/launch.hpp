@@ -21,14 +21,14 @@ struct PublishTensorDesc {
   uint64_t blockSize;
   uint64_t blockStride;
   uint64_t rowStride;
-  uint64_t limit;  // a row must end at or before this offset (end of the backed range holding `offset`)
-  int32_t vec;     // vector width every row start is aligned to
+  int32_t vec;  // vector width every row start is aligned to
   int32_t reserved;
 };
 
 /// Rows of `numSources` x `numTokens` tokens for each tensor, stored at their slots in every replica of `replicas`
 /// (publish) or only in this rank's (insert: replicas.mappedMask = this rank's bit). Slots: int64 or int32; a slot
-/// below zero is padding; a row beyond `limit` is not written and recorded in `error`.
+/// below zero is padding; a row that is not wholly inside backed granules (read from the buffer's bitmap when the
+/// kernel runs, so captured launches follow growth and release) is not written and is recorded in `error`.
 struct PublishLaunch {
   PublishTensorDesc t[kMaxPublishTensors];
   SymmDeviceHandle replicas;
@@ -38,9 +38,19 @@ struct PublishLaunch {
   int32_t numSources;
   int32_t slot64;  // 1: int64 slots, 0: int32
   int32_t numTensors;
-  int32_t reserved;
+  int32_t granShift;       // log2 of the buffer's granularity
+  const uint64_t* backed;  // the buffer's backed-granule bitmap (SymmetricBuffer::backedBitmap())
+  uint64_t capacity;       // bytes of the buffer
   DeviceErrorRecord* error;
 };
+
+/// Whether [dst, dst + bytes) lies wholly in backed granules (host and device).
+KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, uint64_t bytes) {
+  if (bytes == 0 || dst > p.capacity || bytes > p.capacity - dst) return false;
+  for (uint64_t g = dst >> p.granShift, last = (dst + bytes - 1) >> p.granShift; g <= last; ++g)
+    if (!((p.backed[g >> 6] >> (g & 63)) & 1u)) return false;
+  return true;
+}
 
 /// Packs rows and slots into one contiguous per-rank record for the fallback's allgather:
 /// [int64 slots x numTokens][tensor 0 rows x numTokens][tensor 1 rows]... (each part 16-byte aligned).

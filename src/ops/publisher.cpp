@@ -35,7 +35,7 @@ size_t align16(size_t x) {
 }  // namespace
 
 struct Publisher::Impl {
-  SymmetricBuffer* buf = nullptr;
+  SymmetricBuffer buf;  // the publisher's own handle: the buffer lives as long as either holds it
   SymmetricBuffer signals;
   MemoryKind kind = MemoryKind::Host;
   PublishMode mode = PublishMode::Fallback;
@@ -49,17 +49,17 @@ struct Publisher::Impl {
   uint64_t backedGeneration = ~0ull;
   std::vector<Range> backed;
 
-  int rank() const { return buf->rank(); }
+  int rank() const { return buf.rank(); }
 
-  // End of the backed range holding [offset, offset + bytes), or 0 when there is none.
-  uint64_t backedLimit(size_t offset, size_t bytes) {
-    if (backedGeneration != buf->generation()) {
-      backed = buf->backedRanges();
-      backedGeneration = buf->generation();
+  // Whether [offset, offset + bytes) is backed now (the host-side check; kernels re-check each row on the device).
+  bool backedNow(size_t offset, size_t bytes) {
+    if (backedGeneration != buf.generation()) {
+      backed = buf.backedRanges();
+      backedGeneration = buf.generation();
     }
     for (const Range& r : backed)
-      if (offset >= r.offset && offset + bytes <= r.offset + r.bytes) return r.offset + r.bytes;
-    return 0;
+      if (offset >= r.offset && offset + bytes <= r.offset + r.bytes) return true;
+    return false;
   }
 
   // Checks one tensor and fills its descriptor (source fields are set by the caller).
@@ -79,9 +79,8 @@ struct Publisher::Impl {
     KVCOMM_CHECK_ARG((c.blockSize - 1) * t.rowStride + c.rowBytes <= t.blockStride, call, "tensor ", k,
                      ": rows of a block (", c.blockSize, " x stride ", t.rowStride, ", ", c.rowBytes,
                      " bytes each) overflow the block stride ", t.blockStride);
-    t.limit = backedLimit(c.offset, c.rowBytes);
-    KVCOMM_CHECK_ARG(t.limit != 0, call, "tensor ", k, ": offset ", c.offset, " (+", c.rowBytes,
-                     " bytes) is not inside the backed part of the buffer (", buf->mappedBytes(), " bytes backed)");
+    KVCOMM_CHECK_ARG(backedNow(c.offset, c.rowBytes), call, "tensor ", k, ": offset ", c.offset, " (+", c.rowBytes,
+                     " bytes) is not inside the backed part of the buffer (", buf.mappedBytes(), " bytes backed)");
     t.vec = commonAlignment(reinterpret_cast<uintptr_t>(t.src), t.srcStride, t.offset, t.blockStride,
                             c.blockSize > 1 ? t.rowStride : 0);
     return t;
@@ -101,6 +100,9 @@ struct Publisher::Impl {
     p.numTokens = static_cast<int64_t>(numTokens);
     p.numSources = 1;
     p.error = error;
+    p.backed = buf.backedBitmap();
+    p.capacity = buf.capacity();
+    p.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
     return p;
   }
 
@@ -140,7 +142,7 @@ struct Publisher::Impl {
     ins.replicas = localOnly;
     ins.slots = all;
     ins.slot64 = 1;
-    ins.numSources = buf->size();
+    ins.numSources = buf.size();
     ins.sourceStride = record;
     for (int k = 0; k < p.numTensors; ++k) {
       ins.t[k].src = all + pack.partOffset[k];
@@ -167,8 +169,10 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   detail::RankScope scope(comm.rank());
   KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, "Publisher::create", "lanes ",
                    options.lanes, " outside [1, ", kMaxBarrierLanes, "]");
+  KVCOMM_CHECK_ARG((buffer.granularity() & (buffer.granularity() - 1)) == 0, "Publisher::create", "granularity ",
+                   buffer.granularity(), " is not a power of two");
   auto impl = std::make_unique<Impl>();
-  impl->buf = &buffer;
+  impl->buf = buffer.share();
   impl->kind = buffer.kind();
   impl->lanes = options.lanes;
 
@@ -237,6 +241,7 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   b.arrivals = reinterpret_cast<uint32_t*>(local + kArrivalsAt);
   b.error = reinterpret_cast<DeviceErrorRecord*>(local + kErrorAt);
   int64_t ms = options.barrierTimeoutMs >= 0 ? options.barrierTimeoutMs : env::barrierTimeoutMs();
+  ms = std::max<int64_t>(ms, 1);  // every wait stays bounded, whatever the knob says
   b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
   b.rank = comm.rank();
   b.size = comm.size();

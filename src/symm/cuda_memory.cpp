@@ -22,6 +22,20 @@ void quietly(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) KVCOMM_WARN(what, " failed: ", cuResultText(r));
 }
 
+// Word tables kernels read (peer table, backed bitmap): plain device memory at a stable address.
+uint64_t* cudaAllocTable(size_t entries) {
+  CUdeviceptr p = 0;
+  KVCOMM_CHECK_CU(cudaDriver().cuMemAlloc(&p, entries * sizeof(uint64_t)));
+  return reinterpret_cast<uint64_t*>(p);
+}
+void cudaWriteTable(uint64_t* table, const std::vector<uint64_t>& values) {
+  KVCOMM_CHECK_CU(
+      cudaDriver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(table), values.data(), values.size() * sizeof(uint64_t)));
+}
+void cudaFreeTable(uint64_t* table) noexcept {
+  if (table) quietly(cudaDriver().cuMemFree(reinterpret_cast<CUdeviceptr>(table)), "cuMemFree(table)");
+}
+
 CUmemAllocationHandleType cuHandleType(HandleKind k) {
   return k == HandleKind::CudaFabric ? CU_MEM_HANDLE_TYPE_FABRIC : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
@@ -161,6 +175,21 @@ class CudaBackend : public MemoryBackend {
   // a change of handle marks the next allocation.
   std::vector<Piece> retain(char* va, size_t bytes, size_t bufferOffset) override {
     const CudaDriver& d = cudaDriver();
+    // Peers map every allocation from its offset 0: a range must start and end on allocation boundaries.
+    auto sameAllocation = [&](char* a, char* b) {
+      CUmemGenericAllocationHandle ha, hb;
+      if (d.cuMemRetainAllocationHandle(&ha, a) != CUDA_SUCCESS) return false;
+      bool same = d.cuMemRetainAllocationHandle(&hb, b) == CUDA_SUCCESS &&
+                  (quietly(d.cuMemRelease(hb), "cuMemRelease"), hb == ha);
+      quietly(d.cuMemRelease(ha), "cuMemRelease");
+      return same;
+    };
+    if (bufferOffset > 0 && sameAllocation(va - gran_, va))
+      KVCOMM_THROW(InvalidArgument, "SymmetricBuffer::commit", "the range at offset ", bufferOffset,
+                   " starts inside an allocation; commit whole allocations (peers map them from their start)");
+    if (sameAllocation(va + bytes - gran_, va + bytes))
+      KVCOMM_THROW(InvalidArgument, "SymmetricBuffer::commit", "the range at offset ", bufferOffset, " (", bytes,
+                   " bytes) ends inside an allocation; commit whole allocations");
     std::vector<Piece> out;
     size_t at = 0;
     while (at < bytes) {
@@ -191,18 +220,9 @@ class CudaBackend : public MemoryBackend {
     return out;
   }
 
-  uint64_t* allocTable(size_t entries) override {
-    CUdeviceptr p = 0;
-    KVCOMM_CHECK_CU(cudaDriver().cuMemAlloc(&p, entries * sizeof(uint64_t)));
-    return reinterpret_cast<uint64_t*>(p);
-  }
-  void writeTable(uint64_t* table, const std::vector<uint64_t>& values) override {
-    KVCOMM_CHECK_CU(cudaDriver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(table), values.data(),
-                                              values.size() * sizeof(uint64_t)));
-  }
-  void freeTable(uint64_t* table) noexcept override {
-    quietly(cudaDriver().cuMemFree(reinterpret_cast<CUdeviceptr>(table)), "cuMemFree(peer table)");
-  }
+  uint64_t* allocTable(size_t entries) override { return cudaAllocTable(entries); }
+  void writeTable(uint64_t* table, const std::vector<uint64_t>& values) override { cudaWriteTable(table, values); }
+  void freeTable(uint64_t* table) noexcept override { cudaFreeTable(table); }
 
  private:
   CUmemAllocationProp props() const {
@@ -234,7 +254,7 @@ class CudaLegacyIpc : public LegacyIpc {
     const CudaDriver& d = requireCudaDriver(call);
     int ordinal = -1;
     currentDevice(call, &ordinal);
-    gran_ = 2u << 20;
+    gran_ = kGranularity;
     capacity_ = (capacity + gran_ - 1) / gran_ * gran_;
     mappedBytes_ = (initialBytes + gran_ - 1) / gran_ * gran_;
     struct Entry {
@@ -274,7 +294,7 @@ class CudaLegacyIpc : public LegacyIpc {
         if (r == me) {
           mapped_[static_cast<size_t>(r)] = true;
           bases_[static_cast<size_t>(r)] = reinterpret_cast<uint64_t>(local_);
-        } else if (t.sameHost(me, r) && t.canAccessPeer(me, r)) {
+        } else if (t.sameHost(me, r) && t.canAccessPeer(me, r) && t.canAccessPeer(r, me)) {
           CUdeviceptr p = 0;
           KVCOMM_CHECK_CU(
               d.cuIpcOpenMemHandle(&p, all[static_cast<size_t>(r)].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -283,10 +303,8 @@ class CudaLegacyIpc : public LegacyIpc {
           bases_[static_cast<size_t>(r)] = p;
         }
       }
-      CUdeviceptr tp = 0;
-      KVCOMM_CHECK_CU(d.cuMemAlloc(&tp, static_cast<size_t>(n) * sizeof(uint64_t)));
-      table_ = reinterpret_cast<uint64_t*>(tp);
-      KVCOMM_CHECK_CU(d.cuMemcpyHtoD(tp, bases_.data(), bases_.size() * sizeof(uint64_t)));
+      table_ = cudaAllocTable(static_cast<size_t>(n));
+      cudaWriteTable(table_, bases_);
     } catch (const Error& e) {
       err = e.what();
       code = e.code();
@@ -298,7 +316,7 @@ class CudaLegacyIpc : public LegacyIpc {
     const CudaDriver& d = cudaDriver();
     for (CUdeviceptr p : opened_)
       if (p) quietly(d.cuIpcCloseMemHandle(p), "cuIpcCloseMemHandle");
-    if (table_) quietly(d.cuMemFree(reinterpret_cast<CUdeviceptr>(table_)), "cuMemFree(peer table)");
+    cudaFreeTable(table_);
     if (local_) quietly(d.cuMemFree(reinterpret_cast<CUdeviceptr>(local_)), "cuMemFree");
   }
 
@@ -314,6 +332,9 @@ class CudaLegacyIpc : public LegacyIpc {
   std::vector<bool> mappedMembers() const override { return mapped_; }
   std::vector<uint64_t> bases() const override { return bases_; }
   uint64_t* table() const override { return table_; }
+  uint64_t* allocTable(size_t entries) override { return cudaAllocTable(entries); }
+  void writeTable(uint64_t* table, const std::vector<uint64_t>& values) override { cudaWriteTable(table, values); }
+  void freeTable(uint64_t* table) noexcept override { cudaFreeTable(table); }
 
  private:
   char* local_ = nullptr;

@@ -9,14 +9,16 @@
 #include <vector>
 
 #include "kvcomm/comm.hpp"
+#include "symm/memory_backend.hpp"
 
 namespace kvcomm::detail {
 
-class LegacyIpc {
+class LegacyIpc : public TableMemory {
  public:
+  /// Capacity and sizes round up to this.
+  static constexpr size_t kGranularity = 2u << 20;
   /// Collective: allocates `capacity` bytes, exchanges IPC handles, opens every same-host peer's.
   static std::unique_ptr<LegacyIpc> create(Communicator& comm, size_t capacity, size_t initialBytes);
-  virtual ~LegacyIpc() = default;
   virtual char* local() const = 0;
   virtual size_t capacity() const = 0;
   virtual size_t granularity() const = 0;

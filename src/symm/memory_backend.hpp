@@ -68,9 +68,18 @@ struct PieceMeta {
   uint64_t chunkBytes;
 };
 
-class MemoryBackend {
+/// Small word arrays at stable addresses that kernels read (the peer table, the backed-granule bitmap): device
+/// memory for CUDA buffers, host memory for host buffers.
+class TableMemory {
  public:
-  virtual ~MemoryBackend() = default;
+  virtual ~TableMemory() = default;
+  virtual uint64_t* allocTable(size_t entries) = 0;
+  virtual void writeTable(uint64_t* table, const std::vector<uint64_t>& values) = 0;
+  virtual void freeTable(uint64_t* table) noexcept = 0;
+};
+
+class MemoryBackend : public TableMemory {
+ public:
   virtual MemoryKind kind() const = 0;
   virtual HandleKind handleKind() const = 0;
   /// Mapping granularity: sizes and offsets of chunks and mappings are multiples of it.
@@ -87,11 +96,6 @@ class MemoryBackend {
   /// Chunks behind an engine's mappings covering exactly [va, va + bytes) (adopt). Throws InvalidArgumentError
   /// when part of the range is unmapped or not exportable, naming what it needs.
   virtual std::vector<Piece> retain(char* va, size_t bytes, size_t bufferOffset) = 0;
-
-  /// Storage for the peer table at a stable address (device memory for CUDA).
-  virtual uint64_t* allocTable(size_t entries) = 0;
-  virtual void writeTable(uint64_t* table, const std::vector<uint64_t>& values) = 0;
-  virtual void freeTable(uint64_t* table) noexcept = 0;
 };
 
 /// Host backend: memfd chunks, PROT_NONE reservations, MAP_FIXED mappings.

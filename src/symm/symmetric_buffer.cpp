@@ -131,6 +131,8 @@ struct SymmetricBuffer::Impl {
   std::vector<bool> mapped;                         // by rank
   std::vector<uint64_t> bases;                      // by rank
   uint64_t* table = nullptr;
+  uint64_t* backedBits = nullptr;         // granule bitmap kernels check rows against
+  detail::TableMemory* tables = nullptr;  // the backend, or the legacy-IPC state
   IntervalSet backed;
   uint64_t id = 0;
   uint64_t generation = 0;
@@ -146,12 +148,15 @@ struct SymmetricBuffer::Impl {
     closed = true;
     try {
       windows.clear();
+      if (tables && backedBits) tables->freeTable(backedBits);
+      backedBits = nullptr;
+      if (table && backend) backend->freeTable(table);  // the legacy-IPC state frees its own peer table
+      table = nullptr;
       ipc.reset();
+      tables = nullptr;
       localMaps.clear();
       localPieces.clear();
       localVa.reset();
-      if (table && backend) backend->freeTable(table);
-      table = nullptr;
     } catch (const std::exception& e) {
       KVCOMM_WARN("SymmetricBuffer::close: ", e.what());
     }
@@ -229,15 +234,29 @@ struct SymmetricBuffer::Impl {
     }
     table = backend->allocTable(static_cast<size_t>(n));
     backend->writeTable(table, bases);
+    tables = backend.get();
+    writeBacked();
   }
 
+  // Members mapped here: same host and, for GPU memory, P2P access both ways (the exchange is symmetric).
   void computeMapped() {
     const Topology& t = comm.topology();
     int me = comm.rank();
     mapped.assign(static_cast<size_t>(comm.size()), false);
     for (int r = 0; r < comm.size(); ++r)
       mapped[static_cast<size_t>(r)] =
-          r == me || (t.sameHost(me, r) && (kind == MemoryKind::Host || t.canAccessPeer(me, r)));
+          r == me ||
+          (t.sameHost(me, r) && (kind == MemoryKind::Host || (t.canAccessPeer(me, r) && t.canAccessPeer(r, me))));
+  }
+
+  // Rewrites the granule bitmap from `backed` (allocated on first use; its address never changes afterwards).
+  void writeBacked() {
+    size_t granules = (capacity + gran - 1) / gran;
+    std::vector<uint64_t> words((granules + 63) / 64 + 1, 0);
+    for (const Range& r : backed.ranges())
+      for (size_t g = r.offset / gran; g < (r.offset + r.bytes) / gran; ++g) words[g / 64] |= 1ull << (g % 64);
+    if (!backedBits) backedBits = tables->allocTable(words.size());
+    tables->writeTable(backedBits, words);
   }
 };
 
@@ -277,7 +296,7 @@ void makeBackend(SymmetricBuffer::Impl& impl, const char* call) {
 }  // namespace
 
 SymmetricBuffer::SymmetricBuffer() = default;
-SymmetricBuffer::SymmetricBuffer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SymmetricBuffer::SymmetricBuffer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SymmetricBuffer::~SymmetricBuffer() = default;
 SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&&) noexcept = default;
 SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&&) noexcept = default;
@@ -287,14 +306,19 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
   auto impl = begin(comm, kind, "SymmetricBuffer::create");
   impl->id = agreeOnId(impl->comm);
   if (impl->handles == HandleKind::CudaIpc) {
+    // Agree first (sizes and handle type), so that a rank with another KVCOMM_HANDLE_TYPE gets the clear error.
+    impl->gran = detail::LegacyIpc::kGranularity;
+    impl->capacity = roundUp(capacity, impl->gran);
+    detail::agree(impl->comm, impl->request(SymmOp::Create, roundUp(initialBytes, impl->gran), {}));
     impl->ipc = detail::LegacyIpc::create(impl->comm, capacity, initialBytes);
     impl->capacity = impl->ipc->capacity();
-    impl->gran = impl->ipc->granularity();
     impl->base = impl->ipc->local();
     impl->mapped = impl->ipc->mappedMembers();
     impl->bases = impl->ipc->bases();
     impl->table = impl->ipc->table();
+    impl->tables = impl->ipc.get();
     impl->backed.add(0, impl->ipc->mappedBytes());
+    impl->writeBacked();
     return SymmetricBuffer(std::move(impl));
   }
   makeBackend(*impl, "SymmetricBuffer::create");
@@ -324,6 +348,7 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
   impl->exchangeAndMap(reqs, mine, impl->generation + 1);
   for (auto& p : mine) impl->localPieces[p.offset] = p;
   if (init) impl->backed.add(0, init);
+  impl->writeBacked();
   impl->generation++;
   return SymmetricBuffer(std::move(impl));
 }
@@ -338,17 +363,17 @@ SymmetricBuffer SymmetricBuffer::adopt(Communicator comm, void* base, size_t res
   impl->adopted = true;
   makeBackend(*impl, "SymmetricBuffer::adopt");
   impl->capacity = reservedBytes;
-  auto reqs = detail::agree(impl->comm, impl->request(SymmOp::Adopt, reservedBytes, {}));
-  KVCOMM_CHECK_ARG(base != nullptr && reservedBytes > 0 && reservedBytes % impl->gran == 0 &&
-                       reinterpret_cast<uintptr_t>(base) % impl->gran == 0,
-                   "SymmetricBuffer::adopt", "base ", base, " and reservedBytes ", reservedBytes,
-                   " must be non-zero multiples of the ", impl->gran, "-byte granularity");
-  (void)reqs;
+  detail::agree(impl->comm, impl->request(SymmOp::Adopt, reservedBytes, {}));
   impl->base = static_cast<char*>(base);
   impl->computeMapped();
   std::string err;
   ErrorCode code = ErrorCode::RemoteError;
   try {
+    // The base differs per rank: checked inside the vote, so a bad one fails every rank at once.
+    KVCOMM_CHECK_ARG(base != nullptr && reservedBytes > 0 && reservedBytes % impl->gran == 0 &&
+                         reinterpret_cast<uintptr_t>(base) % impl->gran == 0,
+                     "SymmetricBuffer::adopt", "base ", base, " and reservedBytes ", reservedBytes,
+                     " must be non-zero multiples of the ", impl->gran, "-byte granularity");
     impl->reserveWindows(reservedBytes);
   } catch (const Error& e) {
     err = e.what();
@@ -370,6 +395,7 @@ void SymmetricBuffer::grow(size_t newBytes) {
     (void)reqs;
     impl_->ipc->grow(want);
     impl_->backed.add(0, impl_->ipc->mappedBytes());
+    impl_->writeBacked();
     impl_->generation++;
     return;
   }
@@ -395,6 +421,7 @@ void SymmetricBuffer::grow(size_t newBytes) {
   for (auto& m : maps) impl_->localMaps.push_back(std::move(m));
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
   impl_->backed.add(have, want - have);
+  impl_->writeBacked();
   impl_->generation++;
 }
 
@@ -429,6 +456,7 @@ void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
   impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
   for (const Range& r : ranges) impl_->backed.add(r.offset, r.bytes);
+  impl_->writeBacked();
   impl_->generation++;
 }
 
@@ -454,10 +482,11 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
   for (auto& [off, p] : impl_->localPieces)
     if (inside(off, p.bytes) < 0) err = cat("range cuts through the allocation at offset ", off);
   detail::vote(impl_->comm, "SymmetricBuffer::release", err, ErrorCode::InvalidArgument);
+  for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
+  impl_->writeBacked();  // kernels captured earlier now refuse these ranges instead of touching unmapped pages
   for (auto& w : impl_->windows)
     std::erase_if(w.maps, [&](const auto& kv) { return inside(kv.first, kv.second->bytes()) > 0; });
   std::erase_if(impl_->localPieces, [&](const auto& kv) { return inside(kv.first, kv.second.bytes) > 0; });
-  for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
   impl_->generation++;
 }
 
@@ -513,6 +542,9 @@ Communicator& SymmetricBuffer::communicator() const {
 }
 const uint64_t* SymmetricBuffer::peerTable() const {
   return impl_->table;
+}
+const uint64_t* SymmetricBuffer::backedBitmap() const {
+  return impl_->backedBits;
 }
 
 SymmDeviceHandle SymmetricBuffer::deviceHandle() const {

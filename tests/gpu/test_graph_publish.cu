@@ -8,6 +8,7 @@
 
 #include "common/memory.hpp"
 #include "common/publish_oracle.hpp"
+#include "kvcomm/error.hpp"
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
 
@@ -102,6 +103,56 @@ TEST_F(GraphPublish, ThousandReplaysWithNewInputsEveryReplay) {
   }
   pub.checkErrors();
   for (auto e : exec) cudaGraphExecDestroy(e);
+  cudaStreamDestroy(s);
+}
+
+TEST_F(GraphPublish, CapturedPublishFollowsGrowthAndRefusesReleasedRanges) {
+  auto world = kvtest::tcpWorld();
+  auto probe = kvcomm::SymmetricBuffer::create(world, 1, 1, MemoryKind::Cuda);
+  const size_t g = probe.granularity();
+  auto buf = kvcomm::SymmetricBuffer::create(world, 8 * g, g, MemoryKind::Cuda);
+  auto pub = kvcomm::Publisher::create(buf);
+  // Rows land in [g, 3g): not backed when the graph is captured.
+  const size_t tokens = 256, rowBytes = 656;
+  kvtest::Geometry geom;
+  geom.tensors = {kvcomm::CacheTensor{nullptr, 0, rowBytes, 0, 1, rowBytes, rowBytes}};
+  geom.slots = (3 * g) / rowBytes;
+  geom.regionBytes = 3 * g;
+  auto mine = kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, geom);
+  const int64_t first = static_cast<int64_t>(g / rowBytes) + 1;  // the first slot wholly past the first granule
+  for (size_t i = 0; i < tokens; ++i) mine.slots[i] = first + static_cast<int64_t>(world.rank() * tokens + i);
+  Fixed in(geom, mine);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  in.load(mine, s);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  pub.publish(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s);
+  pub.barrier(s, 0);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  // Before growth: every row is refused on the device and reported.
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  EXPECT_THROW(pub.checkErrors(), kvcomm::InvalidArgumentError);
+  // After growth: the same graph stores the rows.
+  buf.grow(4 * g);
+  kvtest::fillMemory(MemoryKind::Cuda, buf.local(), kvtest::kPoison, 4 * g);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  pub.checkErrors();
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<uint8_t> want(4 * g, kvtest::kPoison);
+  for (int r = 0; r < world.size(); ++r) {
+    auto x = kvtest::makeInputs(seed_, r, world.size(), tokens, geom);
+    for (size_t i = 0; i < tokens; ++i) x.slots[i] = first + static_cast<int64_t>(r * tokens + i);
+    kvtest::applyOracle(want, geom, x);
+  }
+  EXPECT_EQ(local(buf, 4 * g), want);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
 }
 

@@ -214,6 +214,15 @@ TEST_P(Symm, AdoptCommitReleaseRecommitKeepsAddresses) {
   // Sleep mode: release segment 1, the engine recommits the same VAs with new physical memory.
   buf.release({{seg, 4 * g}});
   EXPECT_FALSE(buf.isBacked(seg, g));
+  {  // the bitmap kernels read says the same
+    std::vector<uint64_t> bits((4 * seg / g + 63) / 64 + 1);
+    kvtest::fromMemory(kind_, bits.data(), buf.backedBitmap(), bits.size() * sizeof(uint64_t));
+    auto bit = [&](size_t off) { return (bits[off / g / 64] >> (off / g % 64)) & 1u; };
+    EXPECT_EQ(bit(0), 1u);
+    EXPECT_EQ(bit(seg), 0u);
+    EXPECT_EQ(bit(2 * seg + g), 1u);
+    EXPECT_EQ(bit(2 * seg + 2 * g), 0u);
+  }
   cache.release(seg);
   cache.release(seg + g);
   cache.commit(seg, 4 * g);
