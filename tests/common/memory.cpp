@@ -27,6 +27,14 @@ std::string noGpuReason() {
   return c.cudaReason.empty() ? "no CUDA device" : c.cudaReason;
 }
 
+bool distinctGpus(const kvcomm::Communicator& comm) {
+  const auto& t = comm.topology();
+  for (int a = 0; a < t.size(); ++a)
+    for (int b = a + 1; b < t.size(); ++b)
+      if (t.members[a].gpu.uuid == t.members[b].gpu.uuid) return false;
+  return true;
+}
+
 void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {
   if (kind == kvcomm::MemoryKind::Host) {
     std::memcpy(dst, src, n);

@@ -18,6 +18,9 @@ bool haveGpu();
 /// Why there is no GPU ("" when there is).
 std::string noGpuReason();
 
+/// Whether every member of `comm` drives its own GPU (NCCL, hence the CUDA fallback, needs that).
+bool distinctGpus(const kvcomm::Communicator& comm);
+
 void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n);
 void fromMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n);
 void fillMemory(kvcomm::MemoryKind kind, void* dst, uint8_t value, size_t n);

@@ -196,6 +196,7 @@ TEST_F(GraphPublish, TwoLanesOnTwoStreamsInterleaved) {
 
 TEST_F(GraphPublish, FallbackCapturedInAGraph) {
   auto world = kvtest::tcpWorld();
+  if (!kvtest::distinctGpus(world)) GTEST_SKIP() << "ranks share a GPU here; NCCL needs one GPU per rank";
   auto buf = kvcomm::SymmetricBuffer::create(world, 16u << 20, 16u << 20, MemoryKind::Cuda);
   setenv("KVCOMM_DIRECT", "0", 1);
   auto pub = kvcomm::Publisher::create(buf);

@@ -180,6 +180,19 @@ TEST_P(Publish, MatchesOracleOnAdoptedMemory) {
 
 TEST_P(Publish, DirectAndFallbackGiveIdenticalCaches) {
   auto world = kvtest::tcpWorld();
+  if (kind_ == MemoryKind::Cuda && !kvtest::distinctGpus(world)) {
+    // Members share a GPU: the NCCL fallback must refuse with a clear error, then the comparison cannot run.
+    auto b = SymmetricBuffer::create(world, 1u << 21, 1u << 21, kind_);
+    ScopedEnv off("KVCOMM_DIRECT", "0");
+    try {
+      auto p = Publisher::create(b);
+      ADD_FAILURE() << "the NCCL fallback accepted two ranks on one GPU";
+    } catch (const kvcomm::Error& e) {
+      EXPECT_EQ(e.code(), kvcomm::ErrorCode::Unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("one GPU per member"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "ranks share a GPU here; NCCL needs one GPU per rank";
+  }
   auto direct = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
   auto fallback = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
   auto pd = Publisher::create(direct);
