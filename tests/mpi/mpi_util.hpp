@@ -6,10 +6,12 @@
 
 #include <memory>
 #include <random>
+#include <string>
 
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
+#include "kvcomm/symm.hpp"
 
 namespace kvtest {
 
@@ -37,6 +39,11 @@ inline std::shared_ptr<kvcomm::TcpBootstrap> tcpBootstrap(MPI_Comm comm = MPI_CO
 
 inline kvcomm::Communicator tcpWorld() {
   return kvcomm::Communicator::create(tcpBootstrap());
+}
+
+/// Test-name suffix of a backend parameter ("host", "cuda").
+inline std::string kindName(const ::testing::TestParamInfo<kvcomm::MemoryKind>& i) {
+  return kvcomm::memoryKindName(i.param);
 }
 
 /// True on every rank iff `ok` is true on every rank.

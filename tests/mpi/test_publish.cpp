@@ -132,10 +132,6 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
   uint64_t seed_ = 0;
 };
 
-std::string kindName(const ::testing::TestParamInfo<MemoryKind>& i) {
-  return i.param == MemoryKind::Cuda ? "cuda" : "host";
-}
-
 TEST_P(Publish, MatchesGatherInsertOracleAcrossSizesAndLayouts) {
   auto world = kvtest::tcpWorld();
   // Every rank's replica holds every member's rows: host runs (4 ranks on a CI machine) stop at 190 MB of rows per
@@ -375,7 +371,7 @@ TEST_P(Publish, RankThatNeverArrivesTimesOutWithAClearError) {
   world.barrier();  // the others never called barrier()
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Publish, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kindName);
+INSTANTIATE_TEST_SUITE_P(Backends, Publish, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
 
 TEST(PublishMode, ForcingDirectNamesWhatIsMissing) {
   // Every member of an MPI job on one host is mapped, so KVCOMM_DIRECT=1 must succeed here; the refusal across

@@ -37,10 +37,6 @@ class Symm : public ::testing::TestWithParam<MemoryKind> {
   uint64_t seed_ = 0;
 };
 
-std::string kindName(const ::testing::TestParamInfo<MemoryKind>& i) {
-  return i.param == MemoryKind::Cuda ? "cuda" : "host";
-}
-
 TEST_P(Symm, EveryRankReadsEveryMembersPatternThroughPeerPointers) {
   auto world = kvtest::tcpWorld();
   const size_t bytes = 3u << 20;
@@ -306,7 +302,7 @@ TEST_P(Symm, LegacyCudaIpcFallback) {
   world.barrier();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Symm, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kindName);
+INSTANTIATE_TEST_SUITE_P(Backends, Symm, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
 
 // One-use tokens, with the real fd server of another process.
 TEST(FdTokens, ForgedReplayedExpiredAndStolenTokensGetNoFd) {
