@@ -295,8 +295,6 @@ void runHost(kvcomm::Communicator& world, const kvbench::Args& args, const std::
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   kvbench::Args args(argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int device = kvbench::bindLocalDevice();
   std::string kind = args.get("kind", device >= 0 ? "cuda" : "host");
   std::string json = args.get("json", "");

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvcomm/bootstrap.hpp"
@@ -49,6 +50,8 @@ struct Topology {
   bool singleHost() const { return numHosts == 1; }
   /// Every pair of members on one host with GPU P2P access.
   bool allPeerAccess() const;
+  /// The first two members on one host that drive the same GPU, or {-1, -1} (NCCL needs one GPU per rank).
+  std::pair<int, int> sharedGpu() const;
   /// Members on host `hostIndex`, in rank order.
   std::vector<int> hostMembers(int hostIndex) const;
   /// A human-readable table (members, then the P2P matrix when GPUs are present).

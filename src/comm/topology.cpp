@@ -21,6 +21,13 @@ bool Topology::allPeerAccess() const {
   return true;
 }
 
+std::pair<int, int> Topology::sharedGpu() const {
+  for (int a = 0; a < size(); ++a)
+    for (int b = a + 1; b < size(); ++b)
+      if (sameHost(a, b) && !members[a].gpu.uuid.empty() && members[a].gpu.uuid == members[b].gpu.uuid) return {a, b};
+  return {-1, -1};
+}
+
 std::vector<int> Topology::hostMembers(int hostIndex) const {
   std::vector<int> out;
   for (const auto& m : members)

@@ -250,13 +250,11 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   if (impl->mode == PublishMode::Fallback) {
     if (impl->kind == MemoryKind::Cuda) {
       // NCCL refuses two ranks on one GPU; say which members share one instead of passing on "invalid usage".
-      const Topology& t = comm.topology();
-      for (int a = 0; a < t.size(); ++a)
-        for (int b = a + 1; b < t.size(); ++b)
-          if (t.sameHost(a, b) && !t.members[a].gpu.uuid.empty() && t.members[a].gpu.uuid == t.members[b].gpu.uuid)
-            KVCOMM_THROW(Unsupported, "Publisher::create", "the NCCL fallback needs one GPU per member, but members ",
-                         a, " and ", b, " share ", t.members[a].gpu.uuid,
-                         " (direct publication supports that: KVCOMM_DIRECT=auto or 1)");
+      auto [a, b] = comm.topology().sharedGpu();
+      if (a >= 0)
+        KVCOMM_THROW(Unsupported, "Publisher::create", "the NCCL fallback needs one GPU per member, but members ", a,
+                     " and ", b, " share ", comm.topology().members[static_cast<size_t>(a)].gpu.uuid,
+                     " (direct publication supports that: KVCOMM_DIRECT=auto or 1)");
       size_t record = align16(options.stagingTokens * sizeof(int64_t)) +
                       align16(options.stagingTokens * options.stagingBytesPerToken) + 16 * detail::kMaxPublishTensors;
       impl->transport = detail::makeNcclTransport(comm, record);

@@ -28,11 +28,7 @@ std::string noGpuReason() {
 }
 
 bool distinctGpus(const kvcomm::Communicator& comm) {
-  const auto& t = comm.topology();
-  for (int a = 0; a < t.size(); ++a)
-    for (int b = a + 1; b < t.size(); ++b)
-      if (t.members[a].gpu.uuid == t.members[b].gpu.uuid) return false;
-  return true;
+  return comm.topology().sharedGpu().first < 0;
 }
 
 void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kvcomm/comm.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvtest {

@@ -90,3 +90,26 @@ TEST(Layout, RejectsBadSpecs) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Topology, SharedGpuFindsMembersOfOneHostOnOneGpu) {
+  kvcomm::Topology t;
+  auto add = [&](int host, const char* uuid) {
+    kvcomm::MemberInfo m;
+    m.rank = t.size();
+    m.hostIndex = host;
+    m.gpu.uuid = uuid;
+    t.members.push_back(m);
+  };
+  add(0, "GPU-a");
+  add(0, "GPU-b");
+  add(1, "GPU-a");  // another host: the same UUID string is not the same GPU
+  add(1, "");
+  add(1, "");  // no GPU at all is not sharing one
+  EXPECT_EQ(t.sharedGpu(), (std::pair<int, int>{-1, -1}));
+  add(0, "GPU-b");
+  EXPECT_EQ(t.sharedGpu(), (std::pair<int, int>{1, 5}));
+}
+
+}  // namespace
