@@ -7,6 +7,7 @@ set(KVCOMM_SOURCES
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp
+    src/comm/agreement.cpp
     src/comm/tcp_mesh.cpp
     src/comm/tcp_bootstrap.cpp
     src/comm/communicator.cpp

@@ -28,8 +28,11 @@ class RankScope {
 /// "kvcomm [rank R] call: cause (file:line)".
 std::string formatMessage(const std::string& call, const std::string& cause, const char* file, int line);
 
+/// Throws the Error subclass of `code`; `detail` is the CUresult (CudaError) or errno (SystemError) it carries.
 [[noreturn]] void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file,
-                             int line);
+                             int line, int detail = 0);
+/// Throws the Error subclass of `code` with `message` as it is (already formatted).
+[[noreturn]] void throwFormatted(ErrorCode code, const std::string& message, int detail = 0);
 [[noreturn]] void throwSystem(const std::string& call, int err, const char* file, int line);
 
 /// Concatenates anything streamable.

@@ -59,8 +59,7 @@ std::string formatMessage(const std::string& call, const std::string& cause, con
   return cat("kvcomm [rank ", rank, "] ", call, ": ", cause, " (", base ? base + 1 : file, ":", line, ")");
 }
 
-void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file, int line) {
-  std::string msg = formatMessage(call, cause, file, line);
+void throwFormatted(ErrorCode code, const std::string& msg, int detail) {
   switch (code) {
     case ErrorCode::InvalidArgument:
       throw InvalidArgumentError(msg);
@@ -69,12 +68,17 @@ void throwError(ErrorCode code, const std::string& call, const std::string& caus
     case ErrorCode::RemoteError:
       throw NetworkError(msg, code);
     case ErrorCode::SystemError:
-      throw SystemError(msg, 0);
+      throw SystemError(msg, detail);
     case ErrorCode::CudaError:
-      throw CudaError(msg, 0);
+      throw CudaError(msg, detail);
     default:
       throw Error(code, msg);
   }
+}
+
+void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file, int line,
+                int detail) {
+  throwFormatted(code, formatMessage(call, cause, file, line), detail);
 }
 
 void throwSystem(const std::string& call, int err, const char* file, int line) {

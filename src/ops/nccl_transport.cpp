@@ -3,12 +3,12 @@
 
 #include <vector>
 
+#include "comm/agreement.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "ops/fallback_transport.hpp"
 #include "platform/cuda_driver.hpp"
 #include "platform/nccl.hpp"
-#include "symm/rendezvous.hpp"
 
 namespace kvcomm::detail {
 
@@ -46,38 +46,24 @@ class NcclTransport : public FallbackTransport {
  public:
   NcclTransport(Communicator& comm, size_t recordBytes) : size_(comm.size()) {
     const char* call = "Publisher (fallback: NCCL)";
-    std::string err;
-    ErrorCode code = ErrorCode::RemoteError;
     std::vector<ncclUniqueId> ids(static_cast<size_t>(size_));
-    try {
+    allSucceed(comm, call, [&] {
       const NcclLib& n = requireNccl(call);
       if (comm.rank() == 0) KVCOMM_CHECK_NCCL(n.getUniqueId(&ids[0]));
-    } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
-    }
-    vote(comm, call, err, code);
+    });
     comm.allgather(ids.data(), sizeof(ncclUniqueId));
-    try {
-      KVCOMM_CHECK_NCCL(nccl().commInitRank(&comm_, size_, ids[0], comm.rank()));
-      scratch_ = static_cast<char*>(deviceAlloc(8 * static_cast<size_t>(size_ + 1)));
-      reserve(recordBytes);
-    } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
-    }
-    vote(comm, call, err, code);
+    // The destructor does not run when the constructor throws: a failed vote releases what this rank made.
+    allSucceedOrUndo(
+        comm, call,
+        [&] {
+          KVCOMM_CHECK_NCCL(nccl().commInitRank(&comm_, size_, ids[0], comm.rank()));
+          scratch_ = static_cast<char*>(deviceAlloc(8 * static_cast<size_t>(size_ + 1)));
+          reserve(recordBytes);
+        },
+        [&] { release(); });
   }
 
-  ~NcclTransport() override {
-    if (comm_) {
-      ncclResult_t r = nccl().commDestroy(comm_);
-      if (r != ncclSuccess) KVCOMM_WARN("ncclCommDestroy failed: ", nccl().getErrorString(r));
-    }
-    deviceFree(send_);
-    deviceFree(recv_);
-    deviceFree(scratch_);
-  }
+  ~NcclTransport() override { release(); }
 
   char* sendBuffer(size_t recordBytes, Stream stream) override {
     if (recordBytes > capacity_) {
@@ -103,6 +89,18 @@ class NcclTransport : public FallbackTransport {
   }
 
  private:
+  void release() noexcept {
+    if (comm_) {
+      ncclResult_t r = nccl().commDestroy(comm_);
+      if (r != ncclSuccess) KVCOMM_WARN("ncclCommDestroy failed: ", nccl().getErrorString(r));
+      comm_ = nullptr;
+    }
+    deviceFree(send_);
+    deviceFree(recv_);
+    deviceFree(scratch_);
+    send_ = recv_ = scratch_ = nullptr;
+  }
+
   void reserve(size_t recordBytes) {
     deviceFree(send_);
     deviceFree(recv_);

@@ -8,7 +8,6 @@
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/ops.hpp"
 #include "ops/fallback_transport.hpp"
-#include "symm/rendezvous.hpp"
 
 namespace kvcomm {
 

@@ -247,6 +247,21 @@ class CudaBackend : public MemoryBackend {
 
 // ---- legacy CUDA IPC -----------------------------------------------------------------------------------------
 
+// Owners of what legacy IPC allocates and opens, so that a failed vote in the constructor releases them.
+struct CuMemFree {
+  void operator()(char* p) const noexcept {
+    if (p) quietly(cudaDriver().cuMemFree(reinterpret_cast<CUdeviceptr>(p)), "cuMemFree");
+  }
+};
+struct CuIpcClose {
+  void operator()(char* p) const noexcept {
+    if (p) quietly(cudaDriver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(p)), "cuIpcCloseMemHandle");
+  }
+};
+struct CuTableFree {
+  void operator()(uint64_t* p) const noexcept { cudaFreeTable(p); }
+};
+
 class CudaLegacyIpc : public LegacyIpc {
  public:
   CudaLegacyIpc(Communicator& comm, size_t capacity, size_t initialBytes) {
@@ -264,63 +279,50 @@ class CudaLegacyIpc : public LegacyIpc {
     };
     int n = comm.size(), me = comm.rank();
     std::vector<Entry> all(static_cast<size_t>(n));
-    std::string err;
-    ErrorCode code = ErrorCode::RemoteError;
+    Outcome local;
     try {
       KVCOMM_CHECK_ARG(capacity > 0 && mappedBytes_ <= capacity_, call, "initialBytes ", initialBytes,
                        " exceeds capacity ", capacity);
       CUdeviceptr p = 0;
       KVCOMM_CHECK_CU(d.cuMemAlloc(&p, capacity_));
-      local_ = reinterpret_cast<char*>(p);
+      local_.reset(reinterpret_cast<char*>(p));
       KVCOMM_CHECK_CU(d.cuIpcGetMemHandle(&all[static_cast<size_t>(me)].handle, p));
-    } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
+    } catch (...) {
+      local = Outcome::fromCurrentException();
     }
     all[static_cast<size_t>(me)].capacity = capacity_;
     all[static_cast<size_t>(me)].initial = mappedBytes_;
     comm.allgather(all.data(), sizeof(Entry));
-    for (int r = 0; r < n && err.empty(); ++r)
+    for (int r = 0; r < n && local.ok(); ++r)
       if (all[static_cast<size_t>(r)].capacity != capacity_ || all[static_cast<size_t>(r)].initial != mappedBytes_)
-        err = cat("rank ", r, " passed capacity ", all[static_cast<size_t>(r)].capacity, " / initial ",
-                  all[static_cast<size_t>(r)].initial, ", this rank ", capacity_, " / ", mappedBytes_);
-    vote(comm, call, err, code);
+        local =
+            Outcome::failure(cat("rank ", r, " passed capacity ", all[static_cast<size_t>(r)].capacity, " / initial ",
+                                 all[static_cast<size_t>(r)].initial, ", this rank ", capacity_, " / ", mappedBytes_));
+    vote(comm, call, local);
     const Topology& t = comm.topology();
     mapped_.assign(static_cast<size_t>(n), false);
     bases_.assign(static_cast<size_t>(n), 0);
-    opened_.assign(static_cast<size_t>(n), 0);
-    try {
+    opened_.resize(static_cast<size_t>(n));
+    allSucceed(comm, call, [&] {
       for (int r = 0; r < n; ++r) {
         if (r == me) {
           mapped_[static_cast<size_t>(r)] = true;
-          bases_[static_cast<size_t>(r)] = reinterpret_cast<uint64_t>(local_);
+          bases_[static_cast<size_t>(r)] = reinterpret_cast<uint64_t>(local_.get());
         } else if (t.sameHost(me, r) && t.canAccessPeer(me, r) && t.canAccessPeer(r, me)) {
           CUdeviceptr p = 0;
           KVCOMM_CHECK_CU(
               d.cuIpcOpenMemHandle(&p, all[static_cast<size_t>(r)].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
-          opened_[static_cast<size_t>(r)] = p;
+          opened_[static_cast<size_t>(r)].reset(reinterpret_cast<char*>(p));
           mapped_[static_cast<size_t>(r)] = true;
           bases_[static_cast<size_t>(r)] = p;
         }
       }
-      table_ = cudaAllocTable(static_cast<size_t>(n));
-      cudaWriteTable(table_, bases_);
-    } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
-    }
-    vote(comm, call, err, code);
+      table_.reset(cudaAllocTable(static_cast<size_t>(n)));
+      cudaWriteTable(table_.get(), bases_);
+    });
   }
 
-  ~CudaLegacyIpc() override {
-    const CudaDriver& d = cudaDriver();
-    for (CUdeviceptr p : opened_)
-      if (p) quietly(d.cuIpcCloseMemHandle(p), "cuIpcCloseMemHandle");
-    cudaFreeTable(table_);
-    if (local_) quietly(d.cuMemFree(reinterpret_cast<CUdeviceptr>(local_)), "cuMemFree");
-  }
-
-  char* local() const override { return local_; }
+  char* local() const override { return local_.get(); }
   size_t capacity() const override { return capacity_; }
   size_t granularity() const override { return gran_; }
   size_t mappedBytes() const override { return mappedBytes_; }
@@ -331,18 +333,19 @@ class CudaLegacyIpc : public LegacyIpc {
   }
   std::vector<bool> mappedMembers() const override { return mapped_; }
   std::vector<uint64_t> bases() const override { return bases_; }
-  uint64_t* table() const override { return table_; }
+  uint64_t* table() const override { return table_.get(); }
   uint64_t* allocTable(size_t entries) override { return cudaAllocTable(entries); }
   void writeTable(uint64_t* table, const std::vector<uint64_t>& values) override { cudaWriteTable(table, values); }
   void freeTable(uint64_t* table) noexcept override { cudaFreeTable(table); }
 
  private:
-  char* local_ = nullptr;
-  uint64_t* table_ = nullptr;
+  // Destroyed in reverse order: the table, then peers' memory, then our own.
+  std::unique_ptr<char, CuMemFree> local_;
+  std::vector<std::unique_ptr<char, CuIpcClose>> opened_;
+  std::unique_ptr<uint64_t, CuTableFree> table_;
   size_t gran_ = 0, capacity_ = 0, mappedBytes_ = 0;
   std::vector<bool> mapped_;
   std::vector<uint64_t> bases_;
-  std::vector<CUdeviceptr> opened_;
 };
 
 }  // namespace

@@ -79,39 +79,12 @@ std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine) {
   return all;
 }
 
-void vote(Communicator& comm, const char* step, const std::string& localError, ErrorCode localCode) {
-  struct Ballot {
-    int32_t ok;
-    int32_t code;
-    char message[504];
-  };
-  std::vector<Ballot> all(static_cast<size_t>(comm.size()));
-  Ballot& mine = all[static_cast<size_t>(comm.rank())];
-  mine.ok = localError.empty() ? 1 : 0;
-  mine.code = static_cast<int32_t>(localCode);
-  std::snprintf(mine.message, sizeof(mine.message), "%s", localError.c_str());
-  comm.allgather(all.data(), sizeof(Ballot));
-  std::string reasons;
-  ErrorCode code = ErrorCode::RemoteError;
-  bool failed = false;
-  for (int r = 0; r < comm.size(); ++r) {
-    const Ballot& b = all[static_cast<size_t>(r)];
-    if (b.ok) continue;
-    if (!failed) code = static_cast<ErrorCode>(b.code);
-    failed = true;
-    reasons += cat(reasons.empty() ? "" : "; ", "rank ", r, ": ", std::string(b.message, strnlen(b.message, 504)));
-  }
-  if (!failed) return;
-  throwError(code, step, cat("failed on ", reasons), __FILE__, __LINE__);
-}
-
 std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmRequest>& reqs,
                                 const std::vector<Piece>& mine, const std::vector<bool>& mapped, uint64_t bufferId,
                                 uint64_t generation) {
   int n = comm.size(), me = comm.rank();
   FdServer& server = FdServer::instance();
-  std::string localError;
-  ErrorCode localCode = ErrorCode::RemoteError;
+  Outcome local;
   std::vector<Token> tokens(static_cast<size_t>(n) * static_cast<size_t>(n));
   try {
     auto set = std::make_shared<ExportSet>();
@@ -123,33 +96,27 @@ std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmReques
       if (q != me && mapped[static_cast<size_t>(q)])
         tokens[static_cast<size_t>(me) * n + q] = server.offer(
             bufferId, generation, q, reqs[static_cast<size_t>(q)].pid, reqs[static_cast<size_t>(q)].uid, set);
-  } catch (const Error& e) {
-    localError = e.what();
-    localCode = e.code();
+  } catch (...) {
+    local = Outcome::fromCurrentException();
   }
   // Each rank's row of tokens: row p, column q = the token p issued to q.
   comm.allgather(tokens.data(), sizeof(Token) * static_cast<size_t>(n));
   std::vector<ExportSet> got(static_cast<size_t>(n));
-  if (localError.empty()) {
-    try {
-      for (int p = 0; p < n; ++p) {
-        if (p == me || !mapped[static_cast<size_t>(p)]) continue;
-        got[static_cast<size_t>(p)] =
-            fetchFds(reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId,
-                     generation, me, env::bootstrapTimeoutMs());
-      }
-    } catch (const Error& e) {
-      localError = e.what();
-      localCode = e.code();
-    }
-  }
-  try {
-    vote(comm, "SymmetricBuffer handle exchange", localError, localCode);
-  } catch (...) {
-    server.retire(bufferId, generation);
-    throw;
-  }
-  server.retire(bufferId, generation);
+  // Fetch failures are voted, so all ranks fail together; the exporter keeps its fds until the vote.
+  auto retire = [&] { server.retire(bufferId, generation); };
+  allSucceedOrUndo(
+      comm, "SymmetricBuffer handle exchange",
+      [&] {
+        local.rethrow();
+        for (int p = 0; p < n; ++p) {
+          if (p == me || !mapped[static_cast<size_t>(p)]) continue;
+          got[static_cast<size_t>(p)] =
+              fetchFds(reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId,
+                       generation, me, env::bootstrapTimeoutMs());
+        }
+      },
+      retire);
+  retire();
   return got;
 }
 

@@ -1,7 +1,8 @@
 // The collective steps every symmetric-memory change goes through:
 //   phase 1  agree():       allgather a request (version, sizes, granularity, handle type, pid, host, device) and
 //                           validate it on every rank, so a mismatch is the same clear error everywhere;
-//   phase 2  vote():        after the failure-prone driver calls, allgather a success vote: all go on or all back off;
+//   phase 2  allSucceed():  after the failure-prone driver calls, allgather a success vote: all go on or all back off
+//                           (comm/agreement.hpp);
 //   phase 3  exchange():    serve this rank's new pieces through the fd server under one-use tokens, fetch every
 //                           same-host member's pieces, then vote again before the tokens expire.
 #pragma once
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agreement.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "symm/fd_exchange.hpp"
@@ -44,10 +46,6 @@ struct SymmRequest {
 /// Phase 1 (collective). Returns every member's request; throws InvalidArgumentError naming the first member whose
 /// request differs from rank 0's (the same error on every rank).
 std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine);
-
-/// Phase 2 (collective): `localError` is "" on success. Throws on every rank when any rank failed, naming each
-/// failed rank and its reason; the error's code is the first failed rank's.
-void vote(Communicator& comm, const char* step, const std::string& localError, ErrorCode localCode);
 
 /// Phase 3 (collective): offers `mine` to every member in `fetchFrom` that maps this rank, fetches each member in
 /// `fetchFrom`'s pieces, and returns them (index = rank; empty for others). Tokens are retired before returning,

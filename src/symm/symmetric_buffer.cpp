@@ -188,9 +188,7 @@ struct SymmetricBuffer::Impl {
   void exchangeAndMap(const std::vector<SymmRequest>& reqs, const std::vector<Piece>& mine, uint64_t gen) {
     auto sets = detail::exchange(comm, reqs, mine, mapped, id, gen);
     std::vector<std::pair<int, size_t>> added;
-    std::string err;
-    ErrorCode code = ErrorCode::RemoteError;
-    try {
+    auto importAll = [&] {
       for (int p = 0; p < comm.size(); ++p) {
         auto& set = sets[static_cast<size_t>(p)];
         for (size_t i = 0; i < set.metas.size(); ++i) {
@@ -207,16 +205,10 @@ struct SymmetricBuffer::Impl {
           added.emplace_back(p, m.offset);
         }
       }
-    } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
-    }
-    try {
-      detail::vote(comm, "SymmetricBuffer import", err, code);
-    } catch (...) {
+    };
+    detail::allSucceedOrUndo(comm, "SymmetricBuffer import", importAll, [&] {
       for (auto& [p, off] : added) windows[static_cast<size_t>(p)].maps.erase(off);
-      throw;
-    }
+    });
   }
 
   // Phase 2 for create/adopt: windows for every mapped member, the peer table.
@@ -281,16 +273,10 @@ uint64_t agreeOnId(Communicator& comm) {
 
 // Backend creation can fail on one rank (no CUDA context); make it a collective failure.
 void makeBackend(SymmetricBuffer::Impl& impl, const char* call) {
-  std::string err;
-  ErrorCode code = ErrorCode::RemoteError;
-  try {
+  detail::allSucceed(impl.comm, call, [&] {
     impl.backend = impl.kind == MemoryKind::Cuda ? detail::makeCudaBackend(impl.handles) : detail::makeHostBackend();
     impl.gran = impl.backend->granularity();
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  }
-  detail::vote(impl.comm, call, err, code);
+  });
 }
 
 }  // namespace
@@ -329,9 +315,7 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
                    " exceeds capacity ", capacity, " (or capacity is 0)");
   impl->computeMapped();
   std::vector<Piece> mine;
-  std::string err;
-  ErrorCode code = ErrorCode::RemoteError;
-  try {
+  detail::allSucceed(impl->comm, "SymmetricBuffer::create (allocation)", [&] {
     impl->localVa = impl->backend->reserve(impl->capacity);
     impl->base = impl->localVa->base();
     impl->reserveWindows(impl->capacity);
@@ -340,11 +324,7 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
       impl->localMaps.push_back(impl->backend->map(impl->base, init, p.chunk, 0));
       mine.push_back(p);
     }
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  }
-  detail::vote(impl->comm, "SymmetricBuffer::create (allocation)", err, code);
+  });
   impl->exchangeAndMap(reqs, mine, impl->generation + 1);
   for (auto& p : mine) impl->localPieces[p.offset] = p;
   if (init) impl->backed.add(0, init);
@@ -366,20 +346,14 @@ SymmetricBuffer SymmetricBuffer::adopt(Communicator comm, void* base, size_t res
   detail::agree(impl->comm, impl->request(SymmOp::Adopt, reservedBytes, {}));
   impl->base = static_cast<char*>(base);
   impl->computeMapped();
-  std::string err;
-  ErrorCode code = ErrorCode::RemoteError;
-  try {
+  detail::allSucceed(impl->comm, "SymmetricBuffer::adopt (reservation)", [&] {
     // The base differs per rank: checked inside the vote, so a bad one fails every rank at once.
     KVCOMM_CHECK_ARG(base != nullptr && reservedBytes > 0 && reservedBytes % impl->gran == 0 &&
                          reinterpret_cast<uintptr_t>(base) % impl->gran == 0,
                      "SymmetricBuffer::adopt", "base ", base, " and reservedBytes ", reservedBytes,
                      " must be non-zero multiples of the ", impl->gran, "-byte granularity");
     impl->reserveWindows(reservedBytes);
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  }
-  detail::vote(impl->comm, "SymmetricBuffer::adopt (reservation)", err, code);
+  });
   impl->generation++;
   return SymmetricBuffer(std::move(impl));
 }
@@ -406,17 +380,11 @@ void SymmetricBuffer::grow(size_t newBytes) {
   if (want <= have) return;  // every member agreed on the same no-op
   std::vector<Piece> mine;
   std::vector<std::unique_ptr<Mapping>> maps;
-  std::string err;
-  ErrorCode code = ErrorCode::RemoteError;
-  try {
+  detail::allSucceed(impl_->comm, "SymmetricBuffer::grow (allocation)", [&] {
     Piece p{have, want - have, 0, impl_->backend->allocate(want - have)};
     maps.push_back(impl_->backend->map(impl_->base + have, want - have, p.chunk, 0));
     mine.push_back(p);
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  }
-  detail::vote(impl_->comm, "SymmetricBuffer::grow (allocation)", err, code);
+  });
   impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
   for (auto& m : maps) impl_->localMaps.push_back(std::move(m));
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
@@ -443,16 +411,10 @@ void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
     fresh.add(r.offset, r.bytes);
   }
   std::vector<Piece> mine;
-  std::string err;
-  ErrorCode code = ErrorCode::RemoteError;
-  try {
+  detail::allSucceed(impl_->comm, "SymmetricBuffer::commit (export)", [&] {
     for (const Range& r : ranges)
       for (auto& p : impl_->backend->retain(impl_->base + r.offset, r.bytes, r.offset)) mine.push_back(std::move(p));
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  }
-  detail::vote(impl_->comm, "SymmetricBuffer::commit (export)", err, code);
+  });
   impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
   for (const Range& r : ranges) impl_->backed.add(r.offset, r.bytes);
@@ -478,10 +440,11 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
     }
     return 0;
   };
-  std::string err;
+  detail::Outcome local;
   for (auto& [off, p] : impl_->localPieces)
-    if (inside(off, p.bytes) < 0) err = cat("range cuts through the allocation at offset ", off);
-  detail::vote(impl_->comm, "SymmetricBuffer::release", err, ErrorCode::InvalidArgument);
+    if (inside(off, p.bytes) < 0)
+      local = detail::Outcome::failure(cat("range cuts through the allocation at offset ", off));
+  detail::vote(impl_->comm, "SymmetricBuffer::release", local);
   for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
   impl_->writeBacked();  // kernels captured earlier now refuse these ranges instead of touching unmapped pages
   for (auto& w : impl_->windows)

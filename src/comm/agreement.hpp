@@ -1,0 +1,63 @@
+// Group agreement: the "every member succeeds or every member backs off" step that every collective setup uses.
+// A rank runs its failure-prone local work (driver calls, allocations, imports), then every member allgathers a
+// ballot; when any member failed, every member throws the same error naming each failed rank and its cause, so no
+// rank is left waiting for a peer that has already given up.
+#pragma once
+
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "kvcomm/comm.hpp"
+#include "kvcomm/error.hpp"
+
+namespace kvcomm::detail {
+
+/// What one rank's local part of a collective step ended with.
+struct Outcome {
+  std::string error;                        ///< "" on success, else the message of what failed here
+  ErrorCode code = ErrorCode::RemoteError;  ///< category of the failure
+  int detail = 0;                           ///< CUresult (CudaError) or errno (SystemError) of the failure
+
+  bool ok() const { return error.empty(); }
+  /// Throws the recorded failure again (same code, message and detail); no-op on success.
+  void rethrow() const;
+  /// Records the exception in flight (call inside a catch block); any exception type is accepted.
+  static Outcome fromCurrentException() noexcept;
+  /// A failure found by a check rather than an exception.
+  static Outcome failure(std::string message, ErrorCode code = ErrorCode::InvalidArgument) {
+    return {std::move(message), code, 0};
+  }
+};
+
+/// Collective: allgathers every member's outcome. Returns when every member succeeded; otherwise throws on every
+/// rank an Error whose code (and CUresult/errno) is the first failed rank's and whose message names `step` and each
+/// failed rank with its cause.
+void vote(Communicator& comm, const char* step, const Outcome& local);
+
+/// Runs `work` on this rank and votes on the outcome (collective): returns only when `work` succeeded on every
+/// member. Whatever `work` throws (kvcomm::Error, std::bad_alloc, anything) becomes this rank's failed ballot.
+template <typename Work>
+void allSucceed(Communicator& comm, const char* step, Work&& work) {
+  Outcome local;
+  try {
+    std::forward<Work>(work)();
+  } catch (...) {
+    local = Outcome::fromCurrentException();
+  }
+  vote(comm, step, local);
+}
+
+/// allSucceed() that also undoes this rank's local effects with `undo` when any member failed (also when `work`
+/// succeeded here), before the error propagates.
+template <typename Work, typename Undo>
+void allSucceedOrUndo(Communicator& comm, const char* step, Work&& work, Undo&& undo) {
+  try {
+    allSucceed(comm, step, std::forward<Work>(work));
+  } catch (...) {
+    std::forward<Undo>(undo)();
+    throw;
+  }
+}
+
+}  // namespace kvcomm::detail
