@@ -19,13 +19,16 @@ set(KVCOMM_SOURCES
     src/symm/symmetric_buffer.cpp
     src/kernels/host_ops.cpp
     src/ops/host_transport.cpp
+    src/ops/device_errors.cpp
+    src/ops/barrier.cpp
     src/ops/publisher.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES
     src/platform/cuda_driver.cpp
     src/symm/cuda_memory.cpp
-    src/kernels/publish.cu)
+    src/kernels/publish.cu
+    src/kernels/barrier.cu)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES

@@ -63,11 +63,16 @@ void hostPublish(const PublishLaunch& p) {
     }
 }
 
-void hostBarrier(const BarrierDeviceHandle& b, int lane) {
-  uint64_t epoch = b.epochs[lane] + 1;
-  for (int peer = 0; peer < b.size; ++peer)
-    if (peer != b.rank && b.peerSignals[peer])
-      __atomic_store_n(barrierFlag(b.peerSignals[peer], lane, b.rank), epoch, __ATOMIC_RELEASE);
+void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step) {
+  if (step != BarrierStep::Wait) {
+    uint64_t next = b.epochs[lane] + 1;
+    for (int peer = 0; peer < b.size; ++peer)
+      if (peer != b.rank && b.peerSignals[peer])
+        __atomic_store_n(barrierFlag(b.peerSignals[peer], lane, b.rank), next, __ATOMIC_RELEASE);
+    b.epochs[lane] = next;
+  }
+  if (step == BarrierStep::Signal) return;
+  const uint64_t epoch = b.epochs[lane];
   auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(b.timeoutNs);
   for (int peer = 0; peer < b.size; ++peer) {
     if (peer == b.rank || !b.peerSignals[peer]) continue;
@@ -81,7 +86,6 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane) {
       }
     }
   }
-  b.epochs[lane] = epoch;
 }
 
 void hostPack(const PackLaunch& p) {

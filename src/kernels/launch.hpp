@@ -66,15 +66,18 @@ struct PackLaunch {
   char* out;
 };
 
+/// Which half (or both) of a barrier a launch runs.
+enum class BarrierStep { Signal = 1, Wait = 2, Both = 3 };
+
 // CUDA launches; `stream` is a cudaStream_t. Not compiled without CUDA.
 void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane);
-void launchBarrier(const BarrierDeviceHandle& b, int lane, void* stream);
+void launchBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step, void* stream);
 void launchPack(const PackLaunch& p, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
 // InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane.
 void hostPublish(const PublishLaunch& p);
-void hostBarrier(const BarrierDeviceHandle& b, int lane);
+void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step = BarrierStep::Both);
 void hostPack(const PackLaunch& p);
 
 }  // namespace kvcomm::detail

@@ -7,7 +7,7 @@ namespace kvcomm::detail {
 void launchPublish(const PublishLaunch&, void*, const BarrierDeviceHandle*, int) {
   KVCOMM_THROW(Unsupported, "publish (cuda)", "libkvcomm was built without CUDA");
 }
-void launchBarrier(const BarrierDeviceHandle&, int, void*) {
+void launchBarrier(const BarrierDeviceHandle&, int, BarrierStep, void*) {
   KVCOMM_THROW(Unsupported, "barrier (cuda)", "libkvcomm was built without CUDA");
 }
 void launchPack(const PackLaunch&, void*) {

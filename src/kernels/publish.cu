@@ -161,10 +161,6 @@ void launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const Barrie
   }
 }
 
-__global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) {
-  barrierBlock(b, lane);
-}
-
 __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ PackLaunch p) {
   const int lane = threadIdx.x & 31;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -208,11 +204,6 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
     narrow ? launchWith<false, int32_t>(p, blocks, s, b, lane) : launchWith<false, int64_t>(p, blocks, s, b, lane);
   }
   checkLaunch("publish kernel launch");
-}
-
-void launchBarrier(const BarrierDeviceHandle& b, int lane, void* stream) {
-  barrierKernel<<<1, kMaxHandlePeers, 0, static_cast<cudaStream_t>(stream)>>>(b, lane);
-  checkLaunch("barrier kernel launch");
 }
 
 void launchPack(const PackLaunch& p, void* stream) {

@@ -1,4 +1,5 @@
 // Compile check: every public header, as C++17 (this file) and under nvcc (headers_check.cu includes this file).
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
@@ -7,9 +8,11 @@
 #include "kvcomm/device/macros.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/device/symm_device.hpp"
+#include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/ops.hpp"
+#include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 #include "kvcomm/version.hpp"
 
