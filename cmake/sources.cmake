@@ -1,4 +1,4 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -21,14 +21,20 @@ set(KVCOMM_SOURCES
     src/ops/host_transport.cpp
     src/ops/device_errors.cpp
     src/ops/barrier.cpp
-    src/ops/publisher.cpp)
+    src/ops/publisher.cpp
+    src/fetch/layout_registry.cpp
+    src/fetch/planner.cpp
+    src/fetch/peer_transport.cpp
+    src/fetch/fetcher.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES
     src/platform/cuda_driver.cpp
     src/symm/cuda_memory.cpp
     src/kernels/publish.cu
-    src/kernels/barrier.cu)
+    src/kernels/barrier.cu
+    src/kernels/fetch.cu
+    src/fetch/device_copy.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
@@ -38,4 +44,5 @@ set(KVCOMM_NCCL_SOURCES
 # Stand-ins for the CUDA entry points in a build without CUDA.
 set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
-    src/kernels/no_cuda.cpp)
+    src/kernels/no_cuda.cpp
+    src/fetch/no_cuda.cpp)

@@ -7,6 +7,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"

@@ -117,6 +117,7 @@ class SymmetricBuffer {
 
  private:
   friend class Publisher;  // keeps its own handle on the buffer
+  friend class Fetcher;    // likewise
   explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
   SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
   std::shared_ptr<Impl> impl_;

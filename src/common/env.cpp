@@ -46,6 +46,13 @@ std::string handleType() {
   return getString("KVCOMM_HANDLE_TYPE", "auto");
 }
 
+std::string fetchPath() {
+  return getString("KVCOMM_FETCH_PATH", "auto");
+}
+int64_t fetchCopyEngineMinBytes() {
+  return getInt("KVCOMM_FETCH_CE_MIN_BYTES", 4ll << 20);
+}
+
 bool multicastRequested() {
   return getInt("KVCOMM_MULTICAST", 0) == 1;
 }

@@ -35,6 +35,13 @@ bool multicastRequested();
 /// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or NVSHMEM_DISABLE_NVLS=1 is set.
 std::string multicastRefusal();
 
+/// KVCOMM_FETCH_PATH = auto | kernel | copy | host: the path a fetch with FetchOptions::path Auto demands.
+std::string fetchPath();
+
+/// KVCOMM_FETCH_CE_MIN_BYTES: under the auto path, runs of at least this many bytes go to the copy engines
+/// (default 4 MiB).
+int64_t fetchCopyEngineMinBytes();
+
 /// Reads an integer knob; `fallback` when unset or malformed.
 int64_t getInt(const char* name, int64_t fallback);
 /// Reads a string knob; `fallback` when unset.

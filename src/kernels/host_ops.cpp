@@ -98,4 +98,47 @@ void hostPack(const PackLaunch& p) {
                   p.src[k] + static_cast<uint64_t>(i) * p.srcStride[k], p.rowBytes[k]);
 }
 
+void hostFetch(const FetchLaunch& f) {
+  auto pair = [&](int64_t p, int64_t* s, int64_t* d, int* r) {
+    if (f.inlineCount > 0) {
+      *s = f.inlineSrc[p], *d = f.inlineDst[p], *r = f.inlineRank[p];
+    } else {
+      *s = f.srcBlocks[p], *d = f.dstBlocks[p], *r = f.srcRanks ? f.srcRanks[p] : f.srcRank;
+    }
+  };
+  const int regions = f.h.numRegions;
+  // Validate every pair first: a bad one changes nothing.
+  for (int64_t p = 0; p < f.numPairs; ++p) {
+    int64_t s, d;
+    int r;
+    pair(p, &s, &d, &r);
+    if (s == -1 || d == -1) continue;
+    if (r < 0 || r >= f.h.size || f.h.peers[r] == 0)
+      KVCOMM_THROW(InvalidArgument, "fetch", "pair ", p, ": source rank ", r,
+                   " is not a mapped member; nothing was copied");
+    for (int j = 0; j < regions; ++j) {
+      const FetchRegionView& sr = f.h.srcRegions[r * regions + j];
+      const FetchRegionView& dr = f.h.dstRegions[j];
+      uint64_t so = 0, dO = 0;
+      if (!fetchBlockOffset(sr, s, &so) || !fetchBlockOffset(dr, d, &dO) || !fetchRangeBacked(f.h, so, sr.blockBytes) ||
+          !fetchRangeBacked(f.h, dO, dr.blockBytes))
+        KVCOMM_THROW(InvalidArgument, "fetch", "pair ", p, ": block ", s, " of rank ", r, " -> block ", d,
+                     " is outside region ", j, " (or not backed); nothing was copied");
+    }
+  }
+  for (int64_t p = 0; p < f.numPairs; ++p) {
+    int64_t s, d;
+    int r;
+    pair(p, &s, &d, &r);
+    if (s == -1 || d == -1) continue;
+    const char* src = reinterpret_cast<const char*>(f.h.peers[r]);
+    for (int j = 0; j < regions; ++j) {
+      const FetchRegionView& sr = f.h.srcRegions[r * regions + j];
+      const FetchRegionView& dr = f.h.dstRegions[j];
+      std::memmove(f.h.local + dr.offset + static_cast<uint64_t>(d) * dr.blockStride,
+                   src + sr.offset + static_cast<uint64_t>(s) * sr.blockStride, dr.blockBytes);
+    }
+  }
+}
+
 }  // namespace kvcomm::detail

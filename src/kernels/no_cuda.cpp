@@ -14,4 +14,8 @@ void launchPack(const PackLaunch&, void*) {
   KVCOMM_THROW(Unsupported, "publish (cuda fallback)", "libkvcomm was built without CUDA");
 }
 
+void launchFetch(const FetchLaunch&, void*) {
+  KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
+}
+
 }  // namespace kvcomm::detail

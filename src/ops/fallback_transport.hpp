@@ -31,6 +31,7 @@ void* deviceAlloc(size_t bytes);
 void deviceFree(void* p) noexcept;
 void deviceMemset(void* p, int value, size_t bytes);
 void deviceToHost(void* dst, const void* src, size_t bytes);
+void hostToDevice(void* dst, const void* src, size_t bytes);
 bool streamCapturing(Stream stream);
 
 }  // namespace kvcomm::detail

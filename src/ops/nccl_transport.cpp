@@ -34,6 +34,10 @@ void deviceToHost(void* dst, const void* src, size_t bytes) {
   KVCOMM_CHECK_CU(requireCudaDriver("deviceToHost").cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes));
 }
 
+void hostToDevice(void* dst, const void* src, size_t bytes) {
+  KVCOMM_CHECK_CU(requireCudaDriver("hostToDevice").cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes));
+}
+
 bool streamCapturing(Stream stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status);

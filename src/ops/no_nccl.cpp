@@ -19,6 +19,9 @@ void deviceMemset(void*, int, size_t) {
 void deviceToHost(void*, const void*, size_t) {
   KVCOMM_THROW(Unsupported, "deviceToHost", "libkvcomm was built without CUDA");
 }
+void hostToDevice(void*, const void*, size_t) {
+  KVCOMM_THROW(Unsupported, "hostToDevice", "libkvcomm was built without CUDA");
+}
 bool streamCapturing(Stream) {
   return false;
 }
