@@ -349,26 +349,21 @@ struct FetchOperation::Impl {
   std::shared_ptr<Fetcher::Impl> owner;  // keeps the buffer, tables and copier alive
   std::shared_ptr<const detail::PlanOutput> plan;
   std::unique_ptr<detail::TransportOp> op;
-  std::vector<uint8_t> runDone;
+  std::vector<int64_t> blocksDone;  // by run
   std::mutex mu;
   FetchStatus last;
   bool finished = false;
-
-  // Per run, the bytes it moves (all regions).
-  uint64_t runBytes(const detail::BlockRun& r) const {
-    return static_cast<uint64_t>(r.blocks) * owner->table.blockBytesSum;
-  }
 
   FetchStatus poll() {
     std::lock_guard<std::mutex> lock(mu);
     if (finished) return last;
     bool done = false;
     std::string error;
-    op->poll(runDone, &done, &error);
+    op->poll(blocksDone, &done, &error);
     FetchStatus s;
     s.bytesTotal = plan->info.bytes;
     for (size_t i = 0; i < plan->runs.size(); ++i)
-      if (runDone[i]) s.bytesDone += runBytes(plan->runs[i]);
+      s.bytesDone += static_cast<uint64_t>(blocksDone[i]) * owner->table.blockBytesSum;
     if (!done) {
       s.state = FetchState::InProgress;
       return s;
@@ -379,9 +374,8 @@ struct FetchOperation::Impl {
       s.state = FetchState::Failed;
       s.error = error;
       for (size_t i = 0; i < plan->runs.size(); ++i) {
-        if (runDone[i]) continue;
         const detail::BlockRun& r = plan->runs[i];
-        for (int64_t b = 0; b < r.blocks; ++b) s.failedBlocks.push_back(r.dst + b);
+        for (int64_t b = blocksDone[i]; b < r.blocks; ++b) s.failedBlocks.push_back(r.dst + b);
       }
     }
     finished = true;
@@ -421,7 +415,7 @@ FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const F
   auto op = std::make_shared<FetchOperation::Impl>();
   op->owner = impl_;
   op->plan = plan;
-  op->runDone.assign(plan->runs.size(), 0);
+  op->blocksDone.assign(plan->runs.size(), 0);
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   std::lock_guard<std::mutex> lock(impl_->mu);

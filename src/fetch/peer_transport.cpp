@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -79,7 +80,8 @@ void hostCopy(const CopyDesc& c) {
   for (size_t row = 0; row < c.height; ++row) std::memmove(c.dst + row * c.dpitch, c.src + row * c.spitch, c.width);
 }
 
-// Polled CPU copies on a worker thread, run by run in slices, pacing and watching the sources between slices.
+// Polled CPU copies on a worker thread, run by run in slices of blocks (every region of a slice, then the next),
+// pacing and watching the sources between slices, so progress and failure are known block by block.
 class HostOp : public TransportOp {
  public:
   HostOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
@@ -92,9 +94,9 @@ class HostOp : public TransportOp {
     worker_.join();  // the worker is the only writer: once it returned nothing more lands
   }
 
-  void poll(std::vector<uint8_t>& runDone, bool* finished, std::string* error) override {
+  void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i : doneRuns_) runDone[i] = 1;
+    for (auto& [ri, n] : progress_) blocksDone[ri] = n;
     *finished = finished_;
     *error = error_;
   }
@@ -104,33 +106,34 @@ class HostOp : public TransportOp {
     const auto start = std::chrono::steady_clock::now();
     auto lastCheck = start;
     uint64_t copied = 0;
-    constexpr size_t kSlice = 1u << 20;
+    const LayoutTable& t = *ctx_.table;
+    const int64_t perSlice = std::max<int64_t>(1, static_cast<int64_t>((1u << 20) / t.blockBytesSum));
     std::string failure;
     for (size_t ri : runs_) {
       const BlockRun& run = plan_->runs[ri];
-      for (const CopyDesc& whole : runCopies(ctx_, run)) {
-        for (size_t row = 0; row < whole.height && failure.empty(); ++row) {
-          for (size_t at = 0; at < whole.width && failure.empty(); at += kSlice) {
-            size_t n = std::min(kSlice, whole.width - at);
-            std::memmove(whole.dst + row * whole.dpitch + at, whole.src + row * whole.spitch + at, n);
-            copied += n;
-            if (rate_) {  // pace: never ahead of maxBytesPerSecond
-              auto due = start + std::chrono::duration<double>(static_cast<double>(copied) / rate_);
-              while (!stop_ && std::chrono::steady_clock::now() < due) {
-                checkSource(run.rank, &lastCheck, &failure);
-                if (!failure.empty()) break;
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              }
-            }
+      for (int64_t b0 = 0; b0 < run.blocks && failure.empty(); b0 += perSlice) {
+        BlockRun slice = run;
+        slice.src += b0;
+        slice.dst += b0;
+        slice.blocks = std::min(perSlice, run.blocks - b0);
+        for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
+        copied += static_cast<uint64_t>(slice.blocks) * t.blockBytesSum;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          progress_[ri] = b0 + slice.blocks;
+        }
+        if (rate_) {  // pace: never ahead of maxBytesPerSecond
+          auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(static_cast<double>(copied) / rate_));
+          while (!stop_ && failure.empty() && std::chrono::steady_clock::now() < due) {
             checkSource(run.rank, &lastCheck, &failure);
-            if (stop_ && failure.empty()) failure = "the operation was destroyed before it finished";
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
           }
         }
-        if (!failure.empty()) break;
+        checkSource(run.rank, &lastCheck, &failure);
+        if (stop_ && failure.empty()) failure = "the operation was destroyed before it finished";
       }
-      std::lock_guard<std::mutex> lock(mu_);
       if (!failure.empty()) break;
-      doneRuns_.push_back(ri);
     }
     std::lock_guard<std::mutex> lock(mu_);
     error_ = failure;
@@ -151,7 +154,7 @@ class HostOp : public TransportOp {
   uint64_t rate_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
-  std::vector<size_t> doneRuns_;
+  std::map<size_t, int64_t> progress_;  // run -> blocks landed
   bool finished_ = false;
   std::string error_;
   std::thread worker_;
@@ -161,8 +164,9 @@ class HostOp : public TransportOp {
 // the operation (its bytes are not known to have landed), and destruction waits for the event.
 class DeviceOp : public TransportOp {
  public:
-  DeviceOp(const PeerContext& c, std::vector<size_t> runs, std::unique_ptr<DeviceEvent> event)
-      : ctx_(c), runs_(std::move(runs)), event_(std::move(event)) {}
+  DeviceOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
+           std::unique_ptr<DeviceEvent> event)
+      : ctx_(c), plan_(std::move(plan)), runs_(std::move(runs)), event_(std::move(event)) {}
   ~DeviceOp() override {
     try {
       event_->wait();
@@ -171,35 +175,33 @@ class DeviceOp : public TransportOp {
     }
   }
   void setSources(std::vector<int> ranks) { sources_ = std::move(ranks); }
-  void poll(std::vector<uint8_t>& runDone, bool* finished, std::string* error) override {
-    if (finished_) {
-      *finished = true;
-      *error = error_;
-      if (error_.empty())
-        for (size_t i : runs_) runDone[i] = 1;
-      return;
+  void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
+    if (!finished_) {
+      if (event_->done()) {
+        finished_ = landed_ = true;
+      } else {
+        for (int r : sources_)
+          if (!processAlive(ctx_.pids[static_cast<size_t>(r)])) {
+            finished_ = true;
+            error_ = cat("source rank ", r, " (pid ", ctx_.pids[static_cast<size_t>(r)], ") died during the fetch");
+            break;
+          }
+      }
     }
-    if (event_->done()) {
-      finished_ = true;
-      for (size_t i : runs_) runDone[i] = 1;
-    } else {
-      for (int r : sources_)
-        if (!processAlive(ctx_.pids[static_cast<size_t>(r)])) {
-          finished_ = true;
-          error_ = cat("source rank ", r, " (pid ", ctx_.pids[static_cast<size_t>(r)], ") died during the fetch");
-          break;
-        }
-    }
+    if (landed_)
+      for (size_t i : runs_) blocksDone[i] = plan_->runs[i].blocks;
     *finished = finished_;
     *error = error_;
   }
 
  private:
   PeerContext ctx_;
+  std::shared_ptr<const PlanOutput> plan_;
   std::vector<size_t> runs_;
   std::unique_ptr<DeviceEvent> event_;
   std::vector<int> sources_;
   bool finished_ = false;
+  bool landed_ = false;
   std::string error_;
 };
 
@@ -255,7 +257,7 @@ class PeerTransport : public FetchTransport {
     for (size_t ri : runs) sources.push_back(plan->runs[ri].rank);
     std::sort(sources.begin(), sources.end());
     sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
-    auto op = std::make_unique<DeviceOp>(ctx_, std::move(runs), ctx_.copier->record(s));
+    auto op = std::make_unique<DeviceOp>(ctx_, plan, std::move(runs), ctx_.copier->record(s));
     op->setSources(std::move(sources));
     return op;
   }

@@ -19,9 +19,10 @@ namespace kvcomm::detail {
 class TransportOp {
  public:
   virtual ~TransportOp() = default;
-  /// Marks runDone[i] for every run (index into the plan's runs) whose bytes are visible; sets *finished when the
-  /// operation ended (all done, or failed with *error set: the runs not marked are not known to have landed).
-  virtual void poll(std::vector<uint8_t>& runDone, bool* finished, std::string* error) = 0;
+  /// Sets blocksDone[i], for every run i (index into the plan's runs) it serves, to how many of the run's first
+  /// blocks have landed in every region (visible in this rank's memory); sets *finished when the operation ended
+  /// (everything landed, or it failed with *error set: the blocks not counted are not known to have landed).
+  virtual void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) = 0;
 };
 
 class FetchTransport {
