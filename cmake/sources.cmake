@@ -1,4 +1,4 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> capi).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -18,7 +18,13 @@ set(KVCOMM_SOURCES
     src/symm/symmetric_buffer.cpp
     src/kernels/host_ops.cpp
     src/ops/host_transport.cpp
-    src/ops/publisher.cpp)
+    src/ops/publisher.cpp
+    src/capi/error.cpp
+    src/capi/bootstrap.cpp
+    src/capi/communicator.cpp
+    src/capi/layout.cpp
+    src/capi/buffer.cpp
+    src/capi/publisher.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

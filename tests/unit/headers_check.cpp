@@ -8,6 +8,7 @@
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/device/symm_device.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/kvcomm.h"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
