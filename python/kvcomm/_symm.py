@@ -120,11 +120,13 @@ class SymmetricBuffer:
         return self._view(rank, offset, nbytes, dtype, framework)
 
     def peer_table(self, framework: Optional[str] = None) -> Any:
-        """uint64[size] of member base addresses (0 = not mapped) at a stable address (device memory on CUDA)."""
+        """uint64[size] of member base addresses (0 = not mapped) at a stable address (device memory on CUDA); torch
+        tensors get the same words as int64."""
         return self._native._table_view(False, framework or _default_framework(self.kind == MemoryKind.Cuda))
 
     def backed_bitmap(self, framework: Optional[str] = None) -> Any:
-        """uint64 words; bit g % 64 of word g / 64 says whether granule g is backed on every member."""
+        """uint64 words (int64 for torch); bit g % 64 of word g / 64 says whether granule g is backed on every
+        member."""
         return self._native._table_view(True, framework or _default_framework(self.kind == MemoryKind.Cuda))
 
     # ---- queries ----

@@ -74,8 +74,9 @@ nb::object tableView(nb::handle self, bool bitmap, const std::string& framework)
   size_t words =
       bitmap ? ((b.capacity() + b.granularity() - 1) / b.granularity() + 63) / 64 : static_cast<size_t>(b.size());
   const uint64_t* p = bitmap ? b.backedBitmap() : b.peerTable();
-  return makeView(const_cast<uint64_t*>(p), words, nb::dtype<uint64_t>(), b.kind() == MemoryKind::Cuda, deviceOf(b),
-                  self, framework);
+  // torch's uint64 support is recent and partial: torch gets the same words as int64.
+  nb::dlpack::dtype dt = framework == "torch" ? nb::dtype<int64_t>() : nb::dtype<uint64_t>();
+  return makeView(const_cast<uint64_t*>(p), words, dt, b.kind() == MemoryKind::Cuda, deviceOf(b), self, framework);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$1; shift
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 start=$(date +%s)
 "$venv/bin/python" -m pip install -q "$src" -C cmake.define.KVCOMM_CUDA="${KVCOMM_PYTHON_CUDA:-OFF}" \
   -C build-dir="$venv/build" 2>&1 | tail -20
