@@ -1,4 +1,4 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> capi).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -25,7 +25,13 @@ set(KVCOMM_SOURCES
     src/fetch/layout_registry.cpp
     src/fetch/planner.cpp
     src/fetch/peer_transport.cpp
-    src/fetch/fetcher.cpp)
+    src/fetch/fetcher.cpp
+    src/capi/error.cpp
+    src/capi/bootstrap.cpp
+    src/capi/communicator.cpp
+    src/capi/layout.cpp
+    src/capi/buffer.cpp
+    src/capi/publisher.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

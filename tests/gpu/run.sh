@@ -19,7 +19,9 @@ nvidia-smi topo -m | tee "$OUT/topo.txt"
 
 step "build"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B "$build" "${gen[@]}" -DKVCOMM_CUDA=ON -DKVCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+# The Python package too, from the same project (python3 there has nanobind and torch, no package index).
+py=(); python3 -c "import nanobind" 2>/dev/null && py=(-DKVCOMM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+cmake -S . -B "$build" "${gen[@]}" -DKVCOMM_CUDA=ON -DKVCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=Release "${py[@]}" \
   >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -52,6 +54,27 @@ if [ "$what" != perf ]; then
     --gtest_filter='*Pcp*:*Tp*:Layout*:Split*' 2>&1 | tee "$OUT/mpi4.txt" | \
     grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  step "C ABI test and C example (mpirun -np 4, host memory)"
+  timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_test" 2>&1 | tee "$OUT/capi.txt" | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/examples/example_c_publish" 2>&1 | tee -a "$OUT/capi.txt" || status=1
+
+  if [ ${#py[@]} -gt 0 ]; then
+    export PYTHONPATH="$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}"
+    step "python: host tests (4 spawned ranks) and CUDA tests (torchrun, $np GPUs) from the build tree"
+    timeout 300 python3 -m pytest tests/python/test_host.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_host.txt" | tail -5
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    timeout 400 torchrun --standalone --nproc-per-node "$np" -m pytest tests/python/test_cuda.py -q -rs \
+      -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -12
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    step "example: vLLM-style PCP step (torchrun, $np GPUs): all_gather+index_copy_ vs torch SymmetricMemory vs kvcomm"
+    timeout 500 torchrun --standalone --nproc-per-node "$np" examples/vllm_pcp/vllm_pcp.py \
+      --json "$OUT/vllm_pcp.jsonl" 2>&1 | tee "$OUT/vllm_pcp.txt" | tail -40
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    step "python: skipped (python3 has no nanobind)"
+  fi
 fi
 
 if [ "$what" != tests ]; then

@@ -12,6 +12,7 @@
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/kvcomm.h"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/stream.hpp"
