@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: installs what it needs, builds, then on whatever backend is present (the CUDA backend on GPUs, host
 # memory without), under mpirun: kvcomm-info (communicator, layout, topology, capabilities), kvcomm-demo (one
-# publish + barrier step verified byte for byte) and the publish benchmark against gather+insert.
+# publish + barrier step and one fetch, each verified byte for byte), the publish benchmark against gather+insert
+# and the fetch benchmark against per-block copies, copy-engine batches and MPI / NCCL send/recv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -20,3 +21,6 @@ mpirun "${flags[@]}" -np "$np" "$b/tools/kvcomm-demo"
 echo; echo "== publish benchmark (JSON: $b/perf-publish.jsonl)"
 rm -f "$b/perf-publish.jsonl"
 mpirun "${flags[@]}" -np "$np" "$b/perf/perf_publish" --json "$b/perf-publish.jsonl" "$@"
+echo; echo "== fetch benchmark (JSON: $b/perf-fetch.jsonl)"
+rm -f "$b/perf-fetch.jsonl"
+mpirun "${flags[@]}" -np "$np" "$b/perf/perf_fetch" --json "$b/perf-fetch.jsonl"

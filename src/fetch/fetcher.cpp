@@ -327,6 +327,10 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
                  "the collective form needs every member mapped by every other (one host, P2P "
                  "between the GPUs, at most ",
                  kMaxHandlePeers, " members)");
+  if (impl_->kind == MemoryKind::Cuda)
+    KVCOMM_CHECK_ARG(!impl_->copier->capturing(stream), call,
+                     "a fetch with host-side block ids cannot be captured in a CUDA graph (the ids would be frozen "
+                     "into it); use fetchDevice() with ids in device memory");
   // A bad request on this rank must not leave the others waiting at the barriers: run both, then throw.
   detail::Outcome planned;
   detail::PlanOutput plan;

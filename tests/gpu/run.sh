@@ -47,11 +47,11 @@ if [ "$what" != perf ]; then
   "${mpi[@]}" "$build/examples/example_fused_cache_store" 2>&1 | tee "$OUT/example.txt" || status=1
   "${mpi[@]}" "$build/tools/kvcomm-demo" 2>&1 | tee "$OUT/demo.txt" || status=1
 
-  # The 4-rank tests (TP2/PCP2 layouts): two ranks per GPU.
-  step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 tests)"
+  # The 4-rank tests (TP2/PCP2 layouts, fetch with two ranks per GPU): two ranks per GPU.
+  step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 and fetch tests)"
   mpi4=("${mpi[@]}"); mpi4[6]=4
   timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_color=no \
-    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*' 2>&1 | tee "$OUT/mpi4.txt" | \
+    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*:*Fetch*' 2>&1 | tee "$OUT/mpi4.txt" | \
     grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
@@ -83,7 +83,7 @@ if [ "$what" != tests ]; then
     timeout 300 "${mpi[@]}" "$build/perf/perf_symm_rendezvous" --kind $kind --json "$OUT/perf.jsonl" 2>&1 | \
       tee -a "$OUT/perf.txt" | tail -9 || status=1
   done
-  for b in "$build"/perf/perf_publish; do
+  for b in "$build"/perf/perf_publish "$build"/perf/perf_fetch; do
     [ -x "$b" ] || continue
     step "perf: $(basename "$b")"
     timeout 400 "${mpi[@]}" "$b" --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -40 || status=1
