@@ -263,8 +263,11 @@ class PeerTransport : public FetchTransport {
   }
 
  private:
+  // Pairs of a plan: validated on the host against the current generation, so the kernel skips its checks.
   void launch(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, Stream stream) {
-    ctx_.copier->launchPairs(makeFetchLaunch(ctx_, n), src, dst, rank, n, stream);
+    FetchLaunch f = makeFetchLaunch(ctx_, n);
+    f.trusted = 1;
+    ctx_.copier->launchPairs(f, src, dst, rank, n, stream);
   }
 
   PeerContext ctx_;

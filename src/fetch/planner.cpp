@@ -27,10 +27,17 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
   PlanOutput out;
   size_t total = 0;
   for (const FetchRequest& r : requests) total += r.count;
-  out.pairs.src.reserve(total);
-  out.pairs.dst.reserve(total);
-  out.pairs.rank.reserve(total);
+  // Sized once and written by index: the loop below is the per-pair cost of every host-planned fetch.
+  out.pairs.src.resize(total);
+  out.pairs.dst.resize(total);
+  out.pairs.rank.resize(total);
+  out.runs.reserve(total);
+  int64_t* ps = out.pairs.src.data();
+  int64_t* pd = out.pairs.dst.data();
+  int32_t* pr = out.pairs.rank.data();
+  size_t kept = 0, skipped = 0;
   std::vector<uint64_t> seen((dstLimit + 63) / 64, 0);  // destination blocks already claimed
+  uint64_t* claimed = seen.data();
 
   for (size_t k = 0; k < requests.size(); ++k) {
     const FetchRequest& q = requests[k];
@@ -47,33 +54,36 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
                      " pairs but a null id array");
     const uint64_t srcLimit = t.minBlocks[rank];
     const bool contiguous = t.contiguous[rank] && t.contiguous[static_cast<size_t>(in.myRank)];
-    BlockRun run{};
-    run.blocks = 0;
+    const int64_t* qs = q.srcBlocks;
+    const int64_t* qd = q.dstBlocks;
+    // The open run: [runStart, kept) in the pairs arrays.
+    size_t runStart = kept;
     auto close = [&] {
-      if (run.blocks == 0) return;
+      if (kept == runStart) return;
+      const int64_t blocks = static_cast<int64_t>(kept - runStart);
       FetchPath p = in.path;
       if (p == FetchPath::Auto)
-        p = contiguous && static_cast<uint64_t>(run.blocks) * t.minBlockBytes >= in.copyEngineMinRunBytes
+        p = contiguous && static_cast<uint64_t>(blocks) * t.minBlockBytes >= in.copyEngineMinRunBytes
                 ? FetchPath::CopyEngine
                 : FetchPath::Kernel;
-      run.path = p;
-      out.runs.push_back(run);
-      run.blocks = 0;
+      out.runs.push_back({q.srcRank, ps[runStart], pd[runStart], blocks, runStart, p});
+      runStart = kept;
     };
     for (size_t i = 0; i < q.count; ++i) {
-      const int64_t s = q.srcBlocks[i], d = q.dstBlocks[i];
+      const int64_t s = qs[i], d = qd[i];
       if (s == -1 || d == -1) {
-        ++out.info.pairsSkipped;
+        ++skipped;
         close();
         continue;
       }
-      if (s < 0 || static_cast<uint64_t>(s) >= srcLimit)
+      // Unsigned compares: a negative id is huge, so one test per side covers both ends of the range.
+      if (static_cast<uint64_t>(s) >= srcLimit)
         KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s, " is outside [0, ",
                      srcLimit, ") of rank ", q.srcRank, "'s layout");
-      if (d < 0 || static_cast<uint64_t>(d) >= dstLimit)
+      if (static_cast<uint64_t>(d) >= dstLimit)
         KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d, " is outside [0, ",
                      dstLimit, ") of this rank's layout");
-      uint64_t& word = seen[static_cast<uint64_t>(d) >> 6];
+      uint64_t& word = claimed[static_cast<uint64_t>(d) >> 6];
       const uint64_t bit = 1ull << (static_cast<uint64_t>(d) & 63);
       if (word & bit) {
         auto [k0, i0] = firstUse(requests, d);
@@ -81,19 +91,23 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
                      " is already written by request ", k0, ", pair ", i0, " (duplicate destination)");
       }
       word |= bit;
-      if (run.blocks > 0 && s == run.src + run.blocks && d == run.dst + run.blocks) {
-        ++run.blocks;
-      } else {
-        close();
-        run = {q.srcRank, s, d, 1, out.pairs.size(), FetchPath::Auto};
-      }
-      out.pairs.src.push_back(s);
-      out.pairs.dst.push_back(d);
-      out.pairs.rank.push_back(q.srcRank);
+      if (kept > runStart && (s != ps[kept - 1] + 1 || d != pd[kept - 1] + 1)) close();
+      ps[kept] = s;
+      pd[kept] = d;
+      pr[kept] = q.srcRank;
+      ++kept;
     }
     close();
   }
+  out.pairs.src.resize(kept);
+  out.pairs.dst.resize(kept);
+  out.pairs.rank.resize(kept);
+  out.info.pairsSkipped = skipped;
 
+  // A handful of copies lands sooner through the copy engines than through a kernel launch (measured on H200: one
+  // 4 KiB block 5.7 us event to event against 10.6 us), so auto sends tiny batches there whatever their shape.
+  if (in.path == FetchPath::Auto && out.runs.size() * t.numRegions <= in.copyEngineMaxDescriptors)
+    for (BlockRun& r : out.runs) r.path = FetchPath::CopyEngine;
   FetchPlanInfo& info = out.info;
   info.pairsIn = total;
   info.bytes = out.pairs.size() * t.blockBytesSum;

@@ -40,6 +40,8 @@ struct PlanInput {
   /// Resolved path: Kernel, CopyEngine, Host, or Auto (CUDA: per run by copyEngineMinRunBytes).
   FetchPath path = FetchPath::Host;
   uint64_t copyEngineMinRunBytes = 4ull << 20;
+  /// Auto: a batch of at most this many copies (runs x regions) goes to the copy engines (lower latency).
+  size_t copyEngineMaxDescriptors = 4;
 };
 
 struct PlanOutput {

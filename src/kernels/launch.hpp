@@ -85,7 +85,7 @@ struct FetchLaunch {
   int64_t chunksPerBlock;  // ceil(largest blockBytes / chunkBytes)
   DeviceErrorRecord* error;
   int32_t inlineCount;  // > 0: the pairs are the inline arrays below (numPairs == inlineCount)
-  int32_t reserved;
+  int32_t trusted;      // 1: the host validated every pair against the current generation (plans): no checks
   int64_t inlineSrc[kInlineFetchPairs];
   int64_t inlineDst[kInlineFetchPairs];
   int32_t inlineRank[kInlineFetchPairs];

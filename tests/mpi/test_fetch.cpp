@@ -194,8 +194,9 @@ TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
   size_t extent = 0, most = 0;
   KvLayout mine = layoutOf(comm, c, &extent, &most);
   auto buf = SymmetricBuffer::create(comm, most, most, kind_);
-  kvtest::fillMemory(kind_, buf.local(), 0, extent);
+  kvtest::fillMemory(kind_, buf.local(), static_cast<uint8_t>(comm.rank() + 1), extent);  // every byte says whose
   Fetcher f = Fetcher::create(buf, mine);
+  comm.barrier();
   std::vector<int64_t> src{1, 2, 999}, dst{30, 31, 32};
   std::vector<int32_t> ranks(3, (comm.rank() + 1) % comm.size());
   kvtest::Memory s(kind_, 24), d(kind_, 24), r(kind_, 12);
@@ -214,8 +215,11 @@ TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
   std::vector<uint8_t> got(extent);
   kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
   const kvcomm::KvRegion& r0 = mine.regions[0];
-  bool landed = got[r0.offset + 30 * r0.blockStride] != 0 || got[r0.offset + 30 * r0.blockStride + 1] != 0;
+  const uint8_t source = static_cast<uint8_t>((comm.rank() + 1) % comm.size() + 1),
+                own = static_cast<uint8_t>(comm.rank() + 1);
+  bool landed = got[r0.offset + 30 * r0.blockStride] == source;
   EXPECT_EQ(landed, kind_ == MemoryKind::Cuda) << "pair 0 " << (landed ? "landed" : "did not land");
+  EXPECT_EQ(got[r0.offset + 32 * r0.blockStride], own) << "the bad pair wrote its destination";
   comm.barrier();
 }
 
