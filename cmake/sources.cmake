@@ -4,6 +4,7 @@ set(KVCOMM_SOURCES
     src/common/env.cpp
     src/common/log.cpp
     src/common/socket.cpp
+    src/common/wait_reporter.cpp
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp
