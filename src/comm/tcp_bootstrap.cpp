@@ -224,6 +224,7 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
   detail::RankScope scope(rank);
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "TcpBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
+  env::validate();
   IdWire w = decode(id);
   KVCOMM_CHECK_ARG(w.version == kProtocolVersion, "TcpBootstrap", "the unique id was made by protocol version ",
                    w.version, ", this library speaks ", kProtocolVersion);
