@@ -25,7 +25,8 @@ set(KVCOMM_SOURCES
 set(KVCOMM_CUDA_SOURCES
     src/platform/cuda_driver.cpp
     src/symm/cuda_memory.cpp
-    src/kernels/publish.cu)
+    src/kernels/publish.cu
+    src/ops/device_memory.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
@@ -35,4 +36,9 @@ set(KVCOMM_NCCL_SOURCES
 # Stand-ins for the CUDA entry points in a build without CUDA.
 set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
-    src/kernels/no_cuda.cpp)
+    src/kernels/no_cuda.cpp
+    src/ops/no_cuda.cpp)
+
+# Stand-in for the NCCL transport where NCCL is not part of the build (CUDA or not).
+set(KVCOMM_NO_NCCL_SOURCES
+    src/ops/no_nccl.cpp)
