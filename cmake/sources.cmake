@@ -4,6 +4,7 @@ set(KVCOMM_SOURCES
     src/common/env.cpp
     src/common/log.cpp
     src/common/socket.cpp
+    src/common/wait_reporter.cpp
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp
@@ -40,7 +41,8 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/publish.cu
     src/kernels/barrier.cu
     src/kernels/fetch.cu
-    src/fetch/device_copy.cpp)
+    src/fetch/device_copy.cpp
+    src/ops/device_memory.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
@@ -51,4 +53,9 @@ set(KVCOMM_NCCL_SOURCES
 set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
     src/kernels/no_cuda.cpp
-    src/fetch/no_cuda.cpp)
+    src/fetch/no_cuda.cpp
+    src/ops/no_cuda.cpp)
+
+# Stand-in for the NCCL transport where NCCL is not part of the build (CUDA or not).
+set(KVCOMM_NO_NCCL_SOURCES
+    src/ops/no_nccl.cpp)

@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "cli/args.hpp"
 #include "common/bench.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/fetch.hpp"
@@ -38,6 +39,13 @@
 namespace {
 
 using kvbench::fmt;
+
+struct Options {
+  int reps = 20;
+  bool quick = false;
+  int computeIters = 20000;
+  std::string json;
+};
 
 double maxOverRanks(double v) {
   double out = 0;
@@ -126,10 +134,11 @@ double eventMedianUs(const std::function<void()>& op, cudaStream_t s, int reps, 
   return kvbench::median(t);
 }
 
-void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::string& json) {
+void runGpu(kvcomm::Communicator& world, const Options& opt) {
+  const std::string& json = opt.json;
   const int me = world.rank();
-  const int reps = static_cast<int>(args.getInt("reps", 20));
-  const bool quick = args.getInt("quick", 0) != 0;
+  const int reps = opt.reps;
+  const bool quick = opt.quick;
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto ks = reinterpret_cast<kvcomm::Stream>(s);
@@ -231,7 +240,7 @@ void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::s
         cudaEvent_t fork, join;
         CU(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
         CU(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-        const int iters = static_cast<int>(args.getInt("compute-iters", 20000));
+        const int iters = opt.computeIters;
         double computeUs = eventMedianUs([&] { kvbench::launchCompute(sink, iters, s); }, s, r, 2);
         row("compute kernel alone (the engine's work)", computeUs, "-", "-");
         for (kvcomm::FetchPath path : {kvcomm::FetchPath::Kernel, kvcomm::FetchPath::CopyEngine}) {
@@ -367,9 +376,10 @@ double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
   return kvbench::median(t);
 }
 
-void runHost(kvcomm::Communicator& world, const kvbench::Args& args, const std::string& json) {
+void runHost(kvcomm::Communicator& world, const Options& opt) {
+  const std::string& json = opt.json;
   const int me = world.rank();
-  const int reps = static_cast<int>(args.getInt("reps", 20));
+  const int reps = opt.reps;
   kvbench::Report rep("fetch (" + std::to_string(world.size()) +
                           " ranks, host memory; rank 0 pulls from rank 1; us = wall-clock median per call; "
                           "speedup = baseline_us / kvcomm_us)",
@@ -444,25 +454,43 @@ void runHost(kvcomm::Communicator& world, const kvbench::Args& args, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvcli::Args args("perf_fetch", "mpirun -np N perf_fetch [options]",
+                   "fetch against what engines do today, in the same run: on GPUs rank 0 pulls blocks from rank 1\n"
+                   "(kernel, copy-engine and auto paths, device ids) against one contiguous copy-engine copy (the\n"
+                   "ceiling), a cudaMemcpyAsync per block and one cudaMemcpyBatchAsync; the collective form against\n"
+                   "NCCL grouped send/recv + pack/unpack. On host memory against a memcpy loop and MPI send/recv.");
+  args.option("--kind", "cuda|host", "memory to fetch in (default: cuda where each rank has its own GPU, else host)");
+  args.option("--reps", "N", "timed repetitions per variant, 1 to 100000", "20");
+  args.flag("--quick", "smaller cases (a tenth of the bytes)");
+  args.option("--compute-iters", "N", "loop trips of the compute-bound kernel, 1 to 10000000", "20000");
+  args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  Options o;
+  std::string kindArg;
+  int rc = kvcli::parseOrExit(args, argc, argv, [&] {
+    if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
+    o.reps = static_cast<int>(args.integer("reps", 1, 100000));
+    o.quick = args.given("quick");
+    o.computeIters = static_cast<int>(args.integer("compute-iters", 1, 10000000));
+    o.json = args.text("json");
+  });
+  if (rc >= 0) return rc;
+  rc = 0;
   MPI_Init(&argc, &argv);
-  kvbench::Args args(argc, argv);
-  int rc = 0;
   try {
     const int dev = kvbench::bindLocalDevice();
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (world.size() < 2) throw std::runtime_error("perf_fetch needs at least 2 ranks");
-    const std::string json = args.get("json", "");
-    bool gpu = dev >= 0 && world.topology().sharedGpu().first < 0 && args.get("kind", "auto") != "host";
+    const bool ownGpus = dev >= 0 && world.topology().sharedGpu().first < 0;
+    const std::string kind = kindArg.empty() ? (ownGpus ? "cuda" : "host") : kindArg;
+    if (kind == "cuda") {
 #ifdef KVCOMM_HAVE_CUDA
-    if (gpu) {
-      runGpu(world, args, json);
-    } else {
-      runHost(world, args, json);
-    }
+      runGpu(world, o);
 #else
-    (void)gpu;
-    runHost(world, args, json);
+      throw std::runtime_error("perf_fetch: built without CUDA");
 #endif
+    } else {
+      runHost(world, o);
+    }
   } catch (const std::exception& e) {
     std::cerr << "perf_fetch: " << e.what() << std::endl;
     rc = 1;

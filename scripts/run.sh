@@ -6,15 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-./scripts/build.sh >/dev/null
+b=${KVCOMM_BUILD_DIR:-build}
+# Only what the main job runs; compile errors are shown (and stop the job) here.
+echo "== build ($b)"
+./scripts/build.sh -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=ON --target kvcomm-info --target kvcomm-demo \
+  --target perf_publish
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 np=${KVCOMM_NP:-$([ "${gpus:-0}" -ge 2 ] && echo "$gpus" || echo 4)}
 flags=(--oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-b=${KVCOMM_BUILD_DIR:-build}
-echo "== kvcomm-info"
+echo; echo "== kvcomm-info"
 mpirun "${flags[@]}" -np "$np" "$b/tools/kvcomm-info"
 echo; echo "== kvcomm-demo"
 mpirun "${flags[@]}" -np "$np" "$b/tools/kvcomm-demo"

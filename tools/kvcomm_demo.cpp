@@ -4,7 +4,7 @@
 // for byte against gather-then-insert computed independently from every rank's inputs. Then a prefix-cache hit:
 // every rank pulls blocks of a paged cache (K and V of 8 layers) out of the next rank's cache into its own slots
 // with one fetch, and checks its whole cache against a per-block oracle.
-//   mpirun -np 4 kvcomm-demo [--tokens 512]
+//   mpirun -np 4 kvcomm-demo [--tokens 512]   (--help for the options)
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.hpp"
 #include "common/fetch_oracle.hpp"
 #include "common/memory.hpp"
 #include "common/publish_oracle.hpp"
@@ -23,12 +24,19 @@
 #include "kvcomm/ops.hpp"
 
 int main(int argc, char** argv) {
+  kvcli::Args args("kvcomm-demo", "mpirun -np N kvcomm-demo [--tokens T]",
+                   "One decode step of a replicated KV cache, verified byte for byte: the ranks form TP x PCP groups\n"
+                   "(TP2 when the rank count is even and at least 4), every rank publishes T tokens of Main-KV and\n"
+                   "Indexer-K rows into every replica of its PCP group, barriers, and checks its replica against\n"
+                   "gather-then-insert. Exits 1 on any mismatch.");
+  args.option("--tokens", "T", "tokens each rank publishes, 1 to 65536", "512");
+  size_t tokens = 0;
+  int rc =
+      kvcli::parseOrExit(args, argc, argv, [&] { tokens = static_cast<size_t>(args.integer("tokens", 1, 65536)); });
+  if (rc >= 0) return rc;
+  rc = 0;
   MPI_Init(&argc, &argv);
-  int rc = 0;
   try {
-    size_t tokens = 512;
-    for (int i = 1; i + 1 < argc; ++i)
-      if (!std::strcmp(argv[i], "--tokens")) tokens = static_cast<size_t>(std::atoll(argv[i + 1]));
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -152,7 +160,7 @@ int main(int argc, char** argv) {
     int bad = differ ? 1 : 0, anyBad = 0;
     MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     rc = anyBad;
-  } catch (const kvcomm::Error& e) {
+  } catch (const std::exception& e) {  // kvcomm::Error, and std::bad_alloc or the like: reported, not a crash
     std::fprintf(stderr, "kvcomm-demo: %s\n", e.what());
     rc = 1;
   }

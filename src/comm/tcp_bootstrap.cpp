@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "common/wait_reporter.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
@@ -138,7 +140,8 @@ UniqueId TcpBootstrap::createUniqueId(const std::string& ifname) {
 namespace {
 
 // Phase 1 and 2 on the root: accept size-1 valid hellos, refuse strays with a reason, answer with the table.
-std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Clock::time_point deadline) {
+std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Clock::time_point deadline,
+                                     int64_t timeoutMs) {
   std::vector<SockAddr> table(static_cast<size_t>(size));
   table[0] = addressOf(w);
   std::vector<Fd> conns(static_cast<size_t>(size));
@@ -150,12 +153,27 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
     (void)::send(c.get(), &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
     KVCOMM_WARN("TcpBootstrap root refused a rank: ", why);
   };
+  detail::WaitReporter progress(timeoutMs);
+  auto missing = [&] {
+    std::string m;
+    int listed = 0;
+    for (int r = 1; r < size && listed < 16; ++r)
+      if (!conns[static_cast<size_t>(r)]) m += (listed++ ? "," : "") + std::to_string(r);
+    return m + (size - joined > listed ? ",..." : "");
+  };
   while (joined < size) {
+    if (progress.due())
+      progress.report(cat("bootstrap root (rank 0) at ", addressOf(w).toString(), ": ", joined, " of ", size,
+                          " ranks joined; waiting for rank(s) ", missing(),
+                          " (are they started, with this unique id and size ", size, "?)"));
     pollfd p{listener, POLLIN, 0};
-    int rc = poll(&p, 1, detail::msLeft(deadline));
+    int waitMs = detail::msLeft(deadline);
+    if (waitMs < 0 || waitMs > progress.msUntilNext()) waitMs = std::max(1, progress.msUntilNext());
+    int rc = poll(&p, 1, waitMs);
+    if (rc == 0 && detail::msLeft(deadline) != 0) continue;  // a report is due, not the deadline
     if (rc == 0)
-      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", joined, " of ", size,
-                   " ranks joined before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
+      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", joined, " of ", size, " ranks joined (missing: ", missing(),
+                   ") before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
     if (rc < 0) {
       if (errno == EINTR) continue;
       detail::throwSystem("poll(root listener)", errno, __FILE__, __LINE__);
@@ -206,6 +224,7 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
   detail::RankScope scope(rank);
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "TcpBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
+  env::validate();
   IdWire w = decode(id);
   KVCOMM_CHECK_ARG(w.version == kProtocolVersion, "TcpBootstrap", "the unique id was made by protocol version ",
                    w.version, ", this library speaks ", kProtocolVersion);
@@ -227,11 +246,16 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
       }
     }
     if (!listener) listener = detail::listenTcp(rootAddr, nullptr);
-    table = rootRendezvous(listener.get(), w, size, deadline);
+    table = rootRendezvous(listener.get(), w, size, deadline, timeoutMs);
   } else {
     SockAddr bound;
     listener = detail::listenTcp(anyAddress(rootAddr.storage.ss_family), &bound);
-    Fd root = detail::connectTcp(rootAddr, deadline, "bootstrap root");
+    std::string giveUp = timeoutMs < 0 ? std::string("waits without a timeout (a negative bootstrap timeout)")
+                                       : cat("gives up after the bootstrap timeout, ", timeoutMs, " ms");
+    Fd root = detail::connectTcp(rootAddr, deadline, "bootstrap root",
+                                 cat("is rank 0 running, with this unique id? An id left from an earlier run names a "
+                                     "root that is gone; ",
+                                     giveUp));
     Hello h{};
     h.magic = detail::kWireMagic;
     h.version = kProtocolVersion;
@@ -242,7 +266,19 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     h.listenAddr = detail::localAddress(root.get());  // the address the root saw us on is reachable from it
     h.listenAddr.setPort(bound.port());
     detail::sendAll(root.get(), &h, sizeof(h), deadline, "hello to root");
+    // The root answers once every rank has joined: report while waiting, so a missing rank is not a silent hang.
     HelloReply reply{};
+    detail::WaitReporter progress(timeoutMs);
+    pollfd answer{root.get(), POLLIN, 0};
+    while (detail::msLeft(deadline) != 0) {
+      int waitMs = detail::msLeft(deadline);
+      if (waitMs < 0 || waitMs > progress.msUntilNext()) waitMs = std::max(1, progress.msUntilNext());
+      int rc = poll(&answer, 1, waitMs);
+      if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // data, end of stream or an error: recvAll reports it
+      if (progress.due())
+        progress.report(cat("rank ", rank, " joined the bootstrap root at ", rootAddr.toString(),
+                            "; the root answers when all ", size, " ranks have joined (are they all started?)"));
+    }
     detail::recvAll(root.get(), &reply, sizeof(reply), deadline, cat("bootstrap root at ", rootAddr.toString()));
     if (reply.status != 0) {
       reply.message[sizeof(reply.message) - 1] = '\0';

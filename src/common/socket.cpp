@@ -14,6 +14,7 @@
 
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "common/wait_reporter.hpp"
 
 namespace kvcomm::detail {
 
@@ -136,9 +137,10 @@ SockAddr localAddress(int fd) {
   return a;
 }
 
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what) {
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint) {
   std::string lastError = "no attempt made";
   int backoffMs = 10;
+  WaitReporter progress(msLeft(deadline));
   while (true) {
     Fd fd(KVCOMM_CHECK_SYS(socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)));
     setNonBlocking(fd.get(), true);
@@ -163,6 +165,9 @@ Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::strin
     }
     lastError = cat(std::strerror(err), " (errno ", err, ")");
     if (msLeft(deadline) == 0) break;
+    if (progress.due())
+      progress.report(cat("connecting to ", what, " at ", addr.toString(), " (last error: ", lastError, ")",
+                          hint.empty() ? "" : "; ", hint));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(backoffMs, std::max(1, msLeft(deadline)))));
     backoffMs = std::min(backoffMs * 2, 500);
   }

@@ -41,8 +41,9 @@ SockAddr pickLocalAddress(const std::string& ifname = "");
 /// A listening TCP socket bound to `addr` (port 0 = any); `bound` receives the actual address.
 Fd listenTcp(const SockAddr& addr, SockAddr* bound);
 
-/// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`.
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what);
+/// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`. While it
+/// retries it logs what it connects to and the last error every few seconds (WaitReporter), followed by `hint`.
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint = "");
 
 /// Writes/reads exactly `len` bytes before `deadline` (blocking sockets are polled). Throws NetworkError on EOF or
 /// error and Timeout on expiry; `what` names the peer in the message.

@@ -1,8 +1,6 @@
 // Fetcher: collective registration of every member's layout, then one-sided fetches planned on the host (plan,
 // submit, fetch, start, fetchAll) or validated on the device (fetchDevice), through the transport that reaches
 // each source.
-#include <strings.h>
-
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -18,7 +16,7 @@
 #include "kernels/launch.hpp"
 #include "kvcomm/fetch.hpp"
 #include "ops/device_errors.hpp"
-#include "ops/fallback_transport.hpp"
+#include "ops/device_memory.hpp"
 
 namespace kvcomm {
 
@@ -78,12 +76,17 @@ class RegionTables {
 };
 
 FetchPath parsePathKnob() {
-  std::string v = env::fetchPath();
-  if (strcasecmp(v.c_str(), "auto") == 0) return FetchPath::Auto;
-  if (strcasecmp(v.c_str(), "kernel") == 0) return FetchPath::Kernel;
-  if (strcasecmp(v.c_str(), "copy") == 0 || strcasecmp(v.c_str(), "ce") == 0) return FetchPath::CopyEngine;
-  if (strcasecmp(v.c_str(), "host") == 0) return FetchPath::Host;
-  KVCOMM_THROW(InvalidArgument, "fetch", "KVCOMM_FETCH_PATH='", v, "' is not one of auto, kernel, copy, host");
+  switch (env::fetchPath()) {
+    case env::FetchPathKnob::Kernel:
+      return FetchPath::Kernel;
+    case env::FetchPathKnob::Copy:
+      return FetchPath::CopyEngine;
+    case env::FetchPathKnob::Host:
+      return FetchPath::Host;
+    case env::FetchPathKnob::Auto:
+      break;
+  }
+  return FetchPath::Auto;
 }
 
 }  // namespace

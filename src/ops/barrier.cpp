@@ -10,7 +10,7 @@
 #include "common/env.hpp"
 #include "kernels/launch.hpp"
 #include "ops/device_errors.hpp"
-#include "ops/fallback_transport.hpp"
+#include "ops/device_memory.hpp"
 
 namespace kvcomm {
 

@@ -4,7 +4,7 @@
 #include <new>
 
 #include "common/check.hpp"
-#include "ops/fallback_transport.hpp"
+#include "ops/device_memory.hpp"
 
 namespace kvcomm::detail {
 

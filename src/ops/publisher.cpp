@@ -195,8 +195,10 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   bool allOk = true;
   for (int r = 0; r < comm.size(); ++r) {
     const ModeVote& v = votes[static_cast<size_t>(r)];
-    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create", "rank ", r,
-                     " has a different KVCOMM_DIRECT than rank 0");
+    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create",
+                     "KVCOMM_DIRECT must be the same on every member: world rank ", comm.worldRank(r), " has ",
+                     env::directModeText(static_cast<env::DirectMode>(v.requested)), ", world rank ", comm.worldRank(0),
+                     " has ", env::directModeText(static_cast<env::DirectMode>(votes[0].requested)));
     if (!v.directOk && allOk) {
       allOk = false;
       why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
