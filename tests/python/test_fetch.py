@@ -60,12 +60,14 @@ def _oracle(image: np.ndarray, rank: int, requests: list) -> None:
 
 def _check(buf: kvcomm.SymmetricBuffer, image: np.ndarray, what: str) -> None:
     got = buf.local()[:image.size]
+    if not isinstance(got, np.ndarray):  # a torch tensor on a CUDA buffer
+        got = got.cpu().numpy()
     bad = np.flatnonzero(got != image)
     assert bad.size == 0, (f"rank {buf.rank}, {what}: {bad.size} bytes differ from the oracle, first at {bad[0]} "
                            f"(got {got[bad[0]]:#x}, want {image[bad[0]]:#x})")
 
 
-def _batch(rank: int, rnd: int, lists: bool = False) -> list:
+def _batch(rank: int, rnd: int, lists: bool = False, size: int = N) -> list:
     """Pairs from three sources (itself, the next rank, the one after): a run of 4 consecutive ids on both sides
     (coalesced), 3 scattered pairs, and -1 padding on either side; destinations unique across the batch."""
     rng = np.random.default_rng(1000 * rnd + rank)
@@ -77,9 +79,9 @@ def _batch(rank: int, rnd: int, lists: bool = False) -> list:
         dst = [nxt + i for i in range(4)] + [nxt + 4, nxt + 6, nxt + 8] + [DST_END - 1, -1]
         nxt += 10
         if lists and k == 1:
-            out.append(((rank + k) % N, src, dst))  # Python lists are accepted too
+            out.append(((rank + k) % size, src, dst))  # Python lists are accepted too
         else:
-            out.append(((rank + k) % N, np.array(src, np.int64), np.array(dst, np.int64)))
+            out.append(((rank + k) % size, np.array(src, np.int64), np.array(dst, np.int64)))
     return out
 
 
