@@ -32,7 +32,9 @@ set(KVCOMM_SOURCES
     src/capi/communicator.cpp
     src/capi/layout.cpp
     src/capi/buffer.cpp
-    src/capi/publisher.cpp)
+    src/capi/publisher.cpp
+    src/capi/barrier.cpp
+    src/capi/fetch.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

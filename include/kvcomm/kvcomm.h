@@ -8,10 +8,16 @@
  * Call order (collective calls are made by every member of the group, in the same order):
  *   kvcommGetUniqueId (rank 0) -> kvcommCommInitTcp (all)   or   kvcommCommInitCallback (all)
  *   -> kvcommCommSplit / kvcommLayoutCreate
- *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate
- *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier)
- *   -> kvcommPublisherDestroy, kvcommBufferDestroy, kvcommLayoutDestroy, kvcommCommDestroy (local, any order: a
+ *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate, kvcommBarrierCreate, kvcommFetcherCreate
+ *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier, or
+ *      kvcommPublisherSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice / kvcommFetchStart
+ *   -> kvcommFetchOperationDestroy, kvcommFetchPlanDestroy, kvcommFetcherDestroy, kvcommBarrierDestroy,
+ *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommLayoutDestroy, kvcommCommDestroy (local, any order: a
  *      handle keeps what it uses alive).
+ *
+ * Lists a call returns (backed ranges, group members, failed blocks, layout regions) follow one pattern: the caller
+ * passes an array and its capacity, the call writes min(count, capacity) entries and sets *count to the full count;
+ * pass NULL and 0 to ask for the count first. Strings follow the same pattern with textBytes and *needed.
  */
 #ifndef KVCOMM_KVCOMM_H_
 #define KVCOMM_KVCOMM_H_
@@ -71,6 +77,14 @@ typedef struct kvcommLayout* kvcommLayout_t;
 typedef struct kvcommBuffer* kvcommBuffer_t;
 /** Publication into a buffer's replicas and its barrier (kvcomm::Publisher). */
 typedef struct kvcommPublisher* kvcommPublisher_t;
+/** A release/acquire barrier among the members of a communicator (kvcomm::Barrier). */
+typedef struct kvcommBarrier* kvcommBarrier_t;
+/** Fetches of KV blocks between the members of a buffer's group (kvcomm::Fetcher). */
+typedef struct kvcommFetcher* kvcommFetcher_t;
+/** A validated, coalesced batch of block pairs, reusable with kvcommFetchSubmit (kvcomm::FetchPlan). */
+typedef struct kvcommFetchPlan* kvcommFetchPlan_t;
+/** A polled fetch (kvcomm::FetchOperation). */
+typedef struct kvcommFetchOperation* kvcommFetchOperation_t;
 
 /** A CUDA stream: the same type as cudaStream_t and CUstream. Ignored by host buffers. */
 typedef struct CUstream_st* kvcommStream_t;
@@ -272,18 +286,20 @@ typedef struct {
 typedef enum {
   kvcommDeviceErrorNone = 0,
   kvcommDeviceErrorSlotOutOfRange = 1, /**< a slot's row would land outside the backed part; not written */
-  kvcommDeviceErrorBarrierTimeout = 2  /**< a barrier wait expired; the peer never arrived */
+  kvcommDeviceErrorBarrierTimeout = 2, /**< a barrier wait expired; the peer never arrived */
+  kvcommDeviceErrorBlockOutOfRange = 3 /**< a fetch named a block id outside its layout; that pair was not copied */
 } kvcommDeviceErrorKind_t;
 
-/** A device error read back by kvcommPublisherPollError. */
+/** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields
+ *  that do not apply are -1. */
 typedef struct {
   kvcommDeviceErrorKind_t kind;
-  int64_t tokenIndex;
-  int64_t slot;
-  int tensor;
-  int rank;
-  int peer;
-  int lane;
+  int64_t tokenIndex; /**< SlotOutOfRange: token index; BlockOutOfRange: index of the block pair */
+  int64_t slot;       /**< SlotOutOfRange: the slot; BlockOutOfRange: the offending block id */
+  int tensor;         /**< SlotOutOfRange: tensor index; BlockOutOfRange: region index */
+  int rank;           /**< rank that detected it */
+  int peer;           /**< BarrierTimeout: the peer waited for; BlockOutOfRange: the source rank */
+  int lane;           /**< BarrierTimeout: the lane */
 } kvcommDeviceError;
 
 kvcommResult_t kvcommCacheTensorInit(kvcommCacheTensor* tensor);
@@ -300,6 +316,11 @@ kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTenso
                              kvcommStream_t stream);
 /** Returns (in stream order) once every member reached its matching barrier on `lane`. */
 kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
+/** The first half of kvcommPublisherBarrier: releases this rank's earlier stores on `lane` (Fallback mode: the whole
+ *  barrier). Per lane, calls alternate Signal, Wait (a Barrier counts as both). */
+kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
+/** The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op). */
+kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
 /** kvcommPublish then kvcommPublisherBarrier, as one kernel in Direct mode. */
 kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
                                        const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
@@ -313,9 +334,200 @@ kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDevic
  *  kvcommTimeout for a barrier) with its message in kvcommGetLastError(); kvcommSuccess otherwise. */
 kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher);
 
+/* ---- barrier ------------------------------------------------------------------------------------------------ */
+
+/** Options of kvcommBarrierCreate; kvcommBarrierOptionsInit fills the C++ defaults. */
+typedef struct {
+  int lanes;               /**< independent epoch sequences, 1..8 (default 2) */
+  int64_t timeoutMs;       /**< bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (default) */
+  kvcommMemoryKind_t kind; /**< where the signal area lives (default kvcommMemoryAuto: CUDA with a current
+                                CUDA context, else host); must resolve the same on every member */
+} kvcommBarrierOptions;
+
+kvcommResult_t kvcommBarrierOptionsInit(kvcommBarrierOptions* options);
+/** Collective over `comm`: allocates and zeroes a small symmetric signal area. Every member must map every other
+ *  (one host; P2P between the GPUs), else kvcommUnsupported on every rank. `options` NULL: defaults. */
+kvcommResult_t kvcommBarrierCreate(kvcommComm_t comm, const kvcommBarrierOptions* options, kvcommBarrier_t* barrier);
+/** Frees this handle (local). NULL is a no-op. */
+kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier);
+/** Signal and wait in one launch (kvcomm::Barrier::barrier): returns, in stream order, once every member reached
+ *  the same epoch on `lane`. */
+kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+/** Announces this rank's next epoch on `lane` (system-scope release of everything the stream did before). */
+kvcommResult_t kvcommBarrierSignal(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+/** Returns (in stream order) once every member announced this rank's current epoch on `lane` (acquire). Per lane,
+ *  calls alternate Signal, Wait (Sync counts as both). */
+kvcommResult_t kvcommBarrierWait(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+kvcommResult_t kvcommBarrierLanes(kvcommBarrier_t barrier, int* lanes);
+/** The resolved kind (never kvcommMemoryAuto). */
+kvcommResult_t kvcommBarrierKind(kvcommBarrier_t barrier, kvcommMemoryKind_t* kind);
+/** A new handle on the barrier's group (free it with kvcommCommDestroy). */
+kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm);
+/** Bytes of a kvcomm::BarrierDeviceHandle (kvcomm/device/barrier.hpp), for CUDA C++ kernels that fuse the barrier:
+ *  copies the handle into `handle` when handleBytes is large enough (else kvcommInvalidArgument); *needed (if not
+ *  NULL) receives its size. `handle` may be NULL with handleBytes 0. Valid while the barrier lives. */
+kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed);
+/** Reads (and clears) the first device error since the last call. Synchronise the stream first. */
+kvcommResult_t kvcommBarrierPollError(kvcommBarrier_t barrier, kvcommDeviceError* error);
+/** The recorded BarrierTimeout, if any, as kvcommTimeout with its message (rank, peer, lane) in
+ *  kvcommGetLastError(); kvcommSuccess otherwise. Host barriers return kvcommTimeout from the call itself. */
+kvcommResult_t kvcommBarrierCheckErrors(kvcommBarrier_t barrier);
+
 /* ---- fetch ---------------------------------------------------------------------------------------------------- */
-/* Fetch (pulling KV blocks from another rank or node into local slots) gets its C calls here once its C++ API
- * (kvcomm/fetch.hpp) exists; see docs/c-api.md. */
+/* Pull KV blocks that live in another member's cache straight into this rank's own blocks. Every member registers
+ * its own layout (regions indexed by one block id) once; a request names a source rank and block-id pairs; everything
+ * is validated before anything moves (see docs/api/fetch.md for the C++ semantics). */
+
+/** One region of a KV layout, bytes from the buffer's base: block b occupies
+ *  [offset + b * blockStride, offset + b * blockStride + blockBytes). */
+typedef struct {
+  size_t offset;
+  size_t blockBytes;  /**< bytes of one block in this region (what a fetch copies) */
+  size_t blockStride; /**< bytes between consecutive blocks (0: blockBytes) */
+  size_t numBlocks;   /**< valid block ids are [0, numBlocks) */
+} kvcommKvRegion;
+
+/** What moves a fetch's bytes. */
+typedef enum {
+  kvcommFetchPathAuto = 0,   /**< per run: copy engines for long runs, else the kernel (CUDA); host on host memory */
+  kvcommFetchPathKernel = 1, /**< an SM gather kernel (CUDA buffers) */
+  kvcommFetchPathCopyEngine = 2, /**< one copy-engine descriptor per run (CUDA buffers) */
+  kvcommFetchPathHost = 3        /**< CPU copies (host buffers) */
+} kvcommFetchPath_t;
+
+/** Blocks to pull from one source member, ids in host memory: pair i copies source block srcBlocks[i] (in the
+ *  source's layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on
+ *  either side is skipped; any other negative id is an error. */
+typedef struct {
+  int srcRank; /**< member to read from (this rank itself is allowed) */
+  const int64_t* srcBlocks;
+  const int64_t* dstBlocks;
+  size_t count;           /**< pairs */
+  uint64_t srcLayoutHash; /**< 0: accept the source's registered layout; else it must equal this hash */
+} kvcommFetchRequest;
+
+/** Per-call options; kvcommFetchOptionsInit fills the defaults (all zero: path Auto). */
+typedef struct {
+  kvcommFetchPath_t path;       /**< Auto honours KVCOMM_FETCH_PATH; a path that cannot run is kvcommUnsupported */
+  size_t copyEngineMinRunBytes; /**< Auto on CUDA: runs of at least this many bytes go to the copy engines
+                                     (0: KVCOMM_FETCH_CE_MIN_BYTES) */
+  uint64_t maxBytesPerSecond;   /**< polled fetches on host memory: pace the copies (0: unlimited) */
+} kvcommFetchOptions;
+
+/** What a plan does (kvcommFetchPlanGetInfo; returned by kvcommFetch and kvcommFetchAll). */
+typedef struct {
+  size_t pairsIn;      /**< block pairs named by the requests */
+  size_t pairsSkipped; /**< pairs with -1 */
+  size_t runsOut;      /**< copies after coalescing (consecutive blocks on both sides, one region) */
+  size_t kernelRuns;
+  size_t copyEngineRuns;
+  size_t hostRuns;
+  size_t bytes;           /**< bytes to copy */
+  kvcommFetchPath_t path; /**< the one path used, or Auto when runs use both kernel and copy engines */
+  double planMicros;      /**< host time spent validating and coalescing */
+} kvcommFetchPlanInfo;
+
+/** Block pairs in device memory (CUDA buffers) or host memory (host buffers), for kvcommFetchDevice. */
+typedef struct {
+  const int64_t* srcBlocks; /**< [count]; -1 skips the pair */
+  const int64_t* dstBlocks; /**< [count]; -1 skips the pair */
+  const int32_t* srcRanks;  /**< [count] source member of each pair; NULL: srcRank for every pair */
+  int srcRank;
+  size_t count;
+} kvcommDeviceFetchBatch;
+
+typedef enum { kvcommFetchInProgress = 0, kvcommFetchDone = 1, kvcommFetchFailed = 2 } kvcommFetchState_t;
+
+/** What kvcommFetchOperationTest/Wait report. The failed blocks and the error text of a Failed operation are read
+ *  with kvcommFetchOperationFailedBlocks and kvcommFetchOperationError. */
+typedef struct {
+  kvcommFetchState_t state;
+  size_t bytesDone; /**< bytes known to have landed (visible in this rank's memory) */
+  size_t bytesTotal;
+  size_t numFailedBlocks; /**< Failed: destination blocks whose bytes are not known to have landed */
+} kvcommFetchStatus;
+
+/** Options of kvcommFetcherCreate; kvcommFetcherOptionsInit fills the C++ defaults. */
+typedef struct {
+  int lanes;                /**< barrier lanes of the collective form (default 1) */
+  int64_t barrierTimeoutMs; /**< bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS */
+} kvcommFetcherOptions;
+
+kvcommResult_t kvcommFetcherOptionsInit(kvcommFetcherOptions* options);
+kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options);
+/** "auto", "kernel", "copy", "host"; "unknown" outside the enum. Never NULL. */
+const char* kvcommFetchPathName(kvcommFetchPath_t path);
+/** FNV-1a hash of a layout (regions and the engine's version): what requests and peers compare. */
+kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash);
+
+/** Collective over the buffer's group: registers this rank's layout (`numRegions` regions and the engine's
+ *  `version`), validates it against the backed part of the buffer and learns every member's. Layouts must be
+ *  compatible (same region count, same blockBytes region by region) or every rank gets kvcommInvalidArgument naming
+ *  the rank and region. `options` NULL: defaults. */
+kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* regions, size_t numRegions,
+                                   uint64_t version, const kvcommFetcherOptions* options, kvcommFetcher_t* fetcher);
+/** Frees this handle (local). Plans and operations keep what they need; NULL is a no-op. */
+kvcommResult_t kvcommFetcherDestroy(kvcommFetcher_t fetcher);
+
+/** Validates and coalesces without moving anything: kvcommInvalidArgument naming the request and pair (id out of
+ *  range, negative id other than -1, duplicate destination, stale generation, layout hash mismatch),
+ *  kvcommUnsupported when a source cannot be reached by the demanded path. `options` NULL: defaults. */
+kvcommResult_t kvcommFetchPlanCreate(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                     const kvcommFetchOptions* options, kvcommFetchPlan_t* plan);
+kvcommResult_t kvcommFetchPlanDestroy(kvcommFetchPlan_t plan);
+kvcommResult_t kvcommFetchPlanGetInfo(kvcommFetchPlan_t plan, kvcommFetchPlanInfo* info);
+/** The buffer generation the plan was validated at (a later grow/commit/release makes it stale). */
+kvcommResult_t kvcommFetchPlanGeneration(kvcommFetchPlan_t plan, uint64_t* generation);
+/** Enqueues a plan made by this fetcher (stream-ordered; host buffers: done when it returns). Refused while the
+ *  stream is being captured (use kvcommFetchDevice). */
+kvcommResult_t kvcommFetchSubmit(kvcommFetcher_t fetcher, kvcommFetchPlan_t plan, kvcommStream_t stream);
+/** Plan + submit. `info` (may be NULL) receives the plan's info. */
+kvcommResult_t kvcommFetch(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                           kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info);
+/** Stream-ordered fetch of ids in device memory (host memory for host buffers), safe to capture in a CUDA graph.
+ *  CUDA: a bad id skips that pair and is reported by kvcommFetcherCheckErrors; host buffers refuse the whole batch
+ *  before copying. Keep the id arrays alive until the stream ran the fetch. */
+kvcommResult_t kvcommFetchDevice(kvcommFetcher_t fetcher, const kvcommDeviceFetchBatch* batch, kvcommStream_t stream);
+/** Starts a polled fetch (validated like kvcommFetchPlanCreate; the ids are read before it returns). `stream`: CUDA
+ *  buffers enqueue on it (NULL: the fetcher's own stream); host buffers copy on a worker thread. */
+kvcommResult_t kvcommFetchStart(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                const kvcommFetchOptions* options, kvcommStream_t stream, kvcommFetchOperation_t* op);
+/** Non-blocking progress of a polled fetch. Done and Failed are final. */
+kvcommResult_t kvcommFetchOperationTest(kvcommFetchOperation_t op, kvcommFetchStatus* status);
+/** Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns kvcommSuccess with state InProgress and cancels
+ *  nothing. */
+kvcommResult_t kvcommFetchOperationWait(kvcommFetchOperation_t op, int64_t timeoutMs, kvcommFetchStatus* status);
+/** The destination block ids of a Failed operation (as of the last Test/Wait; each may be partly written), by the
+ *  list pattern: min(count, capacity) written, *count = status.numFailedBlocks. Empty unless Failed. */
+kvcommResult_t kvcommFetchOperationFailedBlocks(kvcommFetchOperation_t op, int64_t* blocks, size_t capacity,
+                                                size_t* count);
+/** Why a Failed operation failed (as of the last Test/Wait; "" otherwise), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommFetchOperationError(kvcommFetchOperation_t op, char* text, size_t textBytes, size_t* needed);
+/** Waits until nothing can still write the destination, then frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommFetchOperationDestroy(kvcommFetchOperation_t op);
+
+/** Collective: every member passes its own requests (possibly none); returns, in stream order, once every member's
+ *  blocks landed. Starts and ends with a barrier. kvcommUnsupported unless every member maps every other. */
+kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                              kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info);
+/** Collective: revalidates every member's layout against the buffer as it is now (after a grow/commit/release) and
+ *  adopts its generation. Plans made before stay stale. */
+kvcommResult_t kvcommFetcherRefresh(kvcommFetcher_t fetcher);
+
+/** Member `rank`'s registered layout: its regions by the list pattern, and (if not NULL) its version. */
+kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRegion* regions, size_t capacity,
+                                   size_t* count, uint64_t* version);
+kvcommResult_t kvcommFetcherLayoutHash(kvcommFetcher_t fetcher, int rank, uint64_t* hash);
+/** The buffer generation the layouts were validated at. */
+kvcommResult_t kvcommFetcherGeneration(kvcommFetcher_t fetcher, uint64_t* generation);
+/** Bytes of a kvcomm::FetchDeviceHandle (kvcomm/device/fetch.hpp: warpPullBlock), copied like
+ *  kvcommBarrierDeviceHandle. Valid while the fetcher lives. */
+kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, size_t handleBytes, size_t* needed);
+/** Reads (and clears) the first device error of kvcommFetchDevice / kvcommFetchAll. Synchronise the stream first. */
+kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError* error);
+/** The recorded device error as a result: kvcommInvalidArgument for a bad block id (naming the pair), kvcommTimeout
+ *  for the collective form's barrier; kvcommSuccess when none. */
+kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
 
 /* ---- capabilities --------------------------------------------------------------------------------------------- */
 

@@ -1,4 +1,5 @@
-"""kvcomm: publish KV rows into every replica of a symmetric buffer, then one capture-safe barrier.
+"""kvcomm: publish KV rows into every replica of a symmetric buffer, then one capture-safe barrier; fetch KV blocks
+from other ranks' caches into this rank's own blocks.
 
 A first program (4 processes on one host, host memory)::
 
@@ -10,7 +11,10 @@ A first program (4 processes on one host, host memory)::
     pub.barrier()
     cache.local()                                      # every rank's rows, as a numpy array
 
-See docs/python.md for torch tensors, CUDA graphs and torch.distributed bootstraps.
+    fetcher = kvcomm.Fetcher(cache, [kvcomm.KvRegion(0, 4096, 0, 64)])  # one region of 64 blocks of 4 KiB
+    fetcher.fetch([(peer, np.array([3, 4], np.int64), np.array([10, 11], np.int64))])  # its blocks 3, 4 -> my 10, 11
+
+See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier and fetch.
 """
 
 from __future__ import annotations
@@ -40,6 +44,19 @@ from ._errors import (
     SystemError,
     TimeoutError,
     UnsupportedError,
+)
+from ._barrier import Barrier
+from ._fetch import (
+    FetchOperation,
+    FetchPath,
+    FetchPlan,
+    FetchPlanInfo,
+    FetchRequest,
+    FetchState,
+    FetchStatus,
+    Fetcher,
+    KvRegion,
+    layout_hash,
 )
 from ._publish import CacheTensor, PublishMode, Publisher
 from ._symm import MemoryKind, SymmetricBuffer
@@ -74,8 +91,10 @@ def use_local_device(local_rank: int) -> int:
 
 
 __all__ = [
-    "AbortedError", "Axis", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode", "InternalError",
-    "InvalidArgumentError", "Layout", "MemoryKind", "NetworkError", "PublishMode", "Publisher", "RemoteError",
-    "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId", "UnsupportedError", "__version__", "capabilities",
-    "create_unique_id", "init_allgather", "init_mpi4py", "init_store", "init_tcp", "init_torch", "use_local_device",
+    "AbortedError", "Axis", "Barrier", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
+    "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
+    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "Layout", "MemoryKind", "NetworkError",
+    "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
+    "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
+    "init_store", "init_tcp", "init_torch", "layout_hash", "use_local_device",
 ]

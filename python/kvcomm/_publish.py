@@ -6,13 +6,13 @@ the library then checks offsets, strides and slots against the backed memory. A 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
 from . import _kvcomm
 from ._arrays import ArrayView, inspect
 from ._errors import invalid
+from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
 PublishMode = _kvcomm.PublishMode
@@ -37,31 +37,15 @@ class CacheTensor:
 
 
 def _stream_handle(stream: Any, buffer: SymmetricBuffer, call: str) -> int:
-    if buffer.kind != MemoryKind.Cuda:
-        return 0  # host buffers are synchronous
-    if stream is None:
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            return int(torch.cuda.current_stream(buffer.device).cuda_stream)
-        return 0
-    if isinstance(stream, bool):
-        raise invalid(call, buffer.rank, "stream must be an int handle or a stream object")
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return int(stream.cuda_stream)
-    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol: (version, handle)
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
-        return int(stream.ptr)
-    raise invalid(call, buffer.rank, f"cannot read a CUDA stream handle from {type(stream).__name__}")
+    return stream_handle(stream, buffer.kind == MemoryKind.Cuda, buffer.device, buffer.rank, call)
 
 
 class Publisher:
     """Publication into a SymmetricBuffer's replicas, and its barrier.
 
     Call order: ``Publisher(buffer)`` once, collectively. Per step, on every member: ``publish()`` (or
-    ``publish_and_barrier()``) for each layer, then ``barrier()`` before anyone reads peers' rows. On CUDA buffers
+    ``publish_and_barrier()``) for each layer, then ``barrier()`` before anyone reads peers' rows (or ``signal()``
+    right after publishing and ``wait()`` just before the reads, so the round trip overlaps other work). On CUDA buffers
     both run on a stream (default: torch's current stream) without host synchronisation and can be captured in a
     CUDA graph (torch.cuda.graph); source arrays must stay alive until the stream has run. After the stream
     finished, ``check_errors()`` raises slots found out of range on the device and barrier timeouts. On host buffers
@@ -189,6 +173,16 @@ class Publisher:
         """Returns (in stream order) once every member reached its matching barrier on `lane`: release of this
         rank's earlier stores, acquire of the peers'."""
         self._native.barrier(_stream_handle(stream, self._buffer, "Publisher.barrier"), lane)
+
+    def signal(self, stream: Any = None, lane: int = 0) -> None:
+        """The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback mode: the whole
+        barrier). Call it right after publishing; per lane, calls alternate signal, wait (barrier counts as both)."""
+        self._native.signal(_stream_handle(stream, self._buffer, "Publisher.signal"), lane)
+
+    def wait(self, stream: Any = None, lane: int = 0) -> None:
+        """The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op).
+        Call it just before the kernel that reads peers' rows."""
+        self._native.wait(_stream_handle(stream, self._buffer, "Publisher.wait"), lane)
 
     def poll_error(self) -> Optional[dict]:
         """Reads (and clears) the first device error since the last call (synchronise the stream first)."""

@@ -4,6 +4,11 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
+
+#include "kvcomm/device_error.hpp"
+#include "kvcomm/stream.hpp"
+
 namespace kvcomm::py {
 
 namespace nb = nanobind;
@@ -12,6 +17,17 @@ void bindErrors(nb::module_& m);
 void bindComm(nb::module_& m);
 void bindSymm(nb::module_& m);
 void bindPublish(nb::module_& m);
+void bindBarrier(nb::module_& m);
+void bindFetch(nb::module_& m);
 void bindArrays(nb::module_& m);
+
+/// A device error as the dict poll_error() returns ({"kind": "slot_out_of_range" | "barrier_timeout" |
+/// "block_out_of_range", "token_index", "slot", "tensor", "rank", "peer", "lane"}), or None when there is none.
+nb::object deviceErrorToPython(const DeviceError& e);
+
+/// A stream handle the package passed as an int.
+inline Stream toStream(uintptr_t s) {
+  return reinterpret_cast<Stream>(s);
+}
 
 }  // namespace kvcomm::py

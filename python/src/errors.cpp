@@ -18,6 +18,31 @@ void setPythonError(const kvcomm::Error& e) {
 }
 }  // namespace
 
+nb::object deviceErrorToPython(const DeviceError& e) {
+  if (!e) return nb::none();
+  nb::dict d;
+  switch (e.kind) {
+    case DeviceErrorKind::SlotOutOfRange:
+      d["kind"] = "slot_out_of_range";
+      break;
+    case DeviceErrorKind::BarrierTimeout:
+      d["kind"] = "barrier_timeout";
+      break;
+    case DeviceErrorKind::BlockOutOfRange:
+      d["kind"] = "block_out_of_range";
+      break;
+    case DeviceErrorKind::None:
+      break;
+  }
+  d["token_index"] = e.tokenIndex;
+  d["slot"] = e.slot;
+  d["tensor"] = e.tensor;
+  d["rank"] = e.rank;
+  d["peer"] = e.peer;
+  d["lane"] = e.lane;
+  return d;
+}
+
 void bindErrors(nb::module_& m) {
   nb::enum_<ErrorCode>(m, "ErrorCode", "What kind of failure an Error reports (kvcomm::ErrorCode).")
       .value("InvalidArgument", ErrorCode::InvalidArgument)

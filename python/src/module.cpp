@@ -23,4 +23,6 @@ NB_MODULE(_kvcomm, m) {
   kvcomm::py::bindComm(m);
   kvcomm::py::bindSymm(m);
   kvcomm::py::bindPublish(m);
+  kvcomm::py::bindBarrier(m);
+  kvcomm::py::bindFetch(m);
 }

@@ -32,10 +32,6 @@ std::vector<CacheTensor> toTensors(const std::vector<RawTensor>& raw) {
   return out;
 }
 
-Stream toStream(uintptr_t s) {
-  return reinterpret_cast<Stream>(s);
-}
-
 }  // namespace
 
 void bindPublish(nb::module_& m) {
@@ -76,26 +72,25 @@ void bindPublish(nb::module_& m) {
           "barrier", [](Publisher& p, uintptr_t stream, int lane) { p.barrier(toStream(stream), lane); },
           nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
           "Returns (in stream order) once every member reached its matching barrier on `lane`.")
+      .def(
+          "signal", [](Publisher& p, uintptr_t stream, int lane) { p.signal(toStream(stream), lane); },
+          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback: the whole barrier).")
+      .def(
+          "wait", [](Publisher& p, uintptr_t stream, int lane) { p.wait(toStream(stream), lane); },
+          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "The second half: returns (in stream order) once every member signalled on `lane` (Fallback: no-op).")
       .def_prop_ro("mode", &Publisher::mode)
       .def_prop_ro("mode_reason", &Publisher::modeReason)
       .def(
           "poll_error",
-          [](Publisher& p) -> nb::object {
+          [](Publisher& p) {
             DeviceError e;
             {
               nb::gil_scoped_release nogil;
               e = p.pollError();
             }
-            if (!e) return nb::none();
-            nb::dict d;
-            d["kind"] = e.kind == DeviceErrorKind::SlotOutOfRange ? "slot_out_of_range" : "barrier_timeout";
-            d["token_index"] = e.tokenIndex;
-            d["slot"] = e.slot;
-            d["tensor"] = e.tensor;
-            d["rank"] = e.rank;
-            d["peer"] = e.peer;
-            d["lane"] = e.lane;
-            return d;
+            return deviceErrorToPython(e);
           },
           "Reads (and clears) the first device error since the last call, as a dict, or None.")
       .def("check_errors", &Publisher::checkErrors, nb::call_guard<nb::gil_scoped_release>(),

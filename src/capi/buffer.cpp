@@ -5,21 +5,10 @@
 #include "common/check.hpp"
 
 using kvcomm::capi::guard;
+using kvcomm::capi::kindOf;
 using kvcomm::capi::requireNonNull;
 
 namespace {
-
-kvcomm::MemoryKind kindOf(kvcommMemoryKind_t kind, const char* call) {
-  switch (kind) {
-    case kvcommMemoryAuto:
-      return kvcomm::MemoryKind::Auto;
-    case kvcommMemoryCuda:
-      return kvcomm::MemoryKind::Cuda;
-    case kvcommMemoryHost:
-      return kvcomm::MemoryKind::Host;
-  }
-  KVCOMM_THROW(InvalidArgument, call, "kind ", static_cast<int>(kind), " is not a kvcommMemoryKind_t");
-}
 
 kvcomm::SymmetricBuffer& get(kvcommBuffer_t buffer, const char* call) {
   requireNonNull(buffer, call, "buffer");
@@ -182,7 +171,7 @@ kvcommResult_t kvcommBufferKind(kvcommBuffer_t buffer, kvcommMemoryKind_t* kind)
   return guard("kvcommBufferKind", [&] {
     auto& b = get(buffer, "kvcommBufferKind");
     requireNonNull(kind, "kvcommBufferKind", "kind");
-    *kind = b.kind() == kvcomm::MemoryKind::Cuda ? kvcommMemoryCuda : kvcommMemoryHost;
+    *kind = kvcomm::capi::toC(b.kind());
   });
 }
 

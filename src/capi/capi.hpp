@@ -4,12 +4,16 @@
 
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
@@ -25,6 +29,21 @@ struct kvcommBuffer {
 };
 struct kvcommPublisher {
   kvcomm::Publisher publisher;
+};
+struct kvcommBarrier {
+  kvcomm::Barrier barrier;
+};
+struct kvcommFetcher {
+  kvcomm::Fetcher fetcher;
+};
+struct kvcommFetchPlan {
+  kvcomm::FetchPlan plan;
+};
+// The status of the last test()/wait(), kept so that its failed blocks and error can be read by separate calls.
+struct kvcommFetchOperation {
+  kvcomm::FetchOperation op;
+  std::mutex mu;
+  kvcomm::FetchStatus last;
 };
 
 namespace kvcomm::capi {
@@ -68,5 +87,17 @@ void requireNonNull(const void* p, const char* call, const char* what);
 
 /// Copies `s` into `text` (NUL-terminated, truncated) and reports the full size in *needed.
 void copyString(const std::string& s, char* text, size_t textBytes, size_t* needed, const char* call);
+
+/// Copies the `bytes` of a device handle into `out` when `outBytes` holds them (else InvalidArgument); *needed gets
+/// the size.
+void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, size_t* needed, const char* call);
+
+/// The C form of a device error.
+void toC(const DeviceError& e, kvcommDeviceError* out);
+
+/// The C++ memory kind of a C one (InvalidArgument for values outside the enum).
+MemoryKind kindOf(kvcommMemoryKind_t kind, const char* call);
+/// The C memory kind of a resolved C++ one.
+kvcommMemoryKind_t toC(MemoryKind kind);
 
 }  // namespace kvcomm::capi

@@ -71,7 +71,55 @@ void copyString(const std::string& s, char* text, size_t textBytes, size_t* need
   text[n] = '\0';
 }
 
+void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, size_t* needed, const char* call) {
+  KVCOMM_CHECK_ARG(out != nullptr || outBytes == 0, call, "handle is NULL but handleBytes is ", outBytes);
+  if (needed) *needed = bytes;
+  if (out == nullptr && outBytes == 0) return;  // a size query
+  KVCOMM_CHECK_ARG(outBytes >= bytes, call, "handleBytes ", outBytes, " is smaller than the handle (", bytes,
+                   " bytes)");
+  std::memcpy(out, handle, bytes);
+}
+
+void toC(const DeviceError& e, kvcommDeviceError* out) {
+  out->kind = static_cast<kvcommDeviceErrorKind_t>(e.kind);
+  out->tokenIndex = e.tokenIndex;
+  out->slot = e.slot;
+  out->tensor = e.tensor;
+  out->rank = e.rank;
+  out->peer = e.peer;
+  out->lane = e.lane;
+}
+
+MemoryKind kindOf(kvcommMemoryKind_t kind, const char* call) {
+  switch (kind) {
+    case kvcommMemoryAuto:
+      return MemoryKind::Auto;
+    case kvcommMemoryCuda:
+      return MemoryKind::Cuda;
+    case kvcommMemoryHost:
+      return MemoryKind::Host;
+  }
+  KVCOMM_THROW(InvalidArgument, call, "kind ", static_cast<int>(kind), " is not a kvcommMemoryKind_t");
+}
+
+kvcommMemoryKind_t toC(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::Cuda:
+      return kvcommMemoryCuda;
+    case MemoryKind::Host:
+      return kvcommMemoryHost;
+    case MemoryKind::Auto:
+      break;
+  }
+  return kvcommMemoryAuto;
+}
+
 }  // namespace kvcomm::capi
+
+static_assert(static_cast<int>(kvcomm::DeviceErrorKind::BlockOutOfRange) == kvcommDeviceErrorBlockOutOfRange &&
+                  static_cast<int>(kvcomm::DeviceErrorKind::BarrierTimeout) == kvcommDeviceErrorBarrierTimeout &&
+                  static_cast<int>(kvcomm::DeviceErrorKind::SlotOutOfRange) == kvcommDeviceErrorSlotOutOfRange,
+              "kvcommDeviceErrorKind_t mirrors kvcomm::DeviceErrorKind");
 
 using kvcomm::capi::guard;
 

@@ -1,4 +1,4 @@
-// C ABI: Publisher (publish, barrier, fused, device errors) and the capability probes.
+// C ABI: Publisher (publish, barrier and its split signal/wait, fused, device errors) and the capability probes.
 #include <vector>
 
 #include "capi/capi.hpp"
@@ -100,6 +100,14 @@ kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_
   return guard("kvcommPublisherBarrier", [&] { get(publisher, "kvcommPublisherBarrier").barrier(stream, lane); });
 }
 
+kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
+  return guard("kvcommPublisherSignal", [&] { get(publisher, "kvcommPublisherSignal").signal(stream, lane); });
+}
+
+kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
+  return guard("kvcommPublisherWait", [&] { get(publisher, "kvcommPublisherWait").wait(stream, lane); });
+}
+
 kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
                                        const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
                                        kvcommStream_t stream, int lane) {
@@ -130,14 +138,7 @@ kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDevic
   return guard("kvcommPublisherPollError", [&] {
     auto& p = get(publisher, "kvcommPublisherPollError");
     requireNonNull(error, "kvcommPublisherPollError", "error");
-    kvcomm::DeviceError e = p.pollError();
-    error->kind = static_cast<kvcommDeviceErrorKind_t>(e.kind);
-    error->tokenIndex = e.tokenIndex;
-    error->slot = e.slot;
-    error->tensor = e.tensor;
-    error->rank = e.rank;
-    error->peer = e.peer;
-    error->lane = e.lane;
+    kvcomm::capi::toC(p.pollError(), error);
   });
 }
 

@@ -1,7 +1,8 @@
 /* The C ABI from C11 (-std=c11 -Wall -Wextra -Werror), under mpirun -np 4 on the host backend: callback bootstrap
- * over MPI_Allgather, TCP bootstrap from a unique id, split, layout, symmetric buffer, and publish + barrier checked
- * byte for byte against an independent oracle (poisoned cache, every replica read through the peer mappings), then
- * bad input: the right result code, a message, and nothing written. */
+ * over MPI_Allgather, TCP bootstrap from a unique id, split, layout, symmetric buffer, and publish + barrier (and its
+ * split signal/wait) checked byte for byte against an independent oracle (poisoned cache, every replica read through
+ * the peer mappings), then bad input: the right result code, a message, and nothing written. The Barrier object and
+ * fetch are in test_capi_fetch.c. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <mpi.h>
@@ -10,41 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi_test.h"
 #include "kvcomm/kvcomm.h"
 
-static int g_rank = -1;
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                                                                         \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", g_rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                              \
-      fprintf(stderr, "\n");                                                                     \
-      ++g_failures;                                                                              \
-    }                                                                                            \
-  } while (0)
-
-/* A call that must succeed; on failure prints the result name and last error, and stops this rank's test. */
-#define OK(call)                                                                                                      \
-  do {                                                                                                                \
-    kvcommResult_t r_ = (call);                                                                                       \
-    if (r_ != kvcommSuccess) {                                                                                        \
-      fprintf(stderr, "[rank %d] %s:%d: %s -> %s: %s\n", g_rank, __FILE__, __LINE__, #call, kvcommGetErrorString(r_), \
-              kvcommGetLastError());                                                                                  \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                                   \
-    }                                                                                                                 \
-  } while (0)
-
-/* A call that must fail with `expected` and leave a message naming `word`. */
-#define FAILS(call, expected, word)                                                                                 \
-  do {                                                                                                              \
-    kvcommResult_t r_ = (call);                                                                                     \
-    CHECK(r_ == (expected), "%s returned %s, expected %s (%s)", #call, kvcommGetErrorString(r_),                    \
-          kvcommGetErrorString(expected), kvcommGetLastError());                                                    \
-    CHECK(strstr(kvcommGetLastError(), (word)) != NULL, "%s: message '%s' lacks '%s'", #call, kvcommGetLastError(), \
-          (word));                                                                                                  \
-  } while (0)
+int g_rank = -1;
+int g_failures = 0;
 
 /* ---- the engine's allgather: MPI ------------------------------------------------------------------------------ */
 
@@ -389,6 +360,19 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   OK(kvcommPublishAndBarrier(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 1));
   oracleApply(image, 1);
   checkReplicas(buf, image, mapped, "round 1 (int32, publishAndBarrier)");
+  OK(kvcommCommBarrier(world));
+
+  /* Round 3: int64 slots, publish then the split barrier (signal right after the stores, wait before the reads). */
+  for (int i = 0; i < kTokens; ++i) slots64[i] = slotOf(3, rank, i);
+  makeSources(3, rank, mainSrc, keys, scales);
+  describe(t, mainSrc, keys, scales);
+  OK(kvcommPublish(pub, t, 3, slots64, kvcommSlotInt64, kTokens, NULL));
+  OK(kvcommPublisherSignal(pub, NULL, 0));
+  OK(kvcommPublisherWait(pub, NULL, 0));
+  oracleApply(image, 3);
+  checkReplicas(buf, image, mapped, "round 3 (publish + signal/wait)");
+  FAILS(kvcommPublisherSignal(pub, NULL, 2), kvcommInvalidArgument, "lane");
+  FAILS(kvcommPublisherWait(NULL, NULL, 0), kvcommInvalidArgument, "publisher");
   kvcommDeviceError derr;
   OK(kvcommPublisherPollError(pub, &derr));
   CHECK(derr.kind == kvcommDeviceErrorNone, "device error %d", (int)derr.kind);
@@ -450,6 +434,8 @@ int main(int argc, char** argv) {
   testCollectives(world, rank, size);
   testLayout(world, rank);
   testPublish(world, rank, size);
+  testBarrier(world, rank, size);
+  testFetch(world, rank, size);
   OK(kvcommCommDestroy(world));
 
   int total = 0;

@@ -1,6 +1,7 @@
 """kvcomm's Python package on host memory, 4 ranks (spawned processes, TCP unique id): communicator and layout
 against the groups engines expect, publish byte for byte against an independent numpy oracle (poisoned replicas,
-every byte of every replica compared, so guard bytes count), and bad input refused with nothing written."""
+every byte of every replica compared, so guard bytes count; barrier, fused and split signal/wait), and bad input
+refused with nothing written. Fetch and the Barrier object: test_fetch.py."""
 
 from __future__ import annotations
 
@@ -188,6 +189,17 @@ def _publish(comm: kvcomm.Communicator) -> str:
     pub.publish_and_barrier(_tensors(main, keys, scales), slots.astype(np.int32), lane=1)
     _oracle(image, 1)
     _assert_replicas(buf, image, "round 1")
+    comm.barrier()
+
+    # Round 2: the split barrier, signal right after the stores and wait just before the reads.
+    main, keys, scales, slots = _rank_data(2, comm.rank)
+    pub.publish(_tensors(main, keys, scales), slots)
+    pub.signal(lane=1)
+    pub.wait(lane=1)
+    _oracle(image, 2)
+    _assert_replicas(buf, image, "round 2 (signal/wait)")
+    with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
+        pub.signal(lane=2)
     assert pub.poll_error() is None
     pub.check_errors()
     return pub.mode.name
