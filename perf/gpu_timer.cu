@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "common/bench.hpp"
+#include "bench/bench.hpp"
 #include "gpu_timer.hpp"
 
 namespace kvbench {

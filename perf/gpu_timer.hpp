@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "common/bench.hpp"
+#include "bench/bench.hpp"
 #include "kvcomm/device/barrier.hpp"
 
 struct CUstream_st;

@@ -18,9 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "cli/args.hpp"
-#include "common/bench.hpp"
-#include "kernels/launch.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/kvcomm.hpp"
@@ -28,11 +27,11 @@
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
 
-#ifdef KVCOMM_HAVE_CUDA
+#ifdef KVBENCH_GPU
 #include <cuda_runtime.h>
 
 #include "gpu_timer.hpp"
-#include "platform/nccl.hpp"
+#include "nccl_baseline.hpp"
 #endif
 
 namespace {
@@ -70,7 +69,7 @@ std::vector<int64_t> makeSlots(int rank, size_t tokens) {
 
 using kvbench::Stats;
 
-#ifdef KVCOMM_HAVE_CUDA
+#ifdef KVBENCH_GPU
 
 void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placement& where) {
   const size_t rowBytes = o.rowBytes;
@@ -94,13 +93,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   unsetenv("KVCOMM_DIRECT");
   CUstream_st* s = kvbench::makeStream();
 
-  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then the insert kernel.
-  const auto& nccl = kvcomm::detail::requireNccl("perf_publish");
-  std::vector<ncclUniqueId> ids(static_cast<size_t>(n));
-  if (me == 0) nccl.getUniqueId(&ids[0]);
-  world.allgather(ids.data(), sizeof(ncclUniqueId));
-  ncclComm_t nc;
-  KVCOMM_CHECK_NCCL(nccl.commInitRank(&nc, n, ids[0], me));
+  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then an insert kernel.
+  kvbench::NcclBaseline nccl;
 
   char *rows = nullptr, *send = nullptr, *recv = nullptr;
   int64_t* slots = nullptr;
@@ -207,31 +201,21 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     size_t record = slotPart + bytes;
     cudaMemcpy(send, slots, T * 8, cudaMemcpyDeviceToDevice);
     cudaMemcpy(send + slotPart, rows, bytes, cudaMemcpyDeviceToDevice);
-    kvcomm::detail::PublishLaunch ins{};
-    ins.t[0] = {recv + slotPart,
-                rowBytes,
-                rowBytes,
-                0,
-                1,
-                rowBytes,
-                rowBytes,
-                kvcomm::commonAlignment(reinterpret_cast<uintptr_t>(recv + slotPart), record, rowBytes),
-                0};
-    ins.replicas = buf.deviceHandle();
-    ins.replicas.mappedMask = 1ull << me;
+    kvbench::InsertArgs ins{};
+    ins.records = recv;
+    ins.recordBytes = record;
+    ins.rowsAt = slotPart;
+    ins.tokens = static_cast<int64_t>(T);
+    ins.sources = n;
+    ins.rowBytes = rowBytes;
+    ins.replica = static_cast<char*>(buf.local());
     ins.backed = buf.backedBitmap();
-    ins.capacity = buf.capacity();
     ins.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
-    ins.slots = recv;
-    ins.sourceStride = record;
-    ins.numTokens = static_cast<int64_t>(T);
-    ins.numSources = n;
-    ins.slot64 = 1;
-    ins.numTensors = 1;
+    ins.capacity = buf.capacity();
     auto base = timeBoth(
         [&](CUstream_st* st) {
-          KVCOMM_CHECK_NCCL(nccl.allGather(send, recv, record, ncclUint8, nc, st));
-          kvcomm::detail::launchPublish(ins, st, nullptr, 0);
+          nccl.allGather(send, recv, record, st);
+          kvbench::launchInsert(ins, st);
         },
         reps);
     // Copy-engine writes of the same bytes into the peer's memory, through the same mapping.
@@ -260,14 +244,13 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   }
   direct.checkErrors();
   if (me == 0) rep.print(json);
-  nccl.commDestroy(nc);
   cudaFree(rows);
   cudaFree(slots);
   cudaFree(send);
   cudaFree(recv);
 }
 
-#endif  // KVCOMM_HAVE_CUDA
+#endif  // KVBENCH_GPU
 
 double nowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -419,7 +402,7 @@ int main(int argc, char** argv) {
     if (me == 0 && !where.warning.empty()) std::cerr << "perf_publish: " << where.warning << "\n";
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (kind == "cuda") {
-#ifdef KVCOMM_HAVE_CUDA
+#ifdef KVBENCH_GPU
       runGpu(world, o, where);
 #else
       throw kvcomm::Error(kvcomm::ErrorCode::Unsupported, "perf_publish: built without CUDA");

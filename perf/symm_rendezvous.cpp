@@ -15,8 +15,8 @@
 #include <iostream>
 #include <memory>
 
+#include "bench/bench.hpp"
 #include "cli/args.hpp"
-#include "common/bench.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"

@@ -1,4 +1,4 @@
-#include "common/bench.hpp"
+#include "bench/bench.hpp"
 
 #include <mpi.h>
 #include <sched.h>
