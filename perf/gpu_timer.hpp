@@ -3,17 +3,17 @@
 
 #include <functional>
 
+#include "bench/bench.hpp"
 #include "kvcomm/device/barrier.hpp"
 
 struct CUstream_st;
 
 namespace kvbench {
 
-/// Median microseconds per operation: `op` enqueues one operation on the stream; `perGraph` of them are captured
-/// into one graph, replayed `warmup` times untimed, then in `reps` timed batches of 10 back-to-back replays (events
-/// around each batch).
-double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
-                     CUstream_st* stream);
+/// Microseconds per operation over `reps` timed batches (median, p10, p90): `op` enqueues one operation on the
+/// stream; `perGraph` of them are captured into one graph, replayed `warmup` times untimed, then in `reps` timed
+/// batches of 10 back-to-back replays (events around each batch, time divided by 10 * perGraph).
+Stats graphTimeUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup, CUstream_st* stream);
 
 /// An empty kernel (the launch floor).
 void launchEmpty(CUstream_st* stream);

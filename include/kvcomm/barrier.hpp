@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -39,7 +40,7 @@ struct BarrierOptions {
 /// Call order: create() (collective) -> signal/wait/barrier on every member in the same per-lane order ->
 /// checkErrors() after synchronising the stream. Host-memory barriers run on the calling thread (stream ignored)
 /// and throw a Timeout directly.
-class Barrier {
+class KVCOMM_API Barrier {
  public:
   /// Collective over `comm`: allocates and zeroes the signal area on every member.
   static Barrier create(Communicator comm, const BarrierOptions& options = {});

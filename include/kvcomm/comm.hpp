@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
@@ -37,7 +38,7 @@ struct MemberInfo {
 };
 
 /// Per-member host identity, GPU and RDMA devices, and the P2P access matrix among same-host GPUs.
-struct Topology {
+struct KVCOMM_API Topology {
   std::vector<MemberInfo> members;
   /// p2p[a * size + b]: member a's GPU can access member b's GPU directly (same host, same GPU or CUDA peer access).
   std::vector<uint8_t> p2p;
@@ -63,7 +64,7 @@ struct Topology {
 /// Call order: create() on every rank of a bootstrap (collective) -> split()/Layout::create() (collective over this
 /// communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
 /// connections (no collective at teardown).
-class Communicator {
+class KVCOMM_API Communicator {
  public:
   /// Builds the world communicator from a bootstrap (collective over the bootstrap's ranks). The process's current
   /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
@@ -116,7 +117,7 @@ struct LayoutCoord {
 enum class Axis { TP, PCP, PP, DP };
 
 /// The TP, PCP, PP and DP groups of this rank.
-struct Layout {
+struct KVCOMM_API Layout {
   LayoutSpec spec;
   LayoutCoord coord;
   Communicator tp;   ///< members sharing (dp, pp, pcp); rank = tp coordinate

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -40,7 +41,7 @@ enum class PublishMode {
   Direct,    ///< stores into peers' memory through symmetric mappings, then a release/acquire barrier
   Fallback,  ///< AllGather of the rows (NCCL on GPUs, kvcomm's bootstrap on host memory) and a local insert
 };
-const char* publishModeName(PublishMode mode);
+KVCOMM_API const char* publishModeName(PublishMode mode);
 
 /// Options of Publisher::create.
 struct PublisherOptions {
@@ -67,7 +68,7 @@ struct PublisherOptions {
 /// buffer. Rows are checked on the device against the buffer's backed-granule bitmap, so a publish captured in a
 /// CUDA graph follows later growth and refuses (reports) rows in released ranges. After a barrier timeout the
 /// publisher's epochs are out of step: create a new one.
-class Publisher {
+class KVCOMM_API Publisher {
  public:
   /// Collective over the buffer's group.
   static Publisher create(SymmetricBuffer& buffer, const PublisherOptions& options = {});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
@@ -22,7 +23,7 @@ enum class MemoryKind {
 };
 
 /// "cuda" / "host" / "auto".
-const char* memoryKindName(MemoryKind kind);
+KVCOMM_API const char* memoryKindName(MemoryKind kind);
 
 /// A byte range relative to a buffer's base.
 struct Range {
@@ -42,7 +43,7 @@ struct Range {
 ///
 /// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false): a SymmetricBuffer gives no
 /// access to their memory.
-class SymmetricBuffer {
+class KVCOMM_API SymmetricBuffer {
  public:
   /// Reserves `capacity` bytes of address space for this rank's memory and one window per same-host member, maps
   /// the first `initialBytes` (rounded up to the granularity) everywhere. Collective; every member must pass the

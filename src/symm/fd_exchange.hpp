@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/fd.hpp"
+#include "common/internal_api.hpp"
 #include "symm/memory_backend.hpp"
 
 namespace kvcomm::detail {
@@ -29,16 +30,16 @@ struct ExportSet {
 /// The process's fd server (started on first use; re-created in a forked child).
 class FdServer {
  public:
-  static FdServer& instance();
+  KVCOMM_INTERNAL_API static FdServer& instance();
   /// Abstract socket name (without the leading NUL).
   const std::string& name() const { return name_; }
   /// Issues a one-use token for `requesterRank` (process `pid`, user `uid`) to fetch `set`.
-  Token offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
-              std::shared_ptr<const ExportSet> set);
+  KVCOMM_INTERNAL_API Token offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
+                                  std::shared_ptr<const ExportSet> set);
   /// Expires every token of (bufferId, generation); the fds close once no token refers to them.
-  void retire(uint64_t bufferId, uint64_t generation);
+  KVCOMM_INTERNAL_API void retire(uint64_t bufferId, uint64_t generation);
   /// Tokens still live (tests).
-  size_t liveTokens();
+  KVCOMM_INTERNAL_API size_t liveTokens();
 
  private:
   FdServer();
@@ -61,8 +62,8 @@ class FdServer {
 
 /// Fetches the set behind `token` from the server `serverName`. Throws NetworkError carrying the server's reason
 /// when refused (forged, replayed or expired token; wrong process) — no fd is kept then.
-ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId, uint64_t generation,
-                   int requesterRank, int64_t timeoutMs);
+KVCOMM_INTERNAL_API ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId,
+                                       uint64_t generation, int requesterRank, int64_t timeoutMs);
 
 /// Sends `payload` with `fds` attached (SCM_RIGHTS) as one SOCK_SEQPACKET message.
 void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds);

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "comm/tcp_mesh.hpp"
-#include "common/processes.hpp"
 #include "common/socket.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "support/processes.hpp"
 
 namespace {
 
