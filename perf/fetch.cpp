@@ -346,6 +346,13 @@ void runGpu(kvcomm::Communicator& world, const Options& opt, const kvbench::Plac
                   fmt(t.p90), fmt(bytes / t.median / 1e3, 1), speedup});
     };
     crow("kvcomm fetchAll", kv, "-");
+    // The bound of this traffic: both ranks copy the same bytes from each other at once, one contiguous copy-engine
+    // copy each (no blocks, no barriers).
+    char* mine = static_cast<char*>(buf.local());
+    char* theirs = static_cast<char*>(buf.peer(peerRank));
+    crow("bound: both ranks one contiguous cudaMemcpyAsync from the peer at once",
+         timed([&] { CU(cudaMemcpyAsync(mine + bytesAll / 2, theirs, c.pairs * bb, cudaMemcpyDeviceToDevice, s)); }),
+         "-");
 #ifdef KVCOMM_PERF_NCCL
     ncclUniqueId id;
     if (me == 0) ncclGetUniqueId(&id);
