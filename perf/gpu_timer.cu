@@ -55,6 +55,18 @@ void check(cudaError_t e, const char* what) {
 }
 }  // namespace
 
+__global__ void spinKernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+void launchSpin(unsigned long long ns, CUstream_st* stream) {
+  spinKernel<<<1, 32, 0, stream>>>(ns);
+}
+
 void launchEmpty(CUstream_st* stream) {
   emptyKernel<<<1, 32, 0, stream>>>();
 }

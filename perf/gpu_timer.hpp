@@ -18,6 +18,9 @@ Stats graphTimeUs(const std::function<void(CUstream_st*)>& op, int perGraph, int
 /// An empty kernel (the launch floor).
 void launchEmpty(CUstream_st* stream);
 
+/// One block that spins for `ns` nanoseconds of %globaltimer: "unrelated work" of a known length on the stream.
+void launchSpin(unsigned long long ns, CUstream_st* stream);
+
 /// A plain SM copy kernel (16-byte vectors, 4 in flight per thread, every SM): `bytes` (a multiple of 16) from `src`
 /// to `dst`; into a peer's memory it shows what SM stores over NVLink reach with no scatter at all.
 void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream);

@@ -159,6 +159,15 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   };
   noData("empty kernel (launch floor)", timeBoth([](CUstream_st* st) { kvbench::launchEmpty(st); }, repsArg));
   noData("kvcomm barrier", timeBoth([&](CUstream_st* st) { direct.barrier(st, 0); }, repsArg));
+  // The split barrier's halves: signal alone (every rank signals, nobody waits), and signal then wait; wait alone
+  // is their difference (the peers' flags have arrived by then).
+  noData("kvcomm signal alone", timeBoth([&](CUstream_st* st) { direct.signal(st, 0); }, repsArg));
+  noData("kvcomm signal + wait (two kernels)", timeBoth(
+                                                   [&](CUstream_st* st) {
+                                                     direct.signal(st, 0);
+                                                     direct.wait(st, 0);
+                                                   },
+                                                   repsArg));
   const char* probes[] = {"probe: barrierBlock in a bare kernel", "probe: relaxed signal+wait (no ordering)",
                           "probe: threadfence_system + relaxed signal"};
   for (int v = 0; v < 3; ++v) {
@@ -241,6 +250,51 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("NCCL AllGather + insert (baseline)", base, true, false);
     row("cudaMemcpy into peer (copy engine)", cp, false, true);
     row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
+    // The split barrier with other work between the halves, against the fused publish+barrier followed by the same
+    // work, and the work alone: what the exchange adds to a step when it overlaps.
+    if (T <= 4096) {
+      for (unsigned long long w : {0ull, 5000ull, 20000ull}) {
+        std::string us = std::to_string(w / 1000);
+        auto split = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publish(tensors, slots, SlotType::Int64, T, st);
+              direct.signal(st, 0);
+              kvbench::launchSpin(w, st);
+              direct.wait(st, 0);
+            },
+            reps);
+        auto fusedThen = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0);
+              kvbench::launchSpin(w, st);
+            },
+            reps);
+        auto alone = timeBoth([&](CUstream_st* st) { kvbench::launchSpin(w, st); }, reps);
+        row(("publish + signal, " + us + " us of work, wait").c_str(), split, false, false);
+        row(("publishAndBarrier, then " + us + " us of work").c_str(), fusedThen, false, false);
+        row((us + " us of work alone").c_str(), alone, false, false);
+      }
+    }
+  }
+  // Host CPU time of an eager publish() call (what an engine that does not capture pays per layer).
+  {
+    size_t T = 256;
+    auto hs = makeSlots(me, T);
+    cudaMemcpy(slots, hs.data(), T * 8, cudaMemcpyHostToDevice);
+    std::vector<CacheTensor> tensors{CacheTensor{rows, rowBytes, rowBytes, 0, 1, rowBytes, rowBytes}};
+    std::vector<double> cpu;
+    for (int i = 0; i < 2200; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      direct.publish(tensors, slots, SlotType::Int64, T, s);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 200) cpu.push_back(us);
+      if (i % 100 == 99) direct.barrier(s, 0);
+    }
+    direct.barrier(s, 0);
+    kvbench::syncDevice();
+    Stats c = kvbench::maxOverRanks(kvbench::stats(cpu));
+    rep.note("Host CPU time per eager publish() call (256 tokens, 2000 calls after 200 warm-up): median " +
+             fmt(c.median) + " us, p10 " + fmt(c.p10) + ", p90 " + fmt(c.p90) + " (slowest rank).");
   }
   direct.checkErrors();
   if (me == 0) rep.print(json);
