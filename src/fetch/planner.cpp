@@ -109,6 +109,21 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
     }
     close();
   }
+  // A local copy (source = this rank) must not read a block the batch writes: the copies run in no set order.
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const FetchRequest& q = requests[k];
+    if (q.srcRank != in.myRank) continue;
+    for (size_t i = 0; i < q.count; ++i) {
+      const int64_t s = q.srcBlocks[i];
+      if (s == -1 || q.dstBlocks[i] == -1 || static_cast<uint64_t>(s) >= dstLimit) continue;
+      if ((claimed[static_cast<uint64_t>(s) >> 6] >> (static_cast<uint64_t>(s) & 63)) & 1) {
+        auto [k0, i0] = firstUse(requests, s);
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s,
+                     " of this rank is also written by request ", k0, ", pair ", i0,
+                     " (a batch must not read a local block it writes)");
+      }
+    }
+  }
   out.pairs.count = kept;
   out.info.pairsSkipped = skipped;
 
