@@ -39,6 +39,9 @@ int64_t bootstrapTimeoutMs() {
 int64_t barrierTimeoutMs() {
   return getInt("KVCOMM_BARRIER_TIMEOUT_MS", 10000);
 }
+int64_t livenessTimeoutMs() {
+  return getInt("KVCOMM_LIVENESS_TIMEOUT_MS", 4000);
+}
 std::string socketIfname() {
   return getString("KVCOMM_SOCKET_IFNAME", "");
 }

@@ -22,6 +22,10 @@ int64_t bootstrapTimeoutMs();
 /// KVCOMM_BARRIER_TIMEOUT_MS: bound on every barrier wait (device and host); default 10000.
 int64_t barrierTimeoutMs();
 
+/// KVCOMM_LIVENESS_TIMEOUT_MS: how long a silent peer (host lost, network cut) may stay unnoticed before it is
+/// declared dead; default 4000; <= 0 relies on the operating system's TCP timeouts.
+int64_t livenessTimeoutMs();
+
 /// KVCOMM_SOCKET_IFNAME: network interface whose IPv4 address bootstrap sockets advertise (default: first
 /// non-loopback interface that is up, else loopback).
 std::string socketIfname();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/fd.hpp"
@@ -42,7 +43,13 @@ SockAddr pickLocalAddress(const std::string& ifname = "");
 Fd listenTcp(const SockAddr& addr, SockAddr* bound);
 
 /// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`.
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what);
+/// `stopIf` (optional) runs at least every 100 ms while waiting and may throw to give up early.
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what,
+              const std::function<void()>& stopIf = {});
+
+/// Turns a silent peer (host lost, cable pulled) into a connection error within about `ms` milliseconds: TCP
+/// keepalive probes while idle and TCP_USER_TIMEOUT while data is unacknowledged. `ms` <= 0 leaves the defaults.
+void setLivenessTimeout(int fd, int64_t ms);
 
 /// Writes/reads exactly `len` bytes before `deadline` (blocking sockets are polled). Throws NetworkError on EOF or
 /// error and Timeout on expiry; `what` names the peer in the message.

@@ -22,7 +22,8 @@ namespace kvcomm::detail {
   X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemGetAddressRange)             \
   X(cuMemGetHandleForAddressRange) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)           \
   X(cuMemAlloc) X(cuMemFree) X(cuPointerGetAttribute) X(cuFlushGPUDirectRDMAWrites) X(cuMemsetD8)              \
-  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuCtxSynchronize)
+  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuCtxSynchronize) X(cuMemHostRegister) X(cuMemHostUnregister)            \
+  X(cuMemHostGetDevicePointer)
 // clang-format on
 
 struct CudaDriver {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "kvcomm/bootstrap.hpp"
@@ -110,9 +111,9 @@ std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmReques
         local.rethrow();
         for (int p = 0; p < n; ++p) {
           if (p == me || !mapped[static_cast<size_t>(p)]) continue;
-          got[static_cast<size_t>(p)] =
-              fetchFds(reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId,
-                       generation, me, env::bootstrapTimeoutMs());
+          got[static_cast<size_t>(p)] = fetchFds(
+              reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId, generation,
+              me, env::bootstrapTimeoutMs(), [&] { checkHealthy(comm, "SymmetricBuffer handle exchange"); });
         }
       },
       retire);
