@@ -116,9 +116,9 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
   joined[0] = true;
   int count = 1;
   while (count < size) {
-    std::vector<pollfd> pfds{{listener, POLLIN, 0}};
+    std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
     pending.pollFds(pfds);
-    int wait = detail::msLeft(deadline);
+    int wait = pfds[0].fd < 0 ? 100 : detail::msLeft(deadline);
     int next = pending.msToNextDeadline();
     if (next >= 0) wait = wait < 0 ? next + 1 : std::min(wait, next + 1);
     int rc = poll(pfds.data(), pfds.size(), wait);

@@ -78,6 +78,9 @@ SockAddr TcpMesh::listenAddress() const {
 void TcpMesh::start(std::vector<SockAddr> addrs) {
   KVCOMM_CHECK_ARG(addrs.size() == static_cast<size_t>(size_), "TcpMesh::start", addrs.size(),
                    " addresses for a mesh of ", size_);
+  for (size_t r = 0; r < addrs.size(); ++r)
+    KVCOMM_CHECK_ARG(addrs[r].valid(), "TcpMesh::start", "rank ", r, "'s mesh address (", addrs[r].toString(),
+                     ") is not a valid IPv4/IPv6 address");
   addrs_ = std::move(addrs);
   if (rank_ != 0) {
     auto deadline = deadlineIn(timeoutMs_);
@@ -150,7 +153,7 @@ void TcpMesh::progressOnce(int timeoutMs) {
   std::vector<pollfd> pfds;
   std::vector<int> outPeers;
   pfds.push_back({wake_.get(), POLLIN, 0});
-  pfds.push_back({listener_.get(), POLLIN, 0});
+  pfds.push_back({acceptor_->pollFd(), POLLIN, 0});
   pfds.push_back({watch_ ? watch_.get() : -1, POLLIN, 0});
   size_t nIn = inbound_.size();
   for (auto& in : inbound_) pfds.push_back({in->fd.get(), POLLIN, 0});
@@ -165,7 +168,7 @@ void TcpMesh::progressOnce(int timeoutMs) {
         outPeers.push_back(p);
       }
   }
-  int wait = timeoutMs;
+  int wait = pfds[1].fd < 0 ? 100 : timeoutMs;
   int next = pending_->msToNextDeadline();
   if (next >= 0) wait = std::min(wait, next + 1);
   int rc = poll(pfds.data(), pfds.size(), wait);

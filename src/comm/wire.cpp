@@ -52,6 +52,7 @@ std::string rootHelloRefusal(const Hello& h, const Nonce& nonce, int size, const
   if (h.kind != static_cast<uint32_t>(HelloKind::Root)) return "mesh connection before the group formed";
   if (h.size != size) return cat("size mismatch: rank ", h.rank, " says size ", h.size, ", the root says ", size);
   if (h.rank <= 0 || h.rank >= size) return cat("rank ", h.rank, " out of range [1, ", size, ")");
+  if (!h.listenAddr.valid()) return cat("rank ", h.rank, " sent an invalid listening address");
   if (static_cast<size_t>(h.rank) < joined.size() && joined[static_cast<size_t>(h.rank)])
     return cat("rank ", h.rank, " already joined");
   return "";

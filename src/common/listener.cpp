@@ -20,7 +20,12 @@ void RefusalLog::refused(const std::string& why) {
 Acceptor::Acceptor(int listener, RefusalLog* log, int socketFlags)
     : listener_(listener), log_(log), flags_(socketFlags), spare_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
+int Acceptor::pollFd() const {
+  return Clock::now() < pausedUntil_ ? -1 : listener_;
+}
+
 Fd Acceptor::next() {
+  if (!spare_) spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   while (true) {
     int c = accept4(listener_, nullptr, nullptr, flags_);
     if (c >= 0) return Fd(c);
@@ -28,14 +33,19 @@ Fd Acceptor::next() {
     if (err == EINTR || err == ECONNABORTED) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) return {};
     if ((err == EMFILE || err == ENFILE) && spare_) {
-      // Out of descriptors: free the spare, take the connection off the queue and close it, take the spare back.
+      // Out of descriptors (accept fails so even when nothing waits): free the spare, take the waiting connection
+      // off the queue and close it, take the spare back.
       spare_.reset();
       int dropped = accept4(listener_, nullptr, nullptr, flags_);
       if (dropped >= 0) ::close(dropped);
       spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (dropped < 0) return {};  // nothing was waiting
       if (log_) log_->refused("out of file descriptors (RLIMIT_NOFILE); the connection was closed");
       continue;
     }
+    // No spare (another thread took the last descriptor) or another failure: stop polling the listener for a
+    // moment rather than spin on a connection that cannot be accepted.
+    pausedUntil_ = Clock::now() + std::chrono::milliseconds(100);
     if (log_) log_->refused(cat("accept failed: ", std::strerror(err)));
     return {};
   }

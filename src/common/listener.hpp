@@ -43,12 +43,15 @@ class Acceptor {
   Acceptor(int listener, RefusalLog* log, int socketFlags = SOCK_CLOEXEC | SOCK_NONBLOCK);
   /// The next waiting connection, or an invalid Fd when none is waiting (or it had to be dropped).
   Fd next();
+  /// The listener to poll, or -1 for a short pause after accept failed for want of descriptors.
+  int pollFd() const;
 
  private:
   int listener_;
   RefusalLog* log_;
   int flags_;
   Fd spare_;
+  Clock::time_point pausedUntil_{};
 };
 
 /// Accepted connections waiting for their first message of `helloBytes` bytes. At most kMaxPendingHandshakes wait

@@ -40,6 +40,11 @@ void SockAddr::setPort(uint16_t port) {
   if (storage.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(port);
 }
 
+bool SockAddr::valid() const {
+  return (storage.ss_family == AF_INET && len == sizeof(sockaddr_in)) ||
+         (storage.ss_family == AF_INET6 && len == sizeof(sockaddr_in6));
+}
+
 std::string SockAddr::toString() const {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (storage.ss_family == AF_INET) {
@@ -58,7 +63,9 @@ SockAddr SockAddr::parse(const std::string& text) {
   auto colon = text.rfind(':');
   KVCOMM_CHECK_ARG(colon != std::string::npos, "SockAddr::parse", "address '", text, "' has no :port");
   std::string host = text.substr(0, colon);
-  int port = std::atoi(text.c_str() + colon + 1);
+  std::string digits = text.substr(colon + 1);
+  bool numeric = !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
+  int port = numeric ? std::stoi(digits) : -1;
   KVCOMM_CHECK_ARG(port >= 0 && port < 65536, "SockAddr::parse", "bad port in '", text, "'");
   if (!host.empty() && host.front() == '[' && host.back() == ']') {
     auto* in6 = reinterpret_cast<sockaddr_in6*>(&out.storage);

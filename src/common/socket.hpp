@@ -31,6 +31,8 @@ struct SockAddr {
   uint16_t port() const;
   void setPort(uint16_t port);
   std::string toString() const;
+  /// An IPv4 or IPv6 address whose length matches its family (what a peer sent may be neither).
+  bool valid() const;
   /// Parses "a.b.c.d:port" or "[v6]:port".
   static SockAddr parse(const std::string& text);
 };

@@ -184,19 +184,21 @@ FdServer::FdServer() : pid_(getpid()), refusals_("fd server") {
   sockaddr_un a = abstractAddress(name_, &len);
   KVCOMM_CHECK_SYS(bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), len));
   KVCOMM_CHECK_SYS(listen(listener_.get(), 256));
+  // Made here, not on the thread: every descriptor the server holds exists once instance() returns.
+  acceptor_ = std::make_unique<Acceptor>(listener_.get(), &refusals_);
   thread_ = std::thread([this] { serve(); });
   thread_.detach();
 }
 
 void FdServer::serve() {
-  Acceptor acceptor(listener_.get(), &refusals_);
+  Acceptor& acceptor = *acceptor_;
   PendingHandshakes pending(sizeof(FdRequest), true, &refusals_);
   const uint32_t myUid = getuid();
   while (true) {
     try {
-      std::vector<pollfd> pfds{{listener_.get(), POLLIN, 0}};
+      std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
       pending.pollFds(pfds);
-      int wait = pending.msToNextDeadline();
+      int wait = pfds[0].fd < 0 ? 100 : pending.msToNextDeadline();
       int rc = poll(pfds.data(), pfds.size(), wait < 0 ? -1 : wait + 1);
       if (rc < 0 && errno != EINTR) throwSystem("poll(fd server)", errno, __FILE__, __LINE__);
       for (auto& r : pending.progress(pfds.data() + 1, pfds.size() - 1)) answer(std::move(r.conn), r.hello);

@@ -110,6 +110,7 @@ class FdServer {
   int pid_;
   TokenTable tokens_;
   RefusalLog refusals_;
+  std::unique_ptr<Acceptor> acceptor_;
   std::thread thread_;
 };
 
