@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/tcp_mesh.hpp"
+#include "common/processes.hpp"
 #include "common/socket.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
@@ -19,50 +20,7 @@
 
 namespace {
 
-// Runs `body(rank)` in `n` forked processes; returns each exit code (0 = body returned true). Children that
-// outlive `timeoutSec` are killed and reported as -9.
-std::vector<int> runProcesses(int n, const std::function<bool(int)>& body, int timeoutSec = 60) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        code = body(r) ? 0 : 2;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "child %d: %s\n", r, e.what());
-        code = 3;
-      }
-      std::fflush(stderr);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes(static_cast<size_t>(n), -1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
-  int left = n;
-  while (left > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (codes[static_cast<size_t>(r)] != -1) continue;
-      int status = 0;
-      if (waitpid(pids[static_cast<size_t>(r)], &status, WNOHANG) == pids[static_cast<size_t>(r)]) {
-        codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-        --left;
-      }
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (int r = 0; r < n; ++r)
-        if (codes[static_cast<size_t>(r)] == -1) {
-          kill(pids[static_cast<size_t>(r)], SIGKILL);
-          waitpid(pids[static_cast<size_t>(r)], nullptr, 0);
-          codes[static_cast<size_t>(r)] = -9;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return codes;
-}
+using kvtest::runProcesses;
 
 TEST(TcpBootstrap, FourProcessesBuildACommunicator) {
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
