@@ -1,10 +1,11 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> capi).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
     src/common/log.cpp
     src/common/socket.cpp
     src/common/listener.cpp
+    src/common/wait_reporter.cpp
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp
@@ -22,13 +23,31 @@ set(KVCOMM_SOURCES
     src/symm/symmetric_buffer.cpp
     src/kernels/host_ops.cpp
     src/ops/host_transport.cpp
-    src/ops/publisher.cpp)
+    src/ops/device_errors.cpp
+    src/ops/barrier.cpp
+    src/ops/publisher.cpp
+    src/fetch/layout_registry.cpp
+    src/fetch/planner.cpp
+    src/fetch/peer_transport.cpp
+    src/fetch/fetcher.cpp
+    src/capi/error.cpp
+    src/capi/bootstrap.cpp
+    src/capi/communicator.cpp
+    src/capi/layout.cpp
+    src/capi/buffer.cpp
+    src/capi/publisher.cpp
+    src/capi/barrier.cpp
+    src/capi/fetch.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES
     src/platform/cuda_driver.cpp
     src/symm/cuda_memory.cpp
-    src/kernels/publish.cu)
+    src/kernels/publish.cu
+    src/kernels/barrier.cu
+    src/kernels/fetch.cu
+    src/fetch/device_copy.cpp
+    src/ops/device_memory.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
@@ -38,4 +57,10 @@ set(KVCOMM_NCCL_SOURCES
 # Stand-ins for the CUDA entry points in a build without CUDA.
 set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
-    src/kernels/no_cuda.cpp)
+    src/kernels/no_cuda.cpp
+    src/fetch/no_cuda.cpp
+    src/ops/no_cuda.cpp)
+
+# Stand-in for the NCCL transport where NCCL is not part of the build (CUDA or not).
+set(KVCOMM_NO_NCCL_SOURCES
+    src/ops/no_nccl.cpp)

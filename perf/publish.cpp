@@ -6,6 +6,7 @@
 // copy-engine writes into the peer's memory (cudaMemcpy over the same mapping, what cudaMemcpyPeer does).
 // Host: wall-clock medians of direct publish+barrier against gather+insert over kvcomm's bootstrap and over MPI.
 //   mpirun -np 2 perf_publish [--tokens 1,16,256,4096,65536] [--row-bytes 656] [--reps 200] [--json out.jsonl]
+//   (--help for every option)
 #include <mpi.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "cli/args.hpp"
 #include "common/bench.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/capabilities.hpp"
@@ -34,6 +36,13 @@
 namespace {
 
 using kvbench::fmt;
+
+struct Options {
+  size_t rowBytes = 656;
+  std::vector<long long> tokens;
+  int reps = 0;  // 0: the backend's default
+  std::string json;
+};
 using kvcomm::CacheTensor;
 using kvcomm::SlotType;
 
@@ -57,10 +66,11 @@ double maxOverRanks(double v) {
 
 #ifdef KVCOMM_HAVE_CUDA
 
-void runGpu(kvcomm::Communicator& world, const kvbench::Args& args, const std::string& json) {
-  const size_t rowBytes = static_cast<size_t>(args.getInt("row-bytes", 656));
-  auto tokenList = args.getList("tokens", {1, 16, 256, 4096, 65536});
-  const int repsArg = static_cast<int>(args.getInt("reps", 200));  // batches of 10 replays
+void runGpu(kvcomm::Communicator& world, const Options& o) {
+  const size_t rowBytes = o.rowBytes;
+  const auto& tokenList = o.tokens;
+  const std::string& json = o.json;
+  const int repsArg = o.reps ? o.reps : 200;  // batches of 10 replays
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
@@ -230,10 +240,11 @@ double hostMedianUs(F&& f, int reps) {
   return maxOverRanks(kvbench::median(v));
 }
 
-void runHost(kvcomm::Communicator& world, const kvbench::Args& args, const std::string& json) {
-  const size_t rowBytes = static_cast<size_t>(args.getInt("row-bytes", 656));
-  auto tokenList = args.getList("tokens", {1, 16, 256, 4096, 65536});
-  const int repsArg = static_cast<int>(args.getInt("reps", 50));
+void runHost(kvcomm::Communicator& world, const Options& o) {
+  const size_t rowBytes = o.rowBytes;
+  const auto& tokenList = o.tokens;
+  const std::string& json = o.json;
+  const int repsArg = o.reps ? o.reps : 50;
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
@@ -293,24 +304,41 @@ void runHost(kvcomm::Communicator& world, const kvbench::Args& args, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvcli::Args args("perf_publish", "mpirun -np N perf_publish [options]",
+                   "publish + barrier against gather+insert in the same run: NCCL AllGather + insert on GPUs,\n"
+                   "MPI_Allgather + insert and kvcomm's own fallback on host memory. A table on stdout (rank 0),\n"
+                   "JSON lines with --json.");
+  args.option("--kind", "cuda|host", "memory to publish into (default: cuda where a GPU is bound, else host)");
+  args.option("--tokens", "T,T,...", "tokens each rank publishes per operation, 1 to 16777216", "1,16,256,4096,65536");
+  args.option("--row-bytes", "B", "bytes per row, 1 to 65536", "656");
+  args.option("--reps", "N", "timed repetitions, 1 to 100000 (default: 200 batches on GPUs, 50 on host)");
+  args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  Options o;
+  std::string kindArg;
+  int rc = kvcli::parseOrExit(args, argc, argv, [&] {
+    if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
+    o.tokens = args.integers("tokens", 1, 1 << 24);
+    o.rowBytes = static_cast<size_t>(args.integer("row-bytes", 1, 65536));
+    if (args.given("reps")) o.reps = static_cast<int>(args.integer("reps", 1, 100000));
+    o.json = args.text("json");
+  });
+  if (rc >= 0) return rc;
+  rc = 0;
   MPI_Init(&argc, &argv);
-  kvbench::Args args(argc, argv);
   int device = kvbench::bindLocalDevice();
-  std::string kind = args.get("kind", device >= 0 ? "cuda" : "host");
-  std::string json = args.get("json", "");
-  int rc = 0;
+  std::string kind = kindArg.empty() ? (device >= 0 ? "cuda" : "host") : kindArg;
   try {
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (kind == "cuda") {
 #ifdef KVCOMM_HAVE_CUDA
-      runGpu(world, args, json);
+      runGpu(world, o);
 #else
       throw kvcomm::Error(kvcomm::ErrorCode::Unsupported, "perf_publish: built without CUDA");
 #endif
     } else {
-      runHost(world, args, json);
+      runHost(world, o);
     }
-  } catch (const kvcomm::Error& e) {
+  } catch (const std::exception& e) {  // kvcomm::Error, and std::bad_alloc or the like: reported, not a crash
     std::cerr << "perf_publish: " << e.what() << "\n";
     rc = 1;
   }

@@ -2,6 +2,7 @@
 // rank, and grow time per GiB, against a baseline in the same run: named POSIX shared memory (host) or legacy CUDA IPC
 // (cuMemAlloc + cuIpcGetMemHandle/cuIpcOpenMemHandle, kvcomm's own fallback) on GPUs.
 //   mpirun -np 2 perf_symm_rendezvous --kind host|cuda [--sizes-gib 1,16,64] [--reps 3] [--json out.jsonl]
+//   (--help for every option)
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/args.hpp"
 #include "common/bench.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/kvcomm.hpp"
@@ -39,18 +41,32 @@ double timed(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvcli::Args args("perf_symm_rendezvous", "mpirun -np N perf_symm_rendezvous [options]",
+                   "SymmetricBuffer::create (allocate, exchange handles, map every same-host peer) per size, and grow\n"
+                   "time per GiB, against a baseline in the same run: named POSIX shared memory (host) or legacy\n"
+                   "CUDA IPC (GPUs). A table on stdout (rank 0), JSON lines with --json.");
+  args.option("--kind", "cuda|host", "memory to allocate (default: cuda where a GPU is bound, else host)");
+  args.option("--sizes-gib", "G,G,...", "GiB per rank for each create, 1 to 1024", "1,16,64");
+  args.option("--reps", "N", "creates per size (the median counts), 1 to 1000", "3");
+  args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  std::string kindArg, json;
+  std::vector<long long> sizes;
+  int reps = 0;
+  int rc = kvcli::parseOrExit(args, argc, argv, [&] {
+    if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
+    sizes = args.integers("sizes-gib", 1, 1024);
+    reps = static_cast<int>(args.integer("reps", 1, 1000));
+    json = args.text("json");
+  });
+  if (rc >= 0) return rc;
+  rc = 0;
   MPI_Init(&argc, &argv);
-  kvbench::Args args(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int device = kvbench::bindLocalDevice();
-  std::string kindName = args.get("kind", device >= 0 ? "cuda" : "host");
+  std::string kindName = kindArg.empty() ? (device >= 0 ? "cuda" : "host") : kindArg;
   kvcomm::MemoryKind kind = kindName == "cuda" ? kvcomm::MemoryKind::Cuda : kvcomm::MemoryKind::Host;
-  auto sizes = args.getList("sizes-gib", {1, 16, 64});
-  int reps = static_cast<int>(args.getInt("reps", 3));
-  std::string json = args.get("json", "");
   const size_t GiB = 1ull << 30;
-  int rc = 0;
   try {
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     kvbench::Report rep("symm_rendezvous (" + kindName + ", " + std::to_string(world.size()) + " ranks)",
@@ -104,7 +120,7 @@ int main(int argc, char** argv) {
       rep.row({"grow", "1", kvbench::fmt(kvbench::median(t)), "-", "-", "-"});
     }
     if (rank == 0) rep.print(json);
-  } catch (const kvcomm::Error& e) {
+  } catch (const std::exception& e) {  // kvcomm::Error, and std::bad_alloc or the like: reported, not a crash
     std::cerr << "perf_symm_rendezvous: " << e.what() << "\n";
     rc = 1;
   }

@@ -4,7 +4,7 @@
 # host backend only.
 set -euo pipefail
 pkgs=(build-essential cmake git libgtest-dev googletest libopenmpi-dev openmpi-bin libibverbs-dev iproute2
-      clang-format python3)
+      clang-format python3 python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

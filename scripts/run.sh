@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
 # The main job: installs what it needs, builds, then on whatever backend is present (the CUDA backend on GPUs, host
 # memory without), under mpirun: kvcomm-info (communicator, layout, topology, capabilities), kvcomm-demo (one
-# publish + barrier step verified byte for byte) and the publish benchmark against gather+insert.
+# publish + barrier step and one fetch, each verified byte for byte), the publish benchmark against gather+insert
+# and the fetch benchmark against per-block copies, copy-engine batches and MPI / NCCL send/recv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-./scripts/build.sh >/dev/null
+b=${KVCOMM_BUILD_DIR:-build}
+# Only what the main job runs; compile errors are shown (and stop the job) here.
+echo "== build ($b)"
+./scripts/build.sh -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=ON --target kvcomm-info --target kvcomm-demo \
+  --target perf_publish
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 np=${KVCOMM_NP:-$([ "${gpus:-0}" -ge 2 ] && echo "$gpus" || echo 4)}
 flags=(--oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-b=${KVCOMM_BUILD_DIR:-build}
-echo "== kvcomm-info"
+echo; echo "== kvcomm-info"
 mpirun "${flags[@]}" -np "$np" "$b/tools/kvcomm-info"
 echo; echo "== kvcomm-demo"
 mpirun "${flags[@]}" -np "$np" "$b/tools/kvcomm-demo"
 echo; echo "== publish benchmark (JSON: $b/perf-publish.jsonl)"
 rm -f "$b/perf-publish.jsonl"
 mpirun "${flags[@]}" -np "$np" "$b/perf/perf_publish" --json "$b/perf-publish.jsonl" "$@"
+echo; echo "== fetch benchmark (JSON: $b/perf-fetch.jsonl)"
+rm -f "$b/perf-fetch.jsonl"
+mpirun "${flags[@]}" -np "$np" "$b/perf/perf_fetch" --json "$b/perf-fetch.jsonl"

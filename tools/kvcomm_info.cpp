@@ -1,5 +1,5 @@
 // kvcomm-info: under mpirun, prints the communicator, the TP/PCP/DP groups of a layout, topology and capabilities.
-//   mpirun -np 4 kvcomm-info [--tp N] [--pcp N] [--pp N] [--dp N]
+//   mpirun -np 4 kvcomm-info [--tp N] [--pcp N] [--pp N] [--dp N]   (--help for the options)
 #include <mpi.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
@@ -33,32 +34,44 @@ int localRankFromEnv() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvcli::Args args("kvcomm-info", "mpirun -np N kvcomm-info [--tp N] [--pcp N] [--pp N] [--dp N]",
+                   "Prints the machine's capabilities, the world communicator's topology and the TP/PCP/PP/DP groups\n"
+                   "of a layout (world rank = ((dp*PP + pp)*PCP + pcp)*TP + tp). Sizes not given: pp and dp are 1,\n"
+                   "tp is 2 when the ranks left by the given sizes are an even number (else 1), pcp takes the rest.");
+  args.option("--tp", "N", "tensor-parallel group size");
+  args.option("--pcp", "N", "prefill context-parallel group size");
+  args.option("--pp", "N", "pipeline-parallel group size", "1");
+  args.option("--dp", "N", "data-parallel group size", "1");
+  constexpr long long kMaxGroup = 1 << 16;
+  kvcomm::LayoutSpec spec;
+  spec.tp = 0;
+  spec.pcp = 0;
+  int rc = kvcli::parseOrExit(args, argc, argv, [&] {
+    if (args.given("tp")) spec.tp = static_cast<int>(args.integer("tp", 1, kMaxGroup));
+    if (args.given("pcp")) spec.pcp = static_cast<int>(args.integer("pcp", 1, kMaxGroup));
+    spec.pp = static_cast<int>(args.integer("pp", 1, kMaxGroup));
+    spec.dp = static_cast<int>(args.integer("dp", 1, kMaxGroup));
+  });
+  if (rc >= 0) return rc;
+  rc = 0;
   MPI_Init(&argc, &argv);
-  int rc = 0;
   try {
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    kvcomm::LayoutSpec spec;
-    spec.tp = 0;
-    spec.pcp = 0;
-    for (int i = 1; i < argc; i += 2) {
-      int v = i + 1 < argc ? std::atoi(argv[i + 1]) : 0;
-      if (!std::strcmp(argv[i], "--tp")) {
-        spec.tp = v;
-      } else if (!std::strcmp(argv[i], "--pcp")) {
-        spec.pcp = v;
-      } else if (!std::strcmp(argv[i], "--pp")) {
-        spec.pp = v;
-      } else if (!std::strcmp(argv[i], "--dp")) {
-        spec.dp = v;
-      } else {
-        throw kvcomm::InvalidArgumentError(std::string("unknown option ") + argv[i] +
-                                           " (use --tp N --pcp N --pp N --dp N)");
-      }
+    long long given = static_cast<long long>(spec.pp) * spec.dp * (spec.tp ? spec.tp : 1) * (spec.pcp ? spec.pcp : 1);
+    if (size % given != 0 || (spec.tp && spec.pcp && given != size)) {
+      if (kvcli::firstRank())
+        std::fprintf(stderr,
+                     "kvcomm-info: the layout tp=%s pcp=%s pp=%d dp=%d does not fit %d ranks (the sizes "
+                     "must multiply to the rank count)\n",
+                     spec.tp ? std::to_string(spec.tp).c_str() : "auto",
+                     spec.pcp ? std::to_string(spec.pcp).c_str() : "auto", spec.pp, spec.dp, size);
+      MPI_Finalize();
+      return 2;
     }
-    // Unset sizes: TP 2 where it divides, PCP takes what is left.
-    if (spec.tp == 0) spec.tp = (size / (spec.pp * spec.dp * (spec.pcp ? spec.pcp : 1))) % 2 == 0 ? 2 : 1;
-    if (spec.pcp == 0) spec.pcp = std::max(1, size / (spec.tp * spec.pp * spec.dp));
+    // Sizes not given: TP 2 where it divides what is left, PCP takes the rest.
+    if (spec.tp == 0) spec.tp = (size / given) % 2 == 0 ? 2 : 1;
+    if (spec.pcp == 0) spec.pcp = size / (spec.tp * spec.pp * spec.dp);
     int device = kvcomm::useLocalDevice(localRankFromEnv());
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     auto layout = kvcomm::Layout::create(world, spec);
@@ -87,7 +100,7 @@ int main(int argc, char** argv) {
       std::cout.flush();
     }
     world.barrier();
-  } catch (const kvcomm::Error& e) {
+  } catch (const std::exception& e) {  // kvcomm::Error, and std::bad_alloc or the like: reported, not a crash
     std::fprintf(stderr, "kvcomm-info: %s\n", e.what());
     rc = 1;
   }

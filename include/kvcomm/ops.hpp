@@ -9,16 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/device/barrier.hpp"
-#include "kvcomm/device/error_record.hpp"
+#include "kvcomm/device_error.hpp"
+#include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 
-struct CUstream_st;
-
 namespace kvcomm {
-
-/// A CUDA stream (same type as cudaStream_t and CUstream); ignored by host buffers, whose operations are synchronous.
-using Stream = CUstream_st*;
 
 /// Element type of a slot mapping.
 enum class SlotType { Int64, Int32 };
@@ -57,23 +54,14 @@ struct PublisherOptions {
   size_t stagingBytesPerToken = 1024;
 };
 
-/// A device error read back by Publisher::pollError().
-struct DeviceError {
-  DeviceErrorKind kind = DeviceErrorKind::None;
-  int64_t tokenIndex = -1;
-  int64_t slot = -1;
-  int tensor = -1;
-  int rank = -1;
-  int peer = -1;
-  int lane = -1;
-  explicit operator bool() const { return kind != DeviceErrorKind::None; }
-};
-
 /// Publication into a SymmetricBuffer's replicas, and its barrier.
 ///
 /// Call order: create() once, collectively, after the buffer exists (it picks the mode: KVCOMM_DIRECT=auto uses
 /// Direct where every member is on this host with P2P access, 1 demands it, 0 forces the fallback). Then per step,
-/// on every member: publish() (or publishAndBarrier()) for each layer, barrier() before anyone reads peers' rows.
+/// on every member: publish() (or publishAndBarrier()) for each layer, barrier() before anyone reads peers' rows —
+/// or signal() right after publishing and wait() just before the kernel that reads the replicas, so the round trip
+/// overlaps the work in between. In Direct mode the publisher owns a Barrier (kvcomm/barrier.hpp) on the buffer's
+/// group; in Fallback mode the gather itself synchronises and the barrier is a small NCCL (or bootstrap) allgather.
 /// Both are capture-safe (CUDA graphs) and do no host synchronisation. After the stream finished, checkErrors()
 /// reports slots found out of range on the device and barrier timeouts. The publisher holds its own handle on the
 /// buffer. Rows are checked on the device against the buffer's backed-granule bitmap, so a publish captured in a
@@ -98,6 +86,10 @@ class Publisher {
   /// Returns (in stream order) once every member reached its matching barrier on `lane`: release of this rank's
   /// earlier stores, acquire of the peers'. Bounded by the barrier timeout.
   void barrier(Stream stream = nullptr, int lane = 0);
+  /// The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback: the whole barrier).
+  void signal(Stream stream = nullptr, int lane = 0);
+  /// The second half: returns (in stream order) once every member signalled on `lane` (Fallback: no-op).
+  void wait(Stream stream = nullptr, int lane = 0);
   /// publish() then barrier(), as one kernel in Direct mode.
   void publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                          size_t numTokens, Stream stream = nullptr, int lane = 0);
@@ -110,7 +102,7 @@ class Publisher {
   /// Throws the recorded device error, if any: InvalidArgumentError for a slot out of range (naming the token
   /// index), a Timeout for a barrier (naming rank, peer and lane).
   void checkErrors();
-  /// The barrier for kernels that fuse it (device/barrier.hpp); Direct mode only.
+  /// The barrier for kernels that fuse it (device/barrier.hpp). Direct mode only (InvalidArgumentError otherwise).
   BarrierDeviceHandle barrierHandle() const;
 
   struct Impl;

@@ -40,7 +40,8 @@ struct Range {
 ///      are unmapped before this rank's own memory is released; a peer that still maps this rank's memory keeps it
 ///      alive until that peer closes.
 ///
-/// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false); remote fetch reaches them.
+/// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false): a SymmetricBuffer gives no
+/// access to their memory.
 class SymmetricBuffer {
  public:
   /// Reserves `capacity` bytes of address space for this rank's memory and one window per same-host member, maps
@@ -99,7 +100,8 @@ class SymmetricBuffer {
   size_t granularity() const;
   MemoryKind kind() const;
   bool adopted() const;
-  /// How handles travel: "posix_fd", "fabric", "cuda_ipc" or "memfd".
+  /// The handle type this rank's memory was created with: "posix_fd", "fabric" (chunks also carry a fabric handle;
+  /// same-host peers still receive POSIX fds), "cuda_ipc" (legacy CUDA IPC) or "memfd" (host memory).
   std::string handleType() const;
   Communicator& communicator() const;
 
@@ -117,6 +119,7 @@ class SymmetricBuffer {
 
  private:
   friend class Publisher;  // keeps its own handle on the buffer
+  friend class Fetcher;    // likewise
   explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
   SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
   std::shared_ptr<Impl> impl_;

@@ -13,37 +13,6 @@
 
 namespace kvbench {
 
-Args::Args(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0) continue;
-    k = k.substr(2);
-    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
-      kv_[k] = argv[++i];
-    else
-      kv_[k] = "1";
-  }
-}
-
-std::string Args::get(const std::string& key, const std::string& fallback) const {
-  auto it = kv_.find(key);
-  return it == kv_.end() ? fallback : it->second;
-}
-
-long long Args::getInt(const std::string& key, long long fallback) const {
-  auto it = kv_.find(key);
-  return it == kv_.end() ? fallback : std::atoll(it->second.c_str());
-}
-
-std::vector<long long> Args::getList(const std::string& key, const std::vector<long long>& fallback) const {
-  auto it = kv_.find(key);
-  if (it == kv_.end()) return fallback;
-  std::vector<long long> out;
-  std::stringstream ss(it->second);
-  for (std::string x; std::getline(ss, x, ',');) out.push_back(std::atoll(x.c_str()));
-  return out;
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

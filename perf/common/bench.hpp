@@ -1,24 +1,10 @@
-// Shared benchmark plumbing: argument parsing, medians, a table printer and JSON lines.
+// Shared benchmark plumbing: medians, a table printer and JSON lines (arguments: tools/cli/args.hpp).
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
 namespace kvbench {
-
-/// --key value pairs (and bare --flags as "1").
-class Args {
- public:
-  Args(int argc, char** argv);
-  std::string get(const std::string& key, const std::string& fallback) const;
-  long long getInt(const std::string& key, long long fallback) const;
-  /// Comma-separated integers.
-  std::vector<long long> getList(const std::string& key, const std::vector<long long>& fallback) const;
-
- private:
-  std::map<std::string, std::string> kv_;
-};
 
 double median(std::vector<double> v);
 

@@ -76,6 +76,7 @@ std::shared_ptr<detail::TcpMesh> meshOver(Bootstrap& b) {
 Communicator Communicator::create(std::shared_ptr<Bootstrap> bootstrap) {
   KVCOMM_CHECK_ARG(bootstrap != nullptr, "Communicator::create", "bootstrap is null");
   detail::RankScope scope(bootstrap->rank());
+  env::validate();  // a bad knob is an error here, on every rank that has it, before anyone waits on a collective
   auto impl = std::make_shared<Impl>();
   impl->bootstrap = bootstrap;
   if (auto* tcp = dynamic_cast<TcpBootstrap*>(bootstrap.get()))

@@ -29,7 +29,7 @@ GroupHealth::GroupHealth(std::vector<int> meshMembers) : members_(std::move(mesh
 GroupHealth::~GroupHealth() {
 #ifdef KVCOMM_HAVE_CUDA
   if (registered_) {
-    CUresult r = cudaDriver().cuMemHostUnregister(flag_);
+    CUresult r = cudaDriver().cuMemHostUnregister(flag_);  // registered_: the entry point exists
     if (r != CUDA_SUCCESS) KVCOMM_WARN("health flag: cuMemHostUnregister: ", cuResultText(r));
   }
 #endif
@@ -40,7 +40,7 @@ uint64_t GroupHealth::deviceFlag() {
   std::lock_guard<std::mutex> lock(mu_);
   if (registered_) return deviceFlag_;
 #ifdef KVCOMM_HAVE_CUDA
-  const CudaDriver& d = requireCudaDriver("health flag (device mapping)");
+  const CudaDriver& d = requireCudaDriver("health flag (device mapping)", CudaFeature::HostRegister);
   KVCOMM_CHECK_CU(d.cuMemHostRegister(flag_, pageBytes(), CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
   registered_ = true;
   CUdeviceptr dp = 0;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "common/wait_reporter.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
@@ -104,7 +106,8 @@ namespace {
 // Phase 1 and 2 on the root: hellos are read concurrently (each connection gets at most kHandshakeDeadlineMs to
 // present its hello, at most kMaxPendingHandshakes wait at once), so idle or hostile connections never delay a
 // rank; strays are refused with a reason; once size-1 ranks joined, each gets the table.
-std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Clock::time_point deadline) {
+std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Clock::time_point deadline,
+                                     int64_t timeoutMs) {
   detail::setNonBlocking(listener, true);
   detail::RefusalLog log("TcpBootstrap root");
   detail::Acceptor acceptor(listener, &log);
@@ -115,12 +118,25 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
   std::vector<bool> joined(static_cast<size_t>(size), false);
   joined[0] = true;
   int count = 1;
+  detail::WaitReporter progress(timeoutMs);
+  auto missing = [&] {
+    std::string m;
+    int listed = 0;
+    for (int r = 1; r < size && listed < 16; ++r)
+      if (!joined[static_cast<size_t>(r)]) m += (listed++ ? "," : "") + std::to_string(r);
+    return m + (size - count > listed ? ",..." : "");
+  };
   while (count < size) {
+    if (progress.due())
+      progress.report(cat("bootstrap root (rank 0) at ", table[0].toString(), ": ", count, " of ", size,
+                          " ranks joined; waiting for rank(s) ", missing(),
+                          " (are they started, with this unique id and size ", size, "?)"));
     std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
     pending.pollFds(pfds);
     int wait = pfds[0].fd < 0 ? 100 : detail::msLeft(deadline);
+    if (wait < 0 || wait > progress.msUntilNext()) wait = std::max(1, progress.msUntilNext());
     int next = pending.msToNextDeadline();
-    if (next >= 0) wait = wait < 0 ? next + 1 : std::min(wait, next + 1);
+    if (next >= 0) wait = std::min(wait, next + 1);
     int rc = poll(pfds.data(), pfds.size(), wait);
     if (rc < 0 && errno != EINTR) detail::throwSystem("poll(root listener)", errno, __FILE__, __LINE__);
     if (rc > 0 || pending.size() > 0) {
@@ -143,8 +159,8 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
     if (rc > 0 && pfds[0].revents)
       for (Fd c = acceptor.next(); c; c = acceptor.next()) pending.add(std::move(c));
     if (count < size && detail::msLeft(deadline) == 0)
-      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", count, " of ", size,
-                   " ranks joined before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
+      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", count, " of ", size, " ranks joined (missing: ", missing(),
+                   ") before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
   }
   HelloReply ok{};
   for (int r = 1; r < size; ++r) {
@@ -161,6 +177,7 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
   detail::RankScope scope(rank);
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "TcpBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
+  env::validate();
   IdWire w = detail::decodeUniqueId(id);
   if (timeoutMs < 0) timeoutMs = env::bootstrapTimeoutMs();
   auto deadline = detail::deadlineIn(timeoutMs);
@@ -180,9 +197,14 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
       }
     }
     if (!listener) listener = detail::listenTcp(rootAddr, nullptr);
-    table = rootRendezvous(listener.get(), w, size, deadline);
+    table = rootRendezvous(listener.get(), w, size, deadline, timeoutMs);
   } else {
-    Fd root = detail::connectTcp(rootAddr, deadline, "bootstrap root");
+    std::string giveUp = timeoutMs < 0 ? std::string("waits without a timeout (a negative bootstrap timeout)")
+                                       : cat("gives up after the bootstrap timeout, ", timeoutMs, " ms");
+    Fd root = detail::connectTcp(rootAddr, deadline, "bootstrap root",
+                                 cat("is rank 0 running, with this unique id? An id left from an earlier run names a "
+                                     "root that is gone; ",
+                                     giveUp));
     // The mesh listens only on the interface that reaches the root (never the wildcard address).
     SockAddr bound, local = detail::localAddress(root.get());
     local.setPort(0);
@@ -196,7 +218,19 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     h.nonce = w.nonce;
     h.listenAddr = bound;
     detail::sendAll(root.get(), &h, sizeof(h), deadline, "hello to root");
+    // The root answers once every rank has joined: report while waiting, so a missing rank is not a silent hang.
     HelloReply reply{};
+    detail::WaitReporter progress(timeoutMs);
+    pollfd answer{root.get(), POLLIN, 0};
+    while (detail::msLeft(deadline) != 0) {
+      int waitMs = detail::msLeft(deadline);
+      if (waitMs < 0 || waitMs > progress.msUntilNext()) waitMs = std::max(1, progress.msUntilNext());
+      int rc = poll(&answer, 1, waitMs);
+      if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // data, end of stream or an error: recvAll reports it
+      if (progress.due())
+        progress.report(cat("rank ", rank, " joined the bootstrap root at ", rootAddr.toString(),
+                            "; the root answers when all ", size, " ranks have joined (are they all started?)"));
+    }
     detail::recvAll(root.get(), &reply, sizeof(reply), deadline, cat("bootstrap root at ", rootAddr.toString()));
     if (reply.status != 0) {
       reply.message[sizeof(reply.message) - 1] = '\0';

@@ -404,7 +404,7 @@ int TcpMesh::outboundFd(int peer, const GroupHealth* group, Clock::time_point de
     if (group) group->check("TcpMesh::send (connect)");
     checkSendable(peer);
   };
-  Fd conn = connectTcp(addrs_[static_cast<size_t>(peer)], deadline, cat("rank ", peer), stopIf);
+  Fd conn = connectTcp(addrs_[static_cast<size_t>(peer)], deadline, cat("rank ", peer), "", stopIf);
   Hello hello = makeHello(HelloKind::Mesh, rank_, size_, nonce_);
   sendAll(conn.get(), &hello, sizeof(hello), deadline, cat("hello to rank ", peer));
   setNonBlocking(conn.get(), true);

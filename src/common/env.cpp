@@ -1,64 +1,161 @@
 #include "common/env.hpp"
 
 #include <strings.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
+
+#include "common/check.hpp"
 
 namespace kvcomm::env {
 
-int64_t getInt(const char* name, int64_t fallback) {
+using detail::cat;
+
+namespace {
+
+/// The value of `name`, or "" when unset (empty counts as unset: `export KVCOMM_X=` clears a knob).
+std::string raw(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return (end && *end == '\0') ? static_cast<int64_t>(x) : fallback;
+  return v ? std::string(v) : std::string();
 }
 
-std::string getString(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? std::string(v) : fallback;
+[[noreturn]] void reject(const char* name, const std::string& value, const std::string& accepted) {
+  KVCOMM_THROW(InvalidArgument, "environment", name, "='", value, "' is not accepted (accepted: ", accepted, ")");
 }
+
+bool is(const std::string& v, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    if (strcasecmp(v.c_str(), w) == 0) return true;
+  return false;
+}
+
+int64_t integer(const char* name, int64_t fallback, int64_t lo, int64_t hi, const std::string& accepted) {
+  std::string v = raw(name);
+  if (v.empty()) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || end == v.c_str() || errno == ERANGE || x < lo || x > hi) reject(name, v, accepted);
+  return static_cast<int64_t>(x);
+}
+
+int parseLogLevel(const std::string& v) {
+  if (v.empty() || is(v, {"warn"})) return 1;
+  if (is(v, {"error"})) return 0;
+  if (is(v, {"info"})) return 2;
+  if (is(v, {"debug"})) return 3;
+  return -1;
+}
+
+}  // namespace
 
 DirectMode direct() {
-  std::string v = getString("KVCOMM_DIRECT", "auto");
-  if (v == "1" || strcasecmp(v.c_str(), "on") == 0 || strcasecmp(v.c_str(), "force") == 0) return DirectMode::Force;
-  if (v == "0" || strcasecmp(v.c_str(), "off") == 0) return DirectMode::Off;
-  return DirectMode::Auto;
+  std::string v = raw("KVCOMM_DIRECT");
+  if (v.empty() || is(v, {"auto"})) return DirectMode::Auto;
+  if (is(v, {"1", "on", "force"})) return DirectMode::Force;
+  if (is(v, {"0", "off"})) return DirectMode::Off;
+  reject("KVCOMM_DIRECT", v, "auto; 1, on or force; 0 or off");
+}
+
+const char* directModeText(DirectMode mode) noexcept {
+  switch (mode) {
+    case DirectMode::Force:
+      return "1";
+    case DirectMode::Off:
+      return "0";
+    case DirectMode::Auto:
+      break;
+  }
+  return "auto";
 }
 
 int logLevel() {
-  std::string v = getString("KVCOMM_LOG_LEVEL", "warn");
-  if (strcasecmp(v.c_str(), "error") == 0) return 0;
-  if (strcasecmp(v.c_str(), "info") == 0) return 2;
-  if (strcasecmp(v.c_str(), "debug") == 0) return 3;
-  return 1;
+  std::string v = raw("KVCOMM_LOG_LEVEL");
+  int level = parseLogLevel(v);
+  if (level < 0) reject("KVCOMM_LOG_LEVEL", v, "error, warn, info or debug");
+  return level;
+}
+
+int logLevelOrWarn() noexcept {
+  const char* v = std::getenv("KVCOMM_LOG_LEVEL");
+  int level = parseLogLevel(v ? v : "");
+  return level < 0 ? 1 : level;
 }
 
 int64_t bootstrapTimeoutMs() {
-  return getInt("KVCOMM_BOOTSTRAP_TIMEOUT_MS", 120000);
+  return integer("KVCOMM_BOOTSTRAP_TIMEOUT_MS", 120000, INT64_MIN, kMaxTimeoutMs,
+                 cat("an integer number of milliseconds up to ", kMaxTimeoutMs, "; negative for no bound"));
 }
+
 int64_t barrierTimeoutMs() {
-  return getInt("KVCOMM_BARRIER_TIMEOUT_MS", 10000);
+  return integer("KVCOMM_BARRIER_TIMEOUT_MS", 10000, 0, kMaxBarrierTimeoutMs,
+                 cat("an integer number of milliseconds from 0 to ", kMaxBarrierTimeoutMs));
 }
+
 int64_t livenessTimeoutMs() {
-  return getInt("KVCOMM_LIVENESS_TIMEOUT_MS", 4000);
+  return integer("KVCOMM_LIVENESS_TIMEOUT_MS", 4000, INT64_MIN, kMaxTimeoutMs,
+                 cat("an integer number of milliseconds up to ", kMaxTimeoutMs,
+                     "; 0 or negative leaves it to the system's TCP timeouts"));
 }
+
 std::string socketIfname() {
-  return getString("KVCOMM_SOCKET_IFNAME", "");
+  std::string v = raw("KVCOMM_SOCKET_IFNAME");
+  // IFNAMSIZ is 16 with the terminating NUL; names never hold '/' or white space.
+  if (v.size() > 15 || v.find_first_of("/ \t\n:") != std::string::npos)
+    reject("KVCOMM_SOCKET_IFNAME", v, "a network interface name of 1 to 15 characters, without '/', ':' or spaces");
+  return v;
 }
-std::string handleType() {
-  return getString("KVCOMM_HANDLE_TYPE", "auto");
+
+HandleType handleType() {
+  std::string v = raw("KVCOMM_HANDLE_TYPE");
+  if (v.empty() || is(v, {"auto"})) return HandleType::Auto;
+  if (is(v, {"posix_fd"})) return HandleType::PosixFd;
+  if (is(v, {"fabric"})) return HandleType::Fabric;
+  if (is(v, {"ipc", "cuda_ipc", "legacy"})) return HandleType::Ipc;
+  reject("KVCOMM_HANDLE_TYPE", v, "auto, posix_fd, fabric, or ipc (also cuda_ipc, legacy)");
+}
+
+FetchPathKnob fetchPath() {
+  std::string v = raw("KVCOMM_FETCH_PATH");
+  if (v.empty() || is(v, {"auto"})) return FetchPathKnob::Auto;
+  if (is(v, {"kernel"})) return FetchPathKnob::Kernel;
+  if (is(v, {"copy", "ce"})) return FetchPathKnob::Copy;
+  if (is(v, {"host"})) return FetchPathKnob::Host;
+  reject("KVCOMM_FETCH_PATH", v, "auto, kernel, copy (or ce), host");
+}
+
+int64_t fetchCopyEngineMinBytes() {
+  return integer("KVCOMM_FETCH_CE_MIN_BYTES", 4ll << 20, 0, INT64_MAX, "an integer number of bytes >= 0");
 }
 
 bool multicastRequested() {
-  return getInt("KVCOMM_MULTICAST", 0) == 1;
+  return integer("KVCOMM_MULTICAST", 0, 0, 1, "0 or 1") == 1;
 }
 
 std::string multicastRefusal() {
-  if (getString("NCCL_NVLS_ENABLE", "") == "0") return "NCCL_NVLS_ENABLE=0 is set";
-  if (getString("TORCH_SYMM_MEM_DISABLE_MULTICAST", "") == "1") return "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set";
-  if (getString("NVSHMEM_DISABLE_NVLS", "") == "1") return "NVSHMEM_DISABLE_NVLS=1 is set";
-  if (!multicastRequested()) return "KVCOMM_MULTICAST=1 is not set (multicast is opt-in)";
+  if (raw("NCCL_NVLS_ENABLE") == "0") return "NCCL_NVLS_ENABLE=0 is set";
+  if (raw("TORCH_SYMM_MEM_DISABLE_MULTICAST") == "1") return "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set";
+  if (raw("NVSHMEM_DISABLE_NVLS") == "1") return "NVSHMEM_DISABLE_NVLS=1 is set";
+  try {
+    if (!multicastRequested()) return "KVCOMM_MULTICAST=1 is not set (multicast is opt-in)";
+  } catch (const Error& e) {
+    return e.what();
+  }
   return "";
+}
+
+void validate() {
+  direct();
+  logLevel();
+  bootstrapTimeoutMs();
+  barrierTimeoutMs();
+  livenessTimeoutMs();
+  socketIfname();
+  handleType();
+  fetchPath();
+  fetchCopyEngineMinBytes();
+  multicastRequested();
 }
 
 }  // namespace kvcomm::env

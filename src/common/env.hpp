@@ -1,6 +1,8 @@
 // Every environment knob kvcomm reads, in one place (documented in docs/environment.md).
 // Values are read when an object is created or an operation starts (a communicator keeps the bootstrap timeout it
 // was created with), so a process (or a test) may change them between operations.
+// Every KVCOMM_* knob is parsed strictly: unset or empty means the default; any other value that is not accepted is an
+// InvalidArgumentError naming the variable, the value and what is accepted. A typo is never taken for the default.
 #pragma once
 
 #include <cstdint>
@@ -8,40 +10,60 @@
 
 namespace kvcomm::env {
 
-/// KVCOMM_DIRECT = auto | 1 | 0: publish directly into peer memory (auto where the group allows it), demand it,
-/// or force the gather+insert fallback.
+/// KVCOMM_DIRECT = auto | 1, on, force | 0, off (words case-insensitive): publish directly into peer memory (auto
+/// where the group allows it), demand it, or force the gather+insert fallback.
 enum class DirectMode { Auto, Force, Off };
 DirectMode direct();
+/// The canonical spelling of a mode, as errors and reasons show it: "auto", "1" or "0".
+const char* directModeText(DirectMode mode) noexcept;
 
-/// KVCOMM_LOG_LEVEL = error | warn | info | debug (default warn).
+/// KVCOMM_LOG_LEVEL = error | warn | info | debug (case-insensitive; default warn), as 0..3.
 int logLevel();
+/// logLevel() for the logger, which must never throw (destructors log): warn when the value is not accepted (the next
+/// validate(), run by TcpBootstrap and Communicator::create, reports it).
+int logLevelOrWarn() noexcept;
 
-/// KVCOMM_BOOTSTRAP_TIMEOUT_MS: bound on every bootstrap wait (connect, receive); default 120000.
+/// KVCOMM_BOOTSTRAP_TIMEOUT_MS: bound on every bootstrap wait (connect, receive); default 120000; an integer up to
+/// kMaxTimeoutMs, negative for no bound.
 int64_t bootstrapTimeoutMs();
 
-/// KVCOMM_BARRIER_TIMEOUT_MS: bound on every barrier wait (device and host); default 10000.
+/// KVCOMM_BARRIER_TIMEOUT_MS: bound on every barrier wait (device and host); default 10000; an integer in
+/// [0, kMaxBarrierTimeoutMs] (0 is taken as 1 ms by the publisher: a wait is always bounded and always polls once).
 int64_t barrierTimeoutMs();
 
+inline constexpr int64_t kMaxTimeoutMs = 1000000000000;    // 10^12 ms (31 years): deadlines stay representable
+inline constexpr int64_t kMaxBarrierTimeoutMs = 86400000;  // one day
+
 /// KVCOMM_LIVENESS_TIMEOUT_MS: how long a silent peer (host lost, network cut) may stay unnoticed before it is
-/// declared dead; default 4000; <= 0 relies on the operating system's TCP timeouts.
+/// declared dead; default 4000; 0 or negative relies on the operating system's TCP timeouts.
 int64_t livenessTimeoutMs();
 
 /// KVCOMM_SOCKET_IFNAME: network interface whose IPv4 address bootstrap sockets advertise (default: first
-/// non-loopback interface that is up, else loopback).
+/// non-loopback interface that is up, else loopback). A name of 1 to 15 characters; whether it exists and is up is
+/// checked where it is used.
 std::string socketIfname();
 
-/// KVCOMM_HANDLE_TYPE = auto | posix_fd | fabric | ipc: how CUDA memory is exported to peers (ipc = legacy CUDA IPC).
-std::string handleType();
+/// KVCOMM_HANDLE_TYPE = auto | posix_fd | fabric | ipc (also cuda_ipc, legacy): how CUDA memory is exported to peers
+/// (ipc = legacy CUDA IPC).
+enum class HandleType { Auto, PosixFd, Fabric, Ipc };
+HandleType handleType();
 
-/// KVCOMM_MULTICAST = 1 opts in to NVLS multicast publication.
+/// KVCOMM_MULTICAST = 0 | 1; 1 opts in to NVLS multicast publication.
 bool multicastRequested();
-/// Why multicast will not be used ("" when it would): not opted in, or NCCL_NVLS_ENABLE=0,
-/// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or NVSHMEM_DISABLE_NVLS=1 is set.
+/// Why multicast will not be used ("" when it would): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 or
+/// NVSHMEM_DISABLE_NVLS=1 is set, or not opted in. Never throws: a KVCOMM_MULTICAST that is not accepted is the reason.
 std::string multicastRefusal();
 
-/// Reads an integer knob; `fallback` when unset or malformed.
-int64_t getInt(const char* name, int64_t fallback);
-/// Reads a string knob; `fallback` when unset.
-std::string getString(const char* name, const std::string& fallback);
+/// KVCOMM_FETCH_PATH = auto | kernel | copy (or ce) | host: the path a fetch with FetchOptions::path Auto takes.
+enum class FetchPathKnob { Auto, Kernel, Copy, Host };
+FetchPathKnob fetchPath();
+
+/// KVCOMM_FETCH_CE_MIN_BYTES: under the auto path, runs of at least this many bytes go to the copy engines
+/// (default 4 MiB).
+int64_t fetchCopyEngineMinBytes();
+
+/// Reads every KVCOMM_* knob; throws InvalidArgumentError for the first one whose value is not accepted. Run at the
+/// start of TcpBootstrap and Communicator::create, so a bad knob is reported before any rank waits on another.
+void validate();
 
 }  // namespace kvcomm::env

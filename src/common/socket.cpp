@@ -14,6 +14,7 @@
 
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "common/wait_reporter.hpp"
 
 namespace kvcomm::detail {
 
@@ -143,10 +144,11 @@ SockAddr localAddress(int fd) {
   return a;
 }
 
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what,
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint,
               const std::function<void()>& stopIf) {
   std::string lastError = "no attempt made";
   int backoffMs = 10;
+  WaitReporter progress(msLeft(deadline));
   constexpr int kSliceMs = 100;
   auto slice = [&](int ms) { return stopIf ? std::min(ms < 0 ? kSliceMs : ms, kSliceMs) : ms; };
   while (true) {
@@ -177,6 +179,9 @@ Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::strin
     }
     lastError = cat(std::strerror(err), " (errno ", err, ")");
     if (msLeft(deadline) == 0) break;
+    if (progress.due())
+      progress.report(cat("connecting to ", what, " at ", addr.toString(), " (last error: ", lastError, ")",
+                          hint.empty() ? "" : "; ", hint));
     for (int waited = 0, want = std::min(backoffMs, std::max(1, msLeft(deadline))); waited < want;) {
       int step = slice(want - waited);
       std::this_thread::sleep_for(std::chrono::milliseconds(step));

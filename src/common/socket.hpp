@@ -44,9 +44,10 @@ SockAddr pickLocalAddress(const std::string& ifname = "");
 /// A listening TCP socket bound to `addr` (port 0 = any); `bound` receives the actual address.
 Fd listenTcp(const SockAddr& addr, SockAddr* bound);
 
-/// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`.
+/// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`. While it
+/// retries it logs what it connects to and the last error every few seconds (WaitReporter), followed by `hint`.
 /// `stopIf` (optional) runs at least every 100 ms while waiting and may throw to give up early.
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what,
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint = "",
               const std::function<void()>& stopIf = {});
 
 /// Turns a silent peer (host lost, cable pulled) into a connection error within about `ms` milliseconds: TCP

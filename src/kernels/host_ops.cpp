@@ -63,11 +63,16 @@ void hostPublish(const PublishLaunch& p) {
     }
 }
 
-void hostBarrier(const BarrierDeviceHandle& b, int lane) {
-  uint64_t epoch = b.epochs[lane] + 1;
-  for (int peer = 0; peer < b.size; ++peer)
-    if (peer != b.rank && b.peerSignals[peer])
-      __atomic_store_n(barrierFlag(b.peerSignals[peer], lane, b.rank), epoch, __ATOMIC_RELEASE);
+void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step) {
+  if (step != BarrierStep::Wait) {
+    uint64_t next = b.epochs[lane] + 1;
+    for (int peer = 0; peer < b.size; ++peer)
+      if (peer != b.rank && b.peerSignals[peer])
+        __atomic_store_n(barrierFlag(b.peerSignals[peer], lane, b.rank), next, __ATOMIC_RELEASE);
+    b.epochs[lane] = next;
+  }
+  if (step == BarrierStep::Signal) return;
+  const uint64_t epoch = b.epochs[lane];
   auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(b.timeoutNs);
   for (int peer = 0; peer < b.size; ++peer) {
     if (peer == b.rank || !b.peerSignals[peer]) continue;
@@ -81,7 +86,6 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane) {
       }
     }
   }
-  b.epochs[lane] = epoch;
 }
 
 void hostPack(const PackLaunch& p) {
@@ -92,6 +96,49 @@ void hostPack(const PackLaunch& p) {
     for (int64_t i = 0; i < p.numTokens; ++i)
       std::memcpy(p.out + p.partOffset[k] + static_cast<uint64_t>(i) * p.rowBytes[k],
                   p.src[k] + static_cast<uint64_t>(i) * p.srcStride[k], p.rowBytes[k]);
+}
+
+void hostFetch(const FetchLaunch& f) {
+  auto pair = [&](int64_t p, int64_t* s, int64_t* d, int* r) {
+    if (f.inlineCount > 0) {
+      *s = f.inlineSrc[p], *d = f.inlineDst[p], *r = f.inlineRank[p];
+    } else {
+      *s = f.srcBlocks[p], *d = f.dstBlocks[p], *r = f.srcRanks ? f.srcRanks[p] : f.srcRank;
+    }
+  };
+  const int regions = f.h.numRegions;
+  // Validate every pair first: a bad one changes nothing.
+  for (int64_t p = 0; p < f.numPairs; ++p) {
+    int64_t s, d;
+    int r;
+    pair(p, &s, &d, &r);
+    if (s == -1 || d == -1) continue;
+    if (r < 0 || r >= f.h.size || f.h.peers[r] == 0)
+      KVCOMM_THROW(InvalidArgument, "fetch", "pair ", p, ": source rank ", r,
+                   " is not a mapped member; nothing was copied");
+    for (int j = 0; j < regions; ++j) {
+      const FetchRegionView& sr = f.h.srcRegions[r * regions + j];
+      const FetchRegionView& dr = f.h.dstRegions[j];
+      uint64_t so = 0, dO = 0;
+      if (!fetchBlockOffset(sr, s, &so) || !fetchBlockOffset(dr, d, &dO) || !fetchRangeBacked(f.h, so, sr.blockBytes) ||
+          !fetchRangeBacked(f.h, dO, dr.blockBytes))
+        KVCOMM_THROW(InvalidArgument, "fetch", "pair ", p, ": block ", s, " of rank ", r, " -> block ", d,
+                     " is outside region ", j, " (or not backed); nothing was copied");
+    }
+  }
+  for (int64_t p = 0; p < f.numPairs; ++p) {
+    int64_t s, d;
+    int r;
+    pair(p, &s, &d, &r);
+    if (s == -1 || d == -1) continue;
+    const char* src = reinterpret_cast<const char*>(f.h.peers[r]);
+    for (int j = 0; j < regions; ++j) {
+      const FetchRegionView& sr = f.h.srcRegions[r * regions + j];
+      const FetchRegionView& dr = f.h.dstRegions[j];
+      std::memmove(f.h.local + dr.offset + static_cast<uint64_t>(d) * dr.blockStride,
+                   src + sr.offset + static_cast<uint64_t>(s) * sr.blockStride, dr.blockBytes);
+    }
+  }
 }
 
 }  // namespace kvcomm::detail

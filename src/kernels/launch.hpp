@@ -6,6 +6,7 @@
 
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
+#include "kvcomm/device/fetch.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
 namespace kvcomm::detail {
@@ -66,15 +67,45 @@ struct PackLaunch {
   char* out;
 };
 
+inline constexpr int kInlineFetchPairs = 32;
+
+/// Block pairs copied by the gather kernel: pair p copies, in every region j, bytes [c * chunkBytes, ...) of
+/// source block srcBlocks[p] of member srcRanks[p] (or srcRank) into destination block dstBlocks[p]. A pair with a
+/// -1 id is skipped; a pair with an id outside its region, an unmapped source or an unbacked range is not copied and
+/// is recorded in `error` (BlockOutOfRange). Small batches travel inside the launch (inlineCount > 0).
+struct FetchLaunch {
+  FetchDeviceHandle h;
+  const int64_t* srcBlocks;
+  const int64_t* dstBlocks;
+  const int32_t* srcRanks;  // nullptr: srcRank for every pair
+  int32_t srcRank;
+  int32_t vec;  // vector width dividing every region offset, stride, blockBytes and chunkBytes
+  int64_t numPairs;
+  uint64_t chunkBytes;     // bytes of a block one warp copies at a time
+  int64_t chunksPerBlock;  // ceil(largest blockBytes / chunkBytes)
+  DeviceErrorRecord* error;
+  int32_t inlineCount;  // > 0: the pairs are the inline arrays below (numPairs == inlineCount)
+  int32_t trusted;      // 1: the host validated every pair against the current generation (plans): no checks
+  int64_t inlineSrc[kInlineFetchPairs];
+  int64_t inlineDst[kInlineFetchPairs];
+  int32_t inlineRank[kInlineFetchPairs];
+};
+
+/// Which half (or both) of a barrier a launch runs.
+enum class BarrierStep { Signal = 1, Wait = 2, Both = 3 };
+
 // CUDA launches; `stream` is a cudaStream_t. Not compiled without CUDA.
 void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane);
-void launchBarrier(const BarrierDeviceHandle& b, int lane, void* stream);
+void launchBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step, void* stream);
 void launchPack(const PackLaunch& p, void* stream);
+void launchFetch(const FetchLaunch& f, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
 // InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane.
 void hostPublish(const PublishLaunch& p);
-void hostBarrier(const BarrierDeviceHandle& b, int lane);
+void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step = BarrierStep::Both);
 void hostPack(const PackLaunch& p);
+/// hostFetch validates every pair before copying any and throws InvalidArgumentError naming the first bad one.
+void hostFetch(const FetchLaunch& f);
 
 }  // namespace kvcomm::detail

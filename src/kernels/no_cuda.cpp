@@ -7,11 +7,15 @@ namespace kvcomm::detail {
 void launchPublish(const PublishLaunch&, void*, const BarrierDeviceHandle*, int) {
   KVCOMM_THROW(Unsupported, "publish (cuda)", "libkvcomm was built without CUDA");
 }
-void launchBarrier(const BarrierDeviceHandle&, int, void*) {
+void launchBarrier(const BarrierDeviceHandle&, int, BarrierStep, void*) {
   KVCOMM_THROW(Unsupported, "barrier (cuda)", "libkvcomm was built without CUDA");
 }
 void launchPack(const PackLaunch&, void*) {
   KVCOMM_THROW(Unsupported, "publish (cuda fallback)", "libkvcomm was built without CUDA");
+}
+
+void launchFetch(const FetchLaunch&, void*) {
+  KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
 }
 
 }  // namespace kvcomm::detail

@@ -1,5 +1,6 @@
-// CUDA kernels behind publish, barrier and the gather+insert fallback. One warp per row: it loads the row once
-// and stores it into every replica with the widest vector the row alignment allows.
+// CUDA kernels behind publish, barrier and the gather+insert fallback. Publish spreads every (row, vector column) of
+// a call over the whole grid: each vector is loaded once and stored into every replica, with the widest vector the
+// row alignment allows. The fallback's pack copies one row per warp.
 #include <cuda_runtime.h>
 
 #include "common/check.hpp"
@@ -161,10 +162,6 @@ void launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const Barrie
   }
 }
 
-__global__ void barrierKernel(const __grid_constant__ BarrierDeviceHandle b, int lane) {
-  barrierBlock(b, lane);
-}
-
 __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ PackLaunch p) {
   const int lane = threadIdx.x & 31;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -198,7 +195,8 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
   int64_t want = (items + kThreads * kUnroll - 1) / (kThreads * kUnroll);
   int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, maxBlocks())));
   auto s = static_cast<cudaStream_t>(stream);
-  // 32-bit work indices (cheaper division) whenever the largest tensor's item count allows it.
+  // 32-bit work indices (cheaper division) when the item count summed over all tensors, plus one grid-stride step,
+  // stays below 2^31: a bound on every tensor's indices.
   bool narrow = items + static_cast<int64_t>(blocks) * kThreads * kUnroll < (int64_t(1) << 31);
   BarrierDeviceHandle none{};
   const BarrierDeviceHandle& b = fusedBarrier ? *fusedBarrier : none;
@@ -208,11 +206,6 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
     narrow ? launchWith<false, int32_t>(p, blocks, s, b, lane) : launchWith<false, int64_t>(p, blocks, s, b, lane);
   }
   checkLaunch("publish kernel launch");
-}
-
-void launchBarrier(const BarrierDeviceHandle& b, int lane, void* stream) {
-  barrierKernel<<<1, kMaxHandlePeers, 0, static_cast<cudaStream_t>(stream)>>>(b, lane);
-  checkLaunch("barrier kernel launch");
 }
 
 void launchPack(const PackLaunch& p, void* stream) {

@@ -7,6 +7,7 @@
 
 #include "kvcomm/comm.hpp"
 #include "kvcomm/ops.hpp"
+#include "ops/device_memory.hpp"  // the transports' device buffers
 
 namespace kvcomm::detail {
 
@@ -25,12 +26,5 @@ class FallbackTransport {
 /// Collective. `recordBytes`: staging reserved up front.
 std::unique_ptr<FallbackTransport> makeNcclTransport(Communicator& comm, size_t recordBytes);
 std::unique_ptr<FallbackTransport> makeHostTransport(Communicator& comm);
-
-/// Device-memory helpers for the ops layer (CUDA builds; the stand-ins throw Unsupported).
-void* deviceAlloc(size_t bytes);
-void deviceFree(void* p) noexcept;
-void deviceMemset(void* p, int value, size_t bytes);
-void deviceToHost(void* dst, const void* src, size_t bytes);
-bool streamCapturing(Stream stream);
 
 }  // namespace kvcomm::detail

@@ -1,27 +1,12 @@
-// The CUDA fallback transport and device helpers where NCCL or CUDA is not part of the build.
+// The CUDA fallback transport where NCCL is not part of the build (no CUDA, no nccl.h, or KVCOMM_NCCL=OFF).
 #include "common/check.hpp"
 #include "ops/fallback_transport.hpp"
 
 namespace kvcomm::detail {
 
 std::unique_ptr<FallbackTransport> makeNcclTransport(Communicator&, size_t) {
-  KVCOMM_THROW(Unsupported, "Publisher (fallback: NCCL)", "libkvcomm was built without CUDA/NCCL (no nccl.h found)");
+  KVCOMM_THROW(Unsupported, "Publisher (fallback: NCCL)",
+               "libkvcomm was built without NCCL (no CUDA, no nccl.h found, or KVCOMM_NCCL=OFF)");
 }
-
-#ifndef KVCOMM_HAVE_CUDA
-void* deviceAlloc(size_t) {
-  KVCOMM_THROW(Unsupported, "deviceAlloc", "libkvcomm was built without CUDA");
-}
-void deviceFree(void*) noexcept {}
-void deviceMemset(void*, int, size_t) {
-  KVCOMM_THROW(Unsupported, "deviceMemset", "libkvcomm was built without CUDA");
-}
-void deviceToHost(void*, const void*, size_t) {
-  KVCOMM_THROW(Unsupported, "deviceToHost", "libkvcomm was built without CUDA");
-}
-bool streamCapturing(Stream) {
-  return false;
-}
-#endif
 
 }  // namespace kvcomm::detail

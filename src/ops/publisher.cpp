@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/agreement.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/ops.hpp"
+#include "ops/device_errors.hpp"
 #include "ops/fallback_transport.hpp"
 
 namespace kvcomm {
@@ -19,14 +21,6 @@ const char* publishModeName(PublishMode mode) {
 
 namespace {
 
-// The signal area every member owns (one small symmetric buffer): flags written by peers, then this rank's epochs,
-// block-arrival counters and device error record.
-constexpr size_t kFlagsBytes = sizeof(uint64_t) * kMaxBarrierLanes * kMaxHandlePeers;
-constexpr size_t kEpochsAt = kFlagsBytes;
-constexpr size_t kArrivalsAt = kEpochsAt + sizeof(uint64_t) * kMaxBarrierLanes;
-constexpr size_t kErrorAt = kArrivalsAt + sizeof(uint32_t) * kMaxBarrierLanes + 32;
-constexpr size_t kSignalBytes = kErrorAt + sizeof(DeviceErrorRecord);
-
 size_t align16(size_t x) {
   return (x + 15) & ~size_t(15);
 }
@@ -35,20 +29,25 @@ size_t align16(size_t x) {
 
 struct Publisher::Impl {
   SymmetricBuffer buf;  // the publisher's own handle: the buffer lives as long as either holds it
-  SymmetricBuffer signals;
   MemoryKind kind = MemoryKind::Host;
   PublishMode mode = PublishMode::Fallback;
   std::string reason;
   int lanes = 2;
   SymmDeviceHandle replicas{};   // every member (Direct)
   SymmDeviceHandle localOnly{};  // this rank's replica (Fallback insert)
+  Barrier barrier;               // Direct mode
   BarrierDeviceHandle bar{};
+  std::unique_ptr<detail::ErrorRecordMemory> errors;  // slots found out of range on the device
   DeviceErrorRecord* error = nullptr;
   std::unique_ptr<detail::FallbackTransport> transport;
   uint64_t backedGeneration = ~0ull;
   std::vector<Range> backed;
 
   int rank() const { return buf.rank(); }
+
+  void checkLane(int lane, const char* call) const {
+    KVCOMM_CHECK_ARG(lane >= 0 && lane < lanes, call, "lane ", lane, " outside [0, ", lanes, ")");
+  }
 
   // Whether [offset, offset + bytes) is backed now (the host-side check; kernels re-check each row on the device).
   bool backedNow(size_t offset, size_t bytes) {
@@ -196,8 +195,10 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   bool allOk = true;
   for (int r = 0; r < comm.size(); ++r) {
     const ModeVote& v = votes[static_cast<size_t>(r)];
-    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create", "rank ", r,
-                     " has a different KVCOMM_DIRECT than rank 0");
+    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create",
+                     "KVCOMM_DIRECT must be the same on every member: world rank ", comm.worldRank(r), " has ",
+                     env::directModeText(static_cast<env::DirectMode>(v.requested)), ", world rank ", comm.worldRank(0),
+                     " has ", env::directModeText(static_cast<env::DirectMode>(votes[0].requested)));
     if (!v.directOk && allOk) {
       allOk = false;
       why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
@@ -219,10 +220,9 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
     impl->reason = cat("direct publication cannot run: ", why);
   }
 
-  // The signal area: zeroed on every member before anyone can signal into it.
-  impl->signals = SymmetricBuffer::create(comm, kSignalBytes, kSignalBytes, impl->kind);
-  char* local = static_cast<char*>(impl->signals.local());
-  if (impl->kind == MemoryKind::Cuda) detail::deviceMemset(local, 0, kSignalBytes);
+  detail::allSucceed(comm, "Publisher::create (error record)",
+                     [&] { impl->errors = std::make_unique<detail::ErrorRecordMemory>(impl->kind); });
+  impl->error = impl->errors->get();
   impl->replicas = buffer.size() <= kMaxHandlePeers ? buffer.deviceHandle() : SymmDeviceHandle{};
   impl->localOnly = impl->replicas;
   impl->localOnly.mappedMask = 1ull << comm.rank();
@@ -232,20 +232,14 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
     impl->localOnly.peers[0] = reinterpret_cast<uint64_t>(buffer.local());
     impl->localOnly.mappedMask = 1;
   }
-  BarrierDeviceHandle& b = impl->bar;
-  for (int r = 0; r < std::min(comm.size(), kMaxHandlePeers); ++r)
-    b.peerSignals[r] = impl->signals.isMapped(r) ? reinterpret_cast<uint64_t>(impl->signals.peer(r)) : 0;
-  b.localSignals = reinterpret_cast<uint64_t*>(local);
-  b.epochs = reinterpret_cast<uint64_t*>(local + kEpochsAt);
-  b.arrivals = reinterpret_cast<uint32_t*>(local + kArrivalsAt);
-  b.error = reinterpret_cast<DeviceErrorRecord*>(local + kErrorAt);
-  int64_t ms = options.barrierTimeoutMs >= 0 ? options.barrierTimeoutMs : env::barrierTimeoutMs();
-  ms = std::max<int64_t>(ms, 1);  // every wait stays bounded, whatever the knob says
-  b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
-  b.rank = comm.rank();
-  b.size = comm.size();
-  b.lanes = options.lanes;
-  impl->error = b.error;
+  if (impl->mode == PublishMode::Direct) {
+    BarrierOptions bo;
+    bo.lanes = options.lanes;
+    bo.timeoutMs = options.barrierTimeoutMs;
+    bo.kind = impl->kind;
+    impl->barrier = Barrier::create(comm, bo);
+    impl->bar = impl->barrier.deviceHandle();
+  }
   if (impl->mode == PublishMode::Fallback) {
     if (impl->kind == MemoryKind::Cuda) {
       // NCCL refuses two ranks on one GPU; say which members share one instead of passing on "invalid usage".
@@ -279,23 +273,31 @@ void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slo
 void Publisher::barrier(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::barrier", "lane ", lane, " outside [0, ", impl_->lanes,
-                   ")");
-  if (impl_->mode == PublishMode::Fallback) {
-    impl_->transport->barrier(stream);
-  } else if (impl_->kind == MemoryKind::Cuda) {
-    detail::launchBarrier(impl_->bar, lane, stream);
-  } else {
-    detail::hostBarrier(impl_->bar, lane);
-  }
+  if (impl_->mode == PublishMode::Direct) return impl_->barrier.barrier(stream, lane);
+  impl_->checkLane(lane, "Publisher::barrier");
+  impl_->transport->barrier(stream);
+}
+
+void Publisher::signal(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::signal", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  if (impl_->mode == PublishMode::Direct) return impl_->barrier.signal(stream, lane);
+  impl_->checkLane(lane, "Publisher::signal");
+  impl_->transport->barrier(stream);
+}
+
+void Publisher::wait(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::wait", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  if (impl_->mode == PublishMode::Direct) return impl_->barrier.wait(stream, lane);
+  impl_->checkLane(lane, "Publisher::wait");  // the fallback's signal() already synchronised
 }
 
 void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                                   size_t numTokens, Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  KVCOMM_CHECK_ARG(lane >= 0 && lane < impl_->lanes, "Publisher::publishAndBarrier", "lane ", lane, " outside [0, ",
-                   impl_->lanes, ")");
+  impl_->checkLane(lane, "Publisher::publishAndBarrier");
   auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
   if (impl_->mode == PublishMode::Direct) {
     impl_->publishDirect(p, stream, true, lane);
@@ -312,41 +314,24 @@ const std::string& Publisher::modeReason() const {
   return impl_->reason;
 }
 BarrierDeviceHandle Publisher::barrierHandle() const {
+  KVCOMM_CHECK_ARG(impl_ && impl_->mode == PublishMode::Direct, "Publisher::barrierHandle",
+                   "only a Direct-mode publisher has a device barrier (", impl_ ? impl_->reason : "empty publisher",
+                   ")");
   return impl_->bar;
 }
 
 DeviceError Publisher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::pollError", "empty publisher");
-  DeviceErrorRecord rec{};
-  if (impl_->kind == MemoryKind::Cuda)
-    detail::deviceToHost(&rec, impl_->error, sizeof(rec));
-  else
-    std::memcpy(&rec, impl_->error, sizeof(rec));
-  if (rec.flag != 1) return {};
-  if (impl_->kind == MemoryKind::Cuda)
-    detail::deviceMemset(impl_->error, 0, sizeof(rec));
-  else
-    std::memset(static_cast<void*>(impl_->error), 0, sizeof(rec));
-  DeviceError e;
-  e.kind = static_cast<DeviceErrorKind>(rec.kind);
-  e.tokenIndex = rec.index;
-  e.slot = rec.slot;
-  e.tensor = rec.tensor;
-  e.rank = rec.rank;
-  e.peer = rec.peer;
-  e.lane = rec.lane;
+  detail::RankScope scope(impl_->rank());
+  DeviceError e = detail::readDeviceError(impl_->kind, impl_->error);
+  if (!e && impl_->barrier.valid()) e = impl_->barrier.pollError();
   return e;
 }
 
 void Publisher::checkErrors() {
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::SlotOutOfRange)
-    KVCOMM_THROW(InvalidArgument, "publish (device)", "token ", e.tokenIndex, ": slot ", e.slot, " of tensor ",
-                 e.tensor, " lands beyond the backed part of the buffer; that row was not written");
-  if (e.kind == DeviceErrorKind::BarrierTimeout)
-    KVCOMM_THROW(Timeout, "barrier (device)", "rank ", e.rank, " waited for peer ", e.peer, " on lane ", e.lane,
-                 " longer than ", impl_->bar.timeoutNs / 1000000, " ms (the peer never arrived)");
+  detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);
 }
 
 }  // namespace kvcomm

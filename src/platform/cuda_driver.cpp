@@ -25,22 +25,28 @@ CudaDriver load() {
   // asking for CUDA_VERSION (13.0) returns newer variants with other parameters (cuCtxGetDevice_v2 takes a
   // context) behind the old prototype.
   constexpr int kAbi = 12000;
-#define KVCOMM_CU_LOAD(name)                                                                   \
-  {                                                                                            \
-    void* fn = nullptr;                                                                        \
-    CUdriverProcAddressQueryResult q{};                                                        \
-    if (getProc(#name, &fn, kAbi, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) {   \
-      d.reason = cat("the CUDA driver lacks ", #name, " (driver older than CUDA ", kAbi, ")"); \
-      return d;                                                                                \
-    }                                                                                          \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                           \
+  auto resolve = [&](const char* name) -> void* {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult q{};
+    return getProc(name, &fn, kAbi, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS ? fn : nullptr;
+  };
+#define KVCOMM_CU_LOAD(name)                                                                 \
+  d.name = reinterpret_cast<decltype(d.name)>(resolve(#name));                               \
+  if (!d.name) {                                                                             \
+    d.reason = cat("the CUDA driver lacks ", #name, " (driver older than CUDA ", kAbi, ")"); \
+    return d;                                                                                \
   }
   KVCOMM_CU_FUNCS(KVCOMM_CU_LOAD)
 #undef KVCOMM_CU_LOAD
+#define KVCOMM_CU_LOAD_OPTIONAL(name)                          \
+  d.name = reinterpret_cast<decltype(d.name)>(resolve(#name)); \
+  if (!d.name) d.missingOptional += (d.missingOptional.empty() ? "" : ", ") + std::string(#name);
+  KVCOMM_CU_OPTIONAL_FUNCS(KVCOMM_CU_LOAD_OPTIONAL)
+#undef KVCOMM_CU_LOAD_OPTIONAL
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;
-    d.cuGetErrorName(r, &name);
+    if (d.cuGetErrorName) d.cuGetErrorName(r, &name);
     d.reason = cat("cuInit failed: ", name ? name : "unknown", " (no GPU or driver not loaded)");
     return d;
   }
@@ -57,9 +63,36 @@ const CudaDriver& cudaDriver() {
   return driver;
 }
 
-const CudaDriver& requireCudaDriver(const char* call) {
+const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature) {
   const CudaDriver& d = cudaDriver();
   if (!d.usable) throwError(ErrorCode::Unsupported, call, d.reason, __FILE__, __LINE__);
+  auto need = [&](const void* fn, const char* name, const char* what) {
+    if (!fn)
+      throwError(ErrorCode::Unsupported, call, cat("the CUDA driver lacks ", name, ", which ", what, " needs"),
+                 __FILE__, __LINE__);
+  };
+  switch (feature) {
+    case CudaFeature::LegacyIpc:
+      need(reinterpret_cast<const void*>(d.cuIpcGetMemHandle), "cuIpcGetMemHandle", "legacy CUDA IPC");
+      need(reinterpret_cast<const void*>(d.cuIpcOpenMemHandle), "cuIpcOpenMemHandle", "legacy CUDA IPC");
+      need(reinterpret_cast<const void*>(d.cuIpcCloseMemHandle), "cuIpcCloseMemHandle", "legacy CUDA IPC");
+      break;
+    case CudaFeature::AdoptMemory:
+      need(reinterpret_cast<const void*>(d.cuMemRetainAllocationHandle), "cuMemRetainAllocationHandle",
+           "adopting an engine's memory");
+      need(reinterpret_cast<const void*>(d.cuMemGetAllocationPropertiesFromHandle),
+           "cuMemGetAllocationPropertiesFromHandle", "adopting an engine's memory");
+      break;
+    case CudaFeature::HostRegister:
+      need(reinterpret_cast<const void*>(d.cuMemHostRegister), "cuMemHostRegister", "device waits on the health flag");
+      need(reinterpret_cast<const void*>(d.cuMemHostUnregister), "cuMemHostUnregister",
+           "device waits on the health flag");
+      need(reinterpret_cast<const void*>(d.cuMemHostGetDevicePointer), "cuMemHostGetDevicePointer",
+           "device waits on the health flag");
+      break;
+    case CudaFeature::Core:
+      break;
+  }
   return d;
 }
 

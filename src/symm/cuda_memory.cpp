@@ -174,7 +174,7 @@ class CudaBackend : public MemoryBackend {
   // Walks the range granule by granule: cuMemRetainAllocationHandle returns the very handle the engine mapped, so
   // a change of handle marks the next allocation.
   std::vector<Piece> retain(char* va, size_t bytes, size_t bufferOffset) override {
-    const CudaDriver& d = cudaDriver();
+    const CudaDriver& d = requireCudaDriver("SymmetricBuffer::commit", CudaFeature::AdoptMemory);
     // Peers map every allocation from its offset 0: a range must start and end on allocation boundaries.
     auto sameAllocation = [&](char* a, char* b) {
       CUmemGenericAllocationHandle ha, hb;
@@ -266,7 +266,7 @@ class CudaLegacyIpc : public LegacyIpc {
  public:
   CudaLegacyIpc(Communicator& comm, size_t capacity, size_t initialBytes) {
     const char* call = "SymmetricBuffer::create (cuda_ipc)";
-    const CudaDriver& d = requireCudaDriver(call);
+    const CudaDriver& d = requireCudaDriver(call, CudaFeature::LegacyIpc);
     int ordinal = -1;
     currentDevice(call, &ordinal);
     gran_ = kGranularity;

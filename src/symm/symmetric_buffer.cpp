@@ -94,11 +94,15 @@ class IntervalSet {
 
 HandleKind chooseHandleKind(MemoryKind kind) {
   if (kind == MemoryKind::Host) return HandleKind::MemFd;
-  std::string want = env::handleType();
-  if (want == "ipc" || want == "cuda_ipc" || want == "legacy") return HandleKind::CudaIpc;
-  if (want == "fabric") return HandleKind::CudaFabric;
-  KVCOMM_CHECK_ARG(want == "auto" || want == "posix_fd", "SymmetricBuffer", "KVCOMM_HANDLE_TYPE='", want,
-                   "' is not one of auto, posix_fd, fabric, ipc");
+  switch (env::handleType()) {  // throws InvalidArgumentError for a value it does not accept
+    case env::HandleType::Ipc:
+      return HandleKind::CudaIpc;
+    case env::HandleType::Fabric:
+      return HandleKind::CudaFabric;
+    case env::HandleType::Auto:
+    case env::HandleType::PosixFd:
+      break;
+  }
   return HandleKind::CudaPosixFd;
 }
 

@@ -19,7 +19,10 @@ nvidia-smi topo -m | tee "$OUT/topo.txt"
 
 step "build"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B "$build" "${gen[@]}" -DKVCOMM_CUDA=ON -DKVCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+# The Python package too, from the same project (python3 there has nanobind and torch, no package index).
+py=(); python3 -c "import nanobind" 2>/dev/null && py=(-DKVCOMM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+cmake -S . -B "$build" "${gen[@]}" -DKVCOMM_CUDA=ON -DKVCOMM_WERROR=ON -DCMAKE_BUILD_TYPE=Release "${py[@]}" \
+  -DKVCOMM_BUILD_TESTS=ON -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=ON \
   >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -37,7 +40,9 @@ if [ "$what" != perf ]; then
 
   for bin in kvcomm_mpi_tests kvcomm_gpu_tests; do
     step "$bin (mpirun -np $np, CUDA backend where a GPU is present)"
-    timeout 500 "${mpi[@]}" "$build/tests/mpi/$bin" --gtest_color=no 2>&1 | tee "$OUT/$bin.txt" | \
+    # The TP2/PCP2 CUDA cases need 4 ranks: they run in the 4-rank step below, not here.
+    filter=(); [ "$bin" = kvcomm_mpi_tests ] && filter=(--gtest_filter=-*Pcp*/cuda)
+    timeout 500 "${mpi[@]}" "$build/tests/mpi/$bin" --gtest_color=no "${filter[@]}" 2>&1 | tee "$OUT/$bin.txt" | \
       grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -80
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
@@ -45,13 +50,38 @@ if [ "$what" != perf ]; then
   "${mpi[@]}" "$build/examples/example_fused_cache_store" 2>&1 | tee "$OUT/example.txt" || status=1
   "${mpi[@]}" "$build/tools/kvcomm-demo" 2>&1 | tee "$OUT/demo.txt" || status=1
 
-  # The 4-rank tests (TP2/PCP2 layouts): two ranks per GPU.
-  step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 tests)"
+  # The 4-rank tests (TP2/PCP2 layouts, fetch with two ranks per GPU): two ranks per GPU.
+  step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 and fetch tests)"
   mpi4=("${mpi[@]}"); mpi4[6]=4
   timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_color=no \
-    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*' 2>&1 | tee "$OUT/mpi4.txt" | \
+    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*:*Fetch*' 2>&1 | tee "$OUT/mpi4.txt" | \
     grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  # A GPU is present, so every CUDA case must have run: a skipped one fails the script (its reason is in the log).
+  step "skipped CUDA cases"
+  tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" || status=1
+
+  step "C ABI test and C example (mpirun -np 4, host memory)"
+  timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_test" 2>&1 | tee "$OUT/capi.txt" | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/examples/example_c_publish" 2>&1 | tee -a "$OUT/capi.txt" || status=1
+
+  if [ ${#py[@]} -gt 0 ]; then
+    export PYTHONPATH="$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}"
+    step "python: host tests (4 spawned ranks) and CUDA tests (torchrun, $np GPUs) from the build tree"
+    timeout 300 python3 -m pytest tests/python/test_host.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_host.txt" | tail -5
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    timeout 400 torchrun --standalone --nproc-per-node "$np" -m pytest tests/python/test_cuda.py -q -rs \
+      -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -12
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    step "example: vLLM-style PCP step (torchrun, $np GPUs): all_gather+index_copy_ vs torch SymmetricMemory vs kvcomm"
+    timeout 500 torchrun --standalone --nproc-per-node "$np" examples/vllm_pcp/vllm_pcp.py \
+      --json "$OUT/vllm_pcp.jsonl" 2>&1 | tee "$OUT/vllm_pcp.txt" | tail -40
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    step "python: skipped (python3 has no nanobind)"
+  fi
 fi
 
 if [ "$what" != tests ]; then
@@ -60,7 +90,7 @@ if [ "$what" != tests ]; then
     timeout 300 "${mpi[@]}" "$build/perf/perf_symm_rendezvous" --kind $kind --json "$OUT/perf.jsonl" 2>&1 | \
       tee -a "$OUT/perf.txt" | tail -9 || status=1
   done
-  for b in "$build"/perf/perf_publish; do
+  for b in "$build"/perf/perf_publish "$build"/perf/perf_fetch; do
     [ -x "$b" ] || continue
     step "perf: $(basename "$b")"
     timeout 400 "${mpi[@]}" "$b" --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -40 || status=1

@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
   // Every rank's verdict counts: a failure on any rank fails the run.
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  // Skips must not read as passes: run_mpi_test.sh turns this line into CTest's "skipped" when nothing failed.
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  int skipped = unit->skipped_test_count(), mostSkipped = 0;
+  MPI_Allreduce(&skipped, &mostSkipped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && mostSkipped > 0)
+    std::printf("kvcomm-tests: %d of %d tests skipped (their reasons are above)\n", mostSkipped,
+                unit->test_to_run_count());
   MPI_Finalize();
   return worst;
 }

@@ -384,4 +384,23 @@ TEST(PublishMode, ForcingDirectNamesWhatIsMissing) {
   EXPECT_NE(pub.modeReason().find("KVCOMM_DIRECT=1"), std::string::npos) << pub.modeReason();
 }
 
+TEST(PublishMode, DifferentKvcommDirectNamesWorldRanksAndBothValues) {
+  // A group whose member numbers differ from the world ranks: the odd world ranks {1, 3, ...}.
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  auto odd = world.split(world.rank() % 2, world.rank());
+  auto buf = SymmetricBuffer::create(*odd, 1u << 20, 1u << 20, MemoryKind::Host);
+  int last = odd->worldRank(odd->size() - 1);
+  ScopedEnv mode("KVCOMM_DIRECT", world.rank() == last ? "0" : "auto");
+  std::string want =
+      "world rank " + std::to_string(last) + " has 0, world rank " + std::to_string(odd->worldRank(0)) + " has auto";
+  try {
+    auto pub = Publisher::create(buf);
+    ADD_FAILURE() << "members with different KVCOMM_DIRECT created a publisher";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  world.barrier();
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -74,7 +75,12 @@ TEST_P(LayoutOracle, GroupsMatchBruteForce) {
 INSTANTIATE_TEST_SUITE_P(Specs, LayoutOracle,
                          ::testing::Values(kvcomm::LayoutSpec{1, 4, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 1},
                                            kvcomm::LayoutSpec{4, 1, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 2},
-                                           kvcomm::LayoutSpec{2, 3, 2, 2}));
+                                           kvcomm::LayoutSpec{2, 3, 2, 2}),
+                         [](const ::testing::TestParamInfo<kvcomm::LayoutSpec>& i) {  // e.g. "tp2_pcp3_pp2_dp2"
+                           const kvcomm::LayoutSpec& s = i.param;
+                           return "tp" + std::to_string(s.tp) + "_pcp" + std::to_string(s.pcp) + "_pp" +
+                                  std::to_string(s.pp) + "_dp" + std::to_string(s.dp);
+                         });
 
 TEST(Layout, Tp2Pcp2IsTheEngineNumbering) {
   kvcomm::LayoutSpec s{2, 2, 1, 1};

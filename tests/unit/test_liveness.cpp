@@ -110,6 +110,8 @@ TEST(Liveness, SurvivorsWaitingInACollectiveErrorWithinFiveSeconds) {
       rep[rank].errorNs = nowNs();
       rep[rank].code = static_cast<int32_t>(e.code()) + 1;
       std::snprintf(rep[rank].what, sizeof(rep[rank].what), "%s", e.what());
+      // The dead rank's neighbour may see its connection close a moment before the liveness verdict arrives.
+      kvtest::waitFor([&] { return !comm.healthy(); }, 5000);
       return e.code() == kvcomm::ErrorCode::NetworkError && !comm.healthy() && comm.failedRank() == victim;
     }
   });

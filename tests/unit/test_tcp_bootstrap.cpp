@@ -147,6 +147,45 @@ TEST(TcpBootstrap, UnreachableRootFailsWithinTheTimeout) {
   EXPECT_LT(ms, 5000);
 }
 
+// A stale id (its root is gone) or a missing rank must not be a silent wait until the timeout: every waiting rank logs
+// what it waits for within a few seconds (here: half the 2 s timeout), then fails naming what is missing.
+TEST(TcpBootstrap, StaleIdSaysWhatItWaitsForBeforeTheTimeout) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  { kvcomm::TcpBootstrap solo(id, 0, 1, 1000); }  // the root is gone: the id is stale
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(kvcomm::TcpBootstrap(id, 1, 2, 2000), kvcomm::NetworkError);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("still waiting after 1."), std::string::npos) << log;
+  EXPECT_NE(log.find("connecting to bootstrap root at"), std::string::npos) << log;
+  EXPECT_NE(log.find("Connection refused"), std::string::npos) << log;
+  EXPECT_NE(log.find("An id left from an earlier run names a root that is gone"), std::string::npos) << log;
+}
+
+TEST(TcpBootstrap, MissingRanksAreNamedWhileTheRootWaitsAndInItsError) {
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  auto codes = runProcesses(2, [&](int who) {
+    ::testing::internal::CaptureStderr();
+    std::string error;
+    try {
+      kvcomm::TcpBootstrap b(id, who, 4, 2000);  // ranks 2 and 3 never come
+    } catch (const kvcomm::Error& e) {
+      error = e.what();
+    }
+    std::string log = ::testing::internal::GetCapturedStderr();
+    if (who == 0) {
+      bool ok = log.find("2 of 4 ranks joined; waiting for rank(s) 2,3") != std::string::npos &&
+                error.find("missing: 2,3") != std::string::npos;
+      if (!ok) std::fprintf(stderr, "root log: %s\nroot error: %s\n", log.c_str(), error.c_str());
+      return ok;
+    }
+    bool ok = log.find("rank 1 joined the bootstrap root") != std::string::npos && !error.empty();
+    if (!ok) std::fprintf(stderr, "rank 1 log: %s\nrank 1 error: %s\n", log.c_str(), error.c_str());
+    return ok;
+  });
+  EXPECT_EQ(codes[0], 0) << "the root did not name the missing ranks";
+  EXPECT_EQ(codes[1], 0) << "a joined rank did not say it waits for the others";
+}
+
 TEST(TcpBootstrap, DeadPeerIsAnErrorNotAHang) {
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
   auto codes = runProcesses(2, [&](int rank) {

@@ -122,6 +122,29 @@ KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
   barrierBlock(b, lane, barrierNextEpoch(b, lane));
 }
 
+/// Block scope, the first half of a split barrier: threads [0, size) announce the lane's next epoch to one member
+/// each (system-scope release, cumulative over the block's writes through the opening __syncthreads and over earlier
+/// kernels of the stream), then the lane's epoch advances. Call from every thread of exactly one block per rank and
+/// lane; pair it with barrierWaitBlock() before reading what peers wrote.
+KVCOMM_DEVICE_INLINE void barrierSignalBlock(const BarrierDeviceHandle& b, int lane) {
+  __syncthreads();
+  const uint64_t epoch = barrierNextEpoch(b, lane);
+  int t = static_cast<int>(threadIdx.x);
+  if (t < b.size && t != b.rank && b.peerSignals[t] != 0) barrierSignal(b, lane, t, epoch);
+  __syncthreads();  // every thread read the old epoch before it changes
+  if (t == 0) b.epochs[lane] = epoch;
+}
+
+/// Block scope, the second half: waits until every member announced this rank's current epoch on `lane` (the one
+/// its last barrierSignalBlock() announced), with system-scope acquire shared with the block by the closing
+/// __syncthreads. Bounded by b.timeoutNs (records a BarrierTimeout).
+KVCOMM_DEVICE_INLINE void barrierWaitBlock(const BarrierDeviceHandle& b, int lane) {
+  const uint64_t epoch = b.epochs[lane];
+  int t = static_cast<int>(threadIdx.x);
+  if (t < b.size && t != b.rank && b.peerSignals[t] != 0) barrierWait(b, lane, t, epoch);
+  __syncthreads();
+}
+
 /// For kernels that write with many blocks and then synchronise: every block calls it once after its last store,
 /// with barrierNextEpoch() read at the kernel's start; the last block to arrive runs barrierBlock() and resets the
 /// arrival count (so graph replays start at zero). Returns true in the block that ran the barrier.

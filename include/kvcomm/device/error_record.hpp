@@ -1,5 +1,5 @@
 // kvcomm device API: the error record device code fills instead of trapping (a __trap() would leave a sticky error
-// in the engine's context). The host reads it with Publisher::pollError()/checkErrors().
+// in the engine's context). The host reads it with pollError()/checkErrors() of the object that launched the kernel.
 #pragma once
 
 #include <stdint.h>
@@ -11,8 +11,9 @@ namespace kvcomm {
 /// What went wrong on the device.
 enum class DeviceErrorKind : int32_t {
   None = 0,
-  SlotOutOfRange = 1,  ///< a slot's row would land outside the backed part of the buffer; the row was not written
-  BarrierTimeout = 2,  ///< a barrier wait expired; the peer never arrived
+  SlotOutOfRange = 1,   ///< a slot's row would land outside the backed part of the buffer; the row was not written
+  BarrierTimeout = 2,   ///< a barrier wait expired; the peer never arrived
+  BlockOutOfRange = 3,  ///< a fetch named a block id outside its layout; that block pair was not copied
 };
 
 /// First error wins; later ones are dropped until the host clears the record.

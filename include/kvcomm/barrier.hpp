@@ -1,0 +1,79 @@
+// kvcomm: the system-scope barrier of a group, as its own object: barrier(), and the split signal()/wait() pair that
+// lets an engine signal right after its stores and wait only before the reads, so the round trip overlaps other work.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kvcomm/comm.hpp"
+#include "kvcomm/device/barrier.hpp"
+#include "kvcomm/device_error.hpp"
+#include "kvcomm/stream.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace kvcomm {
+
+/// Options of Barrier::create.
+struct BarrierOptions {
+  /// Independent lanes (one per micro-batch in flight); 1 to kMaxBarrierLanes.
+  int lanes = 2;
+  /// Bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (at least 1 ms).
+  int64_t timeoutMs = -1;
+  /// Where the signal area lives: Cuda (device memory, kernels signal and wait) or Host (CPU atomics); Auto picks
+  /// Cuda when this rank has a current CUDA context. Must resolve the same on every member.
+  MemoryKind kind = MemoryKind::Auto;
+};
+
+/// A release/acquire barrier among the members of a communicator, through a small symmetric signal area that every
+/// member maps (so every member must be on one host, with P2P access between GPUs; otherwise create() throws
+/// Unsupported naming the member).
+///
+/// Ordering: signal(lane) is a system-scope release of everything the stream did before it (stores into peers'
+/// memory included); wait(lane) returns (in stream order) once every member signalled the same epoch on that lane,
+/// with acquire semantics. barrier(lane) = signal + wait in one kernel. Each lane is its own sequence of epochs:
+/// signal() advances it, wait() waits for the epoch of this rank's last signal() on that lane, so per lane the calls
+/// alternate signal, wait, signal, wait (barrier() counts as both). Epochs live in the signal area, so every call is
+/// safe to capture in a CUDA graph and to replay. Waits are bounded: on expiry the device records a BarrierTimeout
+/// (rank, peer, lane) that checkErrors() throws, and the barrier's epochs are then out of step (create a new one).
+///
+/// Call order: create() (collective) -> signal/wait/barrier on every member in the same per-lane order ->
+/// checkErrors() after synchronising the stream. Host-memory barriers run on the calling thread (stream ignored)
+/// and throw a Timeout directly.
+class Barrier {
+ public:
+  /// Collective over `comm`: allocates and zeroes the signal area on every member.
+  static Barrier create(Communicator comm, const BarrierOptions& options = {});
+
+  Barrier();
+  ~Barrier();
+  Barrier(Barrier&&) noexcept;
+  Barrier& operator=(Barrier&&) noexcept;
+
+  bool valid() const { return impl_ != nullptr; }
+
+  /// signal() and wait() in one launch.
+  void barrier(Stream stream = nullptr, int lane = 0);
+  /// Announces the next epoch on `lane` to every member (release of this stream's earlier work).
+  void signal(Stream stream = nullptr, int lane = 0);
+  /// Waits until every member announced this rank's current epoch on `lane` (acquire).
+  void wait(Stream stream = nullptr, int lane = 0);
+
+  int lanes() const;
+  MemoryKind kind() const;
+  Communicator& communicator() const;
+  /// For kernels that fuse the barrier (kvcomm/device/barrier.hpp). Valid as long as this object lives.
+  BarrierDeviceHandle deviceHandle() const;
+
+  /// Reads (and clears) the first device error since the last call. Synchronise the stream first.
+  DeviceError pollError();
+  /// Throws the recorded BarrierTimeout, if any, as a Timeout naming rank, peer and lane.
+  void checkErrors();
+
+  struct Impl;
+
+ private:
+  explicit Barrier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvcomm

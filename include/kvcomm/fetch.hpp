@@ -1,0 +1,242 @@
+// kvcomm: fetch. KV blocks that live in another member's cache are pulled straight into this rank's own cache
+// slots: planned in block indices against layouts every member registered once, validated before anything moves,
+// coalesced into runs, and copied by the path that fits (an SM gather kernel or the copy engines over the peer
+// mappings on one host; CPU copies on host memory).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvcomm/barrier.hpp"
+#include "kvcomm/device/fetch.hpp"
+#include "kvcomm/device_error.hpp"
+#include "kvcomm/stream.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace kvcomm {
+
+/// One region of a KV layout, in bytes from the buffer's base: block b occupies
+/// [offset + b * blockStride, offset + b * blockStride + blockBytes).
+/// Typically one region per layer and per K/V (or one per layer when K and V share a block).
+struct KvRegion {
+  size_t offset = 0;
+  size_t blockBytes = 0;   ///< bytes of one block in this region (what a fetch copies)
+  size_t blockStride = 0;  ///< bytes between consecutive blocks (0: blockBytes)
+  size_t numBlocks = 0;    ///< valid block ids are [0, numBlocks)
+};
+
+/// A member's KV cache layout: the regions one block id indexes together. Every member registers its own; members
+/// may place regions differently (offsets, strides, block counts), but every member must have the same number of
+/// regions with the same blockBytes, region by region (what a fetch copies must fit on both sides).
+struct KvLayout {
+  std::vector<KvRegion> regions;
+  uint64_t version = 0;  ///< the engine's own version of this layout; part of the hash
+};
+
+/// FNV-1a hash of a layout (regions and version): what requests and peers compare.
+uint64_t layoutHash(const KvLayout& layout);
+
+/// What moves a fetch's bytes.
+enum class FetchPath {
+  Auto,        ///< per run: copy engines for runs of at least FetchOptions::copyEngineMinRunBytes, else the kernel
+  Kernel,      ///< an SM gather kernel computes every address on the device (CUDA; same host)
+  CopyEngine,  ///< one copy-engine descriptor per run (cudaMemcpyBatchAsync / 2-D copies; CUDA; same host); leaves
+               ///< the SMs to the engine's kernels
+  Host,        ///< CPU copies (host-memory buffers)
+};
+/// "auto", "kernel", "copy", "host".
+const char* fetchPathName(FetchPath path);
+
+/// Blocks to pull from one source member, in host memory. Pair i copies source block srcBlocks[i] (in the source's
+/// layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on either
+/// side is skipped (padding); any other negative id is an error.
+struct FetchRequest {
+  int srcRank = -1;  ///< member to read from (this rank itself is allowed: a local block copy)
+  const int64_t* srcBlocks = nullptr;
+  const int64_t* dstBlocks = nullptr;
+  size_t count = 0;            ///< pairs
+  uint64_t srcLayoutHash = 0;  ///< 0: accept the source's registered layout; else it must equal this hash
+};
+
+/// Per-call options.
+struct FetchOptions {
+  /// Demanded path; Auto honours KVCOMM_FETCH_PATH (auto | kernel | copy | host). A path that cannot run on this
+  /// buffer is an Unsupported error, never a silent substitute.
+  FetchPath path = FetchPath::Auto;
+  /// Under Auto on CUDA: runs (contiguous on both sides) of at least this many bytes go to the copy engines, the
+  /// rest to the kernel. 0: KVCOMM_FETCH_CE_MIN_BYTES, default 4 MiB.
+  size_t copyEngineMinRunBytes = 0;
+  /// Polled fetches on host memory: copy at most this many bytes per second (0: unlimited), for background
+  /// prefetches that should leave memory bandwidth to the engine.
+  uint64_t maxBytesPerSecond = 0;
+};
+
+/// What a plan does (FetchPlan::info(), returned by fetch()).
+struct FetchPlanInfo {
+  size_t pairsIn = 0;                ///< block pairs named by the requests
+  size_t pairsSkipped = 0;           ///< pairs with -1 (padding)
+  size_t runsOut = 0;                ///< copies after coalescing (a run: consecutive blocks on both sides, one region)
+  size_t kernelRuns = 0;             ///< runs the gather kernel moves
+  size_t copyEngineRuns = 0;         ///< runs the copy engines move
+  size_t hostRuns = 0;               ///< runs CPU copies move
+  size_t bytes = 0;                  ///< bytes to copy
+  FetchPath path = FetchPath::Auto;  ///< the one path used, or Auto when runs use both kernel and copy engines
+  double planMicros = 0;             ///< host time spent validating and coalescing
+  std::string toString() const;
+};
+
+/// A validated, coalesced batch for one Fetcher, reusable while the buffer's generation does not change.
+class FetchPlan {
+ public:
+  FetchPlan();
+  ~FetchPlan();
+  FetchPlan(FetchPlan&&) noexcept;
+  FetchPlan& operator=(FetchPlan&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+  const FetchPlanInfo& info() const;
+  /// The buffer generation the plan was validated at.
+  uint64_t generation() const;
+
+  struct Impl;
+
+ private:
+  friend class Fetcher;
+  explicit FetchPlan(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Block pairs in device memory (CUDA) or host memory (host buffers), for stream-ordered fetches whose ids an
+/// engine writes on the device and that a CUDA graph can capture: the kernel validates each pair when it runs.
+struct DeviceFetchBatch {
+  const int64_t* srcBlocks = nullptr;  ///< [count]; -1 skips the pair
+  const int64_t* dstBlocks = nullptr;  ///< [count]; -1 skips the pair
+  const int32_t* srcRanks = nullptr;   ///< [count] source member of each pair; nullptr: srcRank for every pair
+  int srcRank = -1;
+  size_t count = 0;
+};
+
+/// State of a polled fetch.
+enum class FetchState { InProgress, Done, Failed };
+
+/// What test()/wait() report.
+struct FetchStatus {
+  FetchState state = FetchState::InProgress;
+  size_t bytesDone = 0;  ///< bytes known to have landed (visible in this rank's memory)
+  size_t bytesTotal = 0;
+  /// Failed: destination block ids whose bytes are not known to have landed (each may be partly written).
+  std::vector<int64_t> failedBlocks;
+  std::string error;  ///< Failed: why (e.g. "source rank 2 (pid 1234) died")
+};
+
+/// A polled fetch (Fetcher::start). Destroying it, or its Fetcher, waits until nothing can still write the
+/// destination: memory is never released while a copy may still land in it.
+class FetchOperation {
+ public:
+  FetchOperation();
+  ~FetchOperation();
+  FetchOperation(FetchOperation&&) noexcept;
+  FetchOperation& operator=(FetchOperation&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+  /// Non-blocking.
+  FetchStatus test();
+  /// Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns InProgress and cancels nothing.
+  FetchStatus wait(int64_t timeoutMs = -1);
+
+  struct Impl;
+
+ private:
+  friend class Fetcher;
+  explicit FetchOperation(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Options of Fetcher::create.
+struct FetcherOptions {
+  /// Barrier lanes of the collective form (fetchAll); see BarrierOptions.
+  int lanes = 1;
+  /// Bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS.
+  int64_t barrierTimeoutMs = -1;
+};
+
+/// Fetches of KV blocks between the members of a SymmetricBuffer's group.
+///
+/// Call order:
+///   1. create(buffer, layout) on every member (collective): each member registers its own layout; every member
+///      validates its own (checked arithmetic, regions inside the backed part of the buffer), and every member
+///      learns every other's through the communicator (layouts, never pointers). Layouts must be compatible (same
+///      region count and blockBytes per region) or every rank throws naming the rank and region.
+///   2. Any number of fetches, from any member, at any time (one-sided: the source does nothing):
+///      - fetch(requests, stream): validate + coalesce + enqueue (stream-ordered; the bytes are visible to work
+///        enqueued after it on the stream; host buffers: done when it returns);
+///      - plan(requests) once, submit(plan, stream) many times;
+///      - fetchDevice(batch, stream): ids in device memory, capture-safe (CUDA graphs), validated on the device
+///        (checkErrors() reports a bad id);
+///      - start(requests): polled completion (FetchOperation::test/wait), with the bytes done and failed blocks;
+///      - fetchAll(requests, stream): collective form, every member's requests at once (a KV block all-to-all).
+///   3. After a grow/commit/release of the buffer, call refresh() (collective) before the next host-planned fetch
+///      (a plan made at an older generation is refused as stale).
+/// The source's bytes must be final before the fetch reads them (e.g. after a barrier); the fetcher does not order
+/// the source's writes (fetchAll does: it starts and ends with a barrier).
+class Fetcher {
+ public:
+  static Fetcher create(SymmetricBuffer& buffer, const KvLayout& layout, const FetcherOptions& options = {});
+
+  Fetcher();
+  ~Fetcher();
+  Fetcher(Fetcher&&) noexcept;
+  Fetcher& operator=(Fetcher&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+
+  /// Validates and coalesces without moving anything. Throws InvalidArgumentError naming the request and pair index
+  /// (id out of range, negative id other than -1, duplicate destination block, stale generation, mismatched layout
+  /// hash), Unsupported naming the rank when a source cannot be reached by the demanded path.
+  FetchPlan plan(const std::vector<FetchRequest>& requests, const FetchOptions& options = {}) const;
+  /// Enqueues a plan made by this fetcher (stream-ordered). Refused while the stream is being captured: host ids
+  /// would be frozen into the graph (use fetchDevice()).
+  void submit(const FetchPlan& plan, Stream stream = nullptr);
+  /// plan() + submit(); returns the plan's info.
+  FetchPlanInfo fetch(const std::vector<FetchRequest>& requests, Stream stream = nullptr,
+                      const FetchOptions& options = {});
+  /// Stream-ordered fetch of ids in device memory by the gather kernel (CUDA) or the CPU (host buffers); safe to
+  /// capture in a CUDA graph: rewrite the ids between replays. An id outside the layout, or a block outside the
+  /// backed part of the buffer when the kernel runs, skips that pair and is reported by checkErrors(); duplicate
+  /// destinations are not detected (the last copy wins).
+  void fetchDevice(const DeviceFetchBatch& batch, Stream stream = nullptr);
+  /// Starts a polled fetch (validated like plan()). `stream`: CUDA buffers enqueue on it (nullptr: the fetcher's
+  /// own stream); host buffers copy on a worker thread.
+  FetchOperation start(const std::vector<FetchRequest>& requests, const FetchOptions& options = {},
+                       Stream stream = nullptr);
+  /// Collective: every member passes its own requests; returns (in stream order) once every member's blocks
+  /// landed. Starts with a barrier (every source's earlier writes are visible) and ends with one (no source block
+  /// is overwritten while a peer still reads it). Needs every member on this host (Unsupported otherwise).
+  FetchPlanInfo fetchAll(const std::vector<FetchRequest>& requests, Stream stream = nullptr,
+                         const FetchOptions& options = {});
+  /// Collective: revalidates every member's layout against the buffer as it is now and adopts its generation.
+  void refresh();
+
+  /// Member `rank`'s registered layout and its hash.
+  const KvLayout& layout(int rank) const;
+  uint64_t layoutHash(int rank) const;
+  /// The buffer generation the layouts were validated at.
+  uint64_t generation() const;
+  SymmetricBuffer& buffer() const;
+  /// For engine kernels that pull blocks themselves (kvcomm/device/fetch.hpp: warpPullBlock). Valid while this
+  /// fetcher lives; tables are rewritten in place by refresh().
+  FetchDeviceHandle deviceHandle() const;
+
+  /// Reads (and clears) the first device error of fetchDevice()/fetchAll(). Synchronise the stream first.
+  DeviceError pollError();
+  /// Throws it: InvalidArgumentError for a bad block id (naming the pair), Timeout for fetchAll's barrier.
+  void checkErrors();
+
+  struct Impl;
+
+ private:
+  explicit Fetcher(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvcomm

@@ -1,0 +1,543 @@
+/* kvcomm: the C ABI (C11, no C++ types), for engines that call native code through FFI (Rust, C, Go, Zig).
+ *
+ * Style of nccl.h: every call returns a kvcommResult_t; on failure kvcommGetLastError() gives the detail (the same
+ * message the C++ API's exception carries: "kvcomm [rank R] <call>: <cause>"), per thread. Objects are opaque
+ * handles created by *Create / *Init calls and freed by the matching *Destroy. No C++ exception ever crosses this
+ * boundary.
+ *
+ * Call order (collective calls are made by every member of the group, in the same order):
+ *   kvcommGetUniqueId (rank 0) -> kvcommCommInitTcp (all)   or   kvcommCommInitCallback (all)
+ *   -> kvcommCommSplit / kvcommLayoutCreate
+ *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate, kvcommBarrierCreate, kvcommFetcherCreate
+ *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier, or
+ *      kvcommPublisherSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice / kvcommFetchStart
+ *   -> kvcommFetchOperationDestroy, kvcommFetchPlanDestroy, kvcommFetcherDestroy, kvcommBarrierDestroy,
+ *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommLayoutDestroy, kvcommCommDestroy (local, any order: a
+ *      handle keeps what it uses alive).
+ *
+ * Lists a call returns (backed ranges, group members, failed blocks, layout regions) follow one pattern: the caller
+ * passes an array and its capacity, the call writes min(count, capacity) entries and sets *count to the full count;
+ * pass NULL and 0 to ask for the count first. Strings follow the same pattern with textBytes and *needed.
+ */
+#ifndef KVCOMM_KVCOMM_H_
+#define KVCOMM_KVCOMM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version -------------------------------------------------------------------------------------------------- */
+
+#ifndef KVCOMM_VERSION_MAJOR
+#define KVCOMM_VERSION_MAJOR 0
+#define KVCOMM_VERSION_MINOR 1
+#define KVCOMM_VERSION_PATCH 0
+#endif
+/** Version code of these headers: MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define KVCOMM_VERSION_CODE(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
+#define KVCOMM_VERSION KVCOMM_VERSION_CODE(KVCOMM_VERSION_MAJOR, KVCOMM_VERSION_MINOR, KVCOMM_VERSION_PATCH)
+
+/* ---- results and errors --------------------------------------------------------------------------------------- */
+
+/** Outcome of every call; one value per kvcomm::ErrorCode, plus success. */
+typedef enum {
+  kvcommSuccess = 0,
+  kvcommInvalidArgument = 1, /**< the caller passed something wrong; nothing was changed */
+  kvcommUnsupported = 2,     /**< the requested mode cannot run here (no GPU, no P2P, handle type) */
+  kvcommSystemError = 3,     /**< an operating-system call failed */
+  kvcommCudaError = 4,       /**< a CUDA driver or runtime call failed */
+  kvcommNetworkError = 5,    /**< a socket or transport failed, or a peer went away */
+  kvcommRemoteError = 6,     /**< another rank reported a failure during a collective step */
+  kvcommTimeout = 7,         /**< a bounded wait expired */
+  kvcommAborted = 8,         /**< stopped because the object is closing */
+  kvcommInternalError = 9,   /**< a kvcomm invariant broke (a bug), or an unexpected C++ exception */
+  kvcommNumResults = 10
+} kvcommResult_t;
+
+/** Short name of a result ("InvalidArgument", ...); "Unknown" for values outside the enum. Never NULL. */
+const char* kvcommGetErrorString(kvcommResult_t result);
+
+/** Message of the last failed kvcomm call on the calling thread ("" if none failed yet). Successful calls leave it
+ *  unchanged (like errno). The pointer stays valid until the next failing call on this thread. */
+const char* kvcommGetLastError(void);
+
+/** Version of the library loaded at run time (KVCOMM_VERSION encoding). */
+kvcommResult_t kvcommGetVersion(int* version);
+
+/* ---- handles and plain types ---------------------------------------------------------------------------------- */
+
+/** A group of processes (kvcomm::Communicator). Handles of one group share it; destroying one is local. */
+typedef struct kvcommComm* kvcommComm_t;
+/** The TP/PCP/PP/DP groups of this rank (kvcomm::Layout). */
+typedef struct kvcommLayout* kvcommLayout_t;
+/** Symmetric memory on a group (kvcomm::SymmetricBuffer). */
+typedef struct kvcommBuffer* kvcommBuffer_t;
+/** Publication into a buffer's replicas and its barrier (kvcomm::Publisher). */
+typedef struct kvcommPublisher* kvcommPublisher_t;
+/** A release/acquire barrier among the members of a communicator (kvcomm::Barrier). */
+typedef struct kvcommBarrier* kvcommBarrier_t;
+/** Fetches of KV blocks between the members of a buffer's group (kvcomm::Fetcher). */
+typedef struct kvcommFetcher* kvcommFetcher_t;
+/** A validated, coalesced batch of block pairs, reusable with kvcommFetchSubmit (kvcomm::FetchPlan). */
+typedef struct kvcommFetchPlan* kvcommFetchPlan_t;
+/** A polled fetch (kvcomm::FetchOperation). */
+typedef struct kvcommFetchOperation* kvcommFetchOperation_t;
+
+/** A CUDA stream: the same type as cudaStream_t and CUstream. Ignored by host buffers. */
+typedef struct CUstream_st* kvcommStream_t;
+
+/* ---- bootstrap ------------------------------------------------------------------------------------------------ */
+
+#define KVCOMM_UNIQUE_ID_BYTES 64
+/** Identity of a TCP bootstrap group (root address + random nonce); pass it to every rank out of band. */
+typedef struct {
+  char internal[KVCOMM_UNIQUE_ID_BYTES];
+} kvcommUniqueId;
+/** Characters of kvcommUniqueIdToString's text, without the terminating NUL. */
+#define KVCOMM_UNIQUE_ID_STRING_LEN (2 * KVCOMM_UNIQUE_ID_BYTES)
+
+/** Creates an id whose root listens on `ifname` (NULL or "": KVCOMM_SOCKET_IFNAME, else the first non-loopback
+ *  interface that is up, else loopback). Call it in the process that will be rank 0 (it opens the listening socket
+ *  that process's rank-0 kvcommCommInitTcp adopts). */
+kvcommResult_t kvcommGetUniqueId(kvcommUniqueId* id, const char* ifname);
+/** Hex text of an id into `text` (at least KVCOMM_UNIQUE_ID_STRING_LEN + 1 bytes), for environment variables. */
+kvcommResult_t kvcommUniqueIdToString(const kvcommUniqueId* id, char* text, size_t textBytes);
+/** Parses kvcommUniqueIdToString's text; kvcommInvalidArgument on malformed text. */
+kvcommResult_t kvcommUniqueIdFromString(const char* text, kvcommUniqueId* id);
+
+/** Builds the world communicator of `size` ranks over TCP (collective). `timeoutMs` < 0 uses
+ *  KVCOMM_BOOTSTRAP_TIMEOUT_MS. kvcommTimeout when the root cannot be reached in time. */
+kvcommResult_t kvcommCommInitTcp(kvcommComm_t* comm, const kvcommUniqueId* id, int rank, int size, int64_t timeoutMs);
+
+/** The engine's allgather: gathers `bytesPerRank` bytes from every rank; `send` is this rank's contribution, `recv`
+ *  receives size * bytesPerRank bytes ordered by rank. Returns 0 on success, anything else on failure (reported as
+ *  kvcommRemoteError with that value). */
+typedef int (*kvcommAllgatherFn)(const void* send, void* recv, size_t bytesPerRank, void* user);
+
+/** Builds the world communicator over the engine's own process group (collective): `allgather` (with `user`) is
+ *  called during this call only, on the calling thread; neither is kept afterwards. */
+kvcommResult_t kvcommCommInitCallback(kvcommComm_t* comm, int rank, int size, kvcommAllgatherFn allgather, void* user);
+
+/* ---- communicator --------------------------------------------------------------------------------------------- */
+
+/** Frees this handle (local; the group's connections close with its last handle, buffers keep theirs). NULL is a
+ *  no-op. */
+kvcommResult_t kvcommCommDestroy(kvcommComm_t comm);
+kvcommResult_t kvcommCommRank(kvcommComm_t comm, int* rank);
+kvcommResult_t kvcommCommSize(kvcommComm_t comm, int* size);
+/** Rank of member `rank` in the world communicator this one was split from. */
+kvcommResult_t kvcommCommWorldRank(kvcommComm_t comm, int rank, int* worldRank);
+/** Identity of the group (equal on every member, different for each split). */
+kvcommResult_t kvcommCommId(kvcommComm_t comm, uint64_t* id);
+/** MPI_Comm_split semantics (collective): members with the same color form a group ordered by (key, rank). A negative
+ *  color takes part but gets no communicator: *out is set to NULL. */
+kvcommResult_t kvcommCommSplit(kvcommComm_t comm, int color, int key, kvcommComm_t* out);
+/** In-place allgather (collective): this rank's bytes at data + rank * bytesPerRank. */
+kvcommResult_t kvcommCommAllgather(kvcommComm_t comm, void* data, size_t bytesPerRank);
+/** Returns when every member entered (collective). */
+kvcommResult_t kvcommCommBarrier(kvcommComm_t comm);
+/** Point-to-point messages among members; `tag` (< 2^31) separates independent streams. */
+kvcommResult_t kvcommCommSend(kvcommComm_t comm, const void* data, size_t bytes, int peer, uint32_t tag);
+kvcommResult_t kvcommCommRecv(kvcommComm_t comm, void* data, size_t bytes, int peer, uint32_t tag);
+
+/** What the communicator knows about one member (kvcomm::MemberInfo; strings are NUL-terminated, truncated to fit). */
+typedef struct {
+  int rank;      /**< rank in this communicator */
+  int worldRank; /**< rank in the communicator created from the bootstrap */
+  int pid;
+  int hostIndex; /**< hosts numbered by first appearance in rank order */
+  int localRank; /**< index among the members on the same host */
+  int localSize; /**< members on the same host */
+  int gpuDevice; /**< CUDA ordinal in that process; -1: none */
+  char hostname[256];
+  char gpuUuid[64];
+  char gpuPciBusId[32];
+} kvcommMemberInfo;
+
+/** Number of distinct hosts among the members. */
+kvcommResult_t kvcommCommNumHosts(kvcommComm_t comm, int* numHosts);
+kvcommResult_t kvcommCommMember(kvcommComm_t comm, int rank, kvcommMemberInfo* info);
+/** Whether members a and b share a host. */
+kvcommResult_t kvcommCommSameHost(kvcommComm_t comm, int a, int b, int* same);
+/** Whether member a's GPU can access member b's directly (same host, same GPU or CUDA peer access). */
+kvcommResult_t kvcommCommCanAccessPeer(kvcommComm_t comm, int a, int b, int* canAccess);
+/** The topology as a human-readable table, copied into `text` (truncated to textBytes - 1 characters, NUL
+ *  terminated); *needed (if not NULL) receives the full length + 1. `text` may be NULL with textBytes 0. */
+kvcommResult_t kvcommCommTopologyString(kvcommComm_t comm, char* text, size_t textBytes, size_t* needed);
+
+/* ---- layout --------------------------------------------------------------------------------------------------- */
+
+/** Sizes of an engine's parallel dimensions; world = dp * pp * pcp * tp. */
+typedef struct {
+  int tp, pcp, pp, dp;
+} kvcommLayoutSpec;
+/** A rank's coordinates: rank = ((dp * PP + pp) * PCP + pcp) * TP + tp (TP fastest, as engines number ranks). */
+typedef struct {
+  int tp, pcp, pp, dp;
+} kvcommLayoutCoord;
+typedef enum { kvcommAxisTP = 0, kvcommAxisPCP = 1, kvcommAxisPP = 2, kvcommAxisDP = 3 } kvcommAxis_t;
+
+/** Splits `world` into the four groups (collective). kvcommInvalidArgument unless world size == tp*pcp*pp*dp. */
+kvcommResult_t kvcommLayoutCreate(kvcommComm_t world, const kvcommLayoutSpec* spec, kvcommLayout_t* layout);
+kvcommResult_t kvcommLayoutDestroy(kvcommLayout_t layout);
+/** A new handle on the group along `axis` (free it with kvcommCommDestroy); its rank is this rank's coordinate. */
+kvcommResult_t kvcommLayoutComm(kvcommLayout_t layout, kvcommAxis_t axis, kvcommComm_t* comm);
+kvcommResult_t kvcommLayoutGetSpec(kvcommLayout_t layout, kvcommLayoutSpec* spec);
+kvcommResult_t kvcommLayoutGetCoord(kvcommLayout_t layout, kvcommLayoutCoord* coord);
+/** Pure functions of a spec: coordinates of `rank`, the rank of coordinates, and the world ranks of the group along
+ *  `axis` holding `rank` in group-rank order (*count receives the group size; at most `capacity` are written). */
+kvcommResult_t kvcommLayoutCoordOf(const kvcommLayoutSpec* spec, int rank, kvcommLayoutCoord* coord);
+kvcommResult_t kvcommLayoutRankOf(const kvcommLayoutSpec* spec, const kvcommLayoutCoord* coord, int* rank);
+kvcommResult_t kvcommLayoutGroupOf(const kvcommLayoutSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
+                                   int* count);
+
+/* ---- symmetric memory ----------------------------------------------------------------------------------------- */
+
+typedef enum {
+  kvcommMemoryAuto = 0, /**< CUDA when this rank has a current CUDA context, else host */
+  kvcommMemoryCuda = 1, /**< cuMemCreate/cuMemMap on the current device */
+  kvcommMemoryHost = 2  /**< memfd chunks mapped into a PROT_NONE reservation */
+} kvcommMemoryKind_t;
+
+/** A byte range relative to a buffer's base. */
+typedef struct {
+  size_t offset;
+  size_t bytes;
+} kvcommRange;
+
+/** Reserves `capacity` bytes per member and maps the first `initialBytes` everywhere (collective; same sizes and
+ *  kind on every member). */
+kvcommResult_t kvcommBufferCreate(kvcommComm_t comm, size_t capacity, size_t initialBytes, kvcommMemoryKind_t kind,
+                                  kvcommBuffer_t* buffer);
+/** Adopts an address range the engine reserved and commits itself (collective). */
+kvcommResult_t kvcommBufferAdopt(kvcommComm_t comm, void* base, size_t reservedBytes, kvcommMemoryKind_t kind,
+                                 kvcommBuffer_t* buffer);
+/** Frees this handle; the memory is closed with the last holder (a publisher holds one). NULL is a no-op. */
+kvcommResult_t kvcommBufferDestroy(kvcommBuffer_t buffer);
+/** Maps up to `newBytes` everywhere (collective; created buffers). Addresses never change. */
+kvcommResult_t kvcommBufferGrow(kvcommBuffer_t buffer, size_t newBytes);
+/** The engine mapped physical memory at these ranges (collective; adopted buffers). */
+kvcommResult_t kvcommBufferCommit(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges);
+/** Peers unmap these committed ranges (collective; adopted buffers). */
+kvcommResult_t kvcommBufferRelease(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges);
+/** Unmaps peer windows, then releases this rank's memory (local, never waits on peers; idempotent). The handle
+ *  must still be destroyed. */
+kvcommResult_t kvcommBufferClose(kvcommBuffer_t buffer);
+
+kvcommResult_t kvcommBufferLocal(kvcommBuffer_t buffer, void** ptr);
+/** Member `rank`'s memory as mapped here; NULL when not mapped here (another host). */
+kvcommResult_t kvcommBufferPeer(kvcommBuffer_t buffer, int rank, void** ptr);
+kvcommResult_t kvcommBufferIsMapped(kvcommBuffer_t buffer, int rank, int* mapped);
+kvcommResult_t kvcommBufferRank(kvcommBuffer_t buffer, int* rank);
+kvcommResult_t kvcommBufferSize(kvcommBuffer_t buffer, int* size);
+kvcommResult_t kvcommBufferCapacity(kvcommBuffer_t buffer, size_t* bytes);
+/** Bytes backed on every member (mapped prefix, or committed bytes of an adopted buffer). */
+kvcommResult_t kvcommBufferMappedBytes(kvcommBuffer_t buffer, size_t* bytes);
+kvcommResult_t kvcommBufferIsBacked(kvcommBuffer_t buffer, size_t offset, size_t bytes, int* backed);
+/** Backed ranges, sorted: *count receives how many there are; at most `capacity` are written. */
+kvcommResult_t kvcommBufferBackedRanges(kvcommBuffer_t buffer, kvcommRange* ranges, size_t capacity, size_t* count);
+/** Increments with every grow/commit/release. */
+kvcommResult_t kvcommBufferGeneration(kvcommBuffer_t buffer, uint64_t* generation);
+kvcommResult_t kvcommBufferGranularity(kvcommBuffer_t buffer, size_t* bytes);
+/** The resolved kind (never kvcommMemoryAuto). */
+kvcommResult_t kvcommBufferKind(kvcommBuffer_t buffer, kvcommMemoryKind_t* kind);
+kvcommResult_t kvcommBufferAdopted(kvcommBuffer_t buffer, int* adopted);
+/** How handles travel ("posix_fd", "fabric", "cuda_ipc" or "memfd"), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommBufferHandleType(kvcommBuffer_t buffer, char* text, size_t textBytes, size_t* needed);
+/** A new handle on the buffer's group (free it with kvcommCommDestroy). */
+kvcommResult_t kvcommBufferComm(kvcommBuffer_t buffer, kvcommComm_t* comm);
+/** uint64[size] of member base addresses (0 = not mapped) at an address that never changes for the buffer's life:
+ *  device memory for CUDA buffers, host memory for host buffers. Engine kernels take this plus offsets. */
+kvcommResult_t kvcommBufferPeerTable(kvcommBuffer_t buffer, const uint64_t** table);
+/** Bit g (word g / 64, bit g % 64) says whether granule g is backed on every member; same memory and stability as
+ *  the peer table. */
+kvcommResult_t kvcommBufferBackedBitmap(kvcommBuffer_t buffer, const uint64_t** bitmap);
+
+/* ---- publish and barrier -------------------------------------------------------------------------------------- */
+
+typedef enum { kvcommSlotInt64 = 0, kvcommSlotInt32 = 1 } kvcommSlotType_t;
+typedef enum { kvcommPublishDirect = 0, kvcommPublishFallback = 1 } kvcommPublishMode_t;
+
+/** One cache tensor of a publish call (bytes). Row i of the source lands in every replica at
+ *    offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride,   slot = slotMapping[i].
+ *  Zero for srcStride, blockStride, rowStride means rowBytes, blockSize * rowStride, rowBytes; blockSize must be >= 1
+ *  (kvcommCacheTensorInit sets 1). */
+typedef struct {
+  const void* src;    /**< row i at src + i * srcStride (device memory for CUDA buffers) */
+  size_t srcStride;   /**< bytes between source rows (0: rowBytes) */
+  size_t rowBytes;    /**< bytes per row */
+  size_t offset;      /**< destination base, bytes from the buffer's base */
+  size_t blockSize;   /**< tokens per block */
+  size_t blockStride; /**< bytes between blocks (0: blockSize * rowStride) */
+  size_t rowStride;   /**< bytes between rows of a block (0: rowBytes) */
+} kvcommCacheTensor;
+
+/** Options of kvcommPublisherCreate; kvcommPublisherOptionsInit fills the C++ defaults. */
+typedef struct {
+  int lanes;                   /**< independent barrier lanes, 1..8 (default 2) */
+  int64_t barrierTimeoutMs;    /**< bound on every barrier wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS */
+  size_t stagingTokens;        /**< fallback staging reserved up front: tokens per rank ... */
+  size_t stagingBytesPerToken; /**< ... and bytes per token (summed over tensors) */
+} kvcommPublisherOptions;
+
+typedef enum {
+  kvcommDeviceErrorNone = 0,
+  kvcommDeviceErrorSlotOutOfRange = 1, /**< a slot's row would land outside the backed part; not written */
+  kvcommDeviceErrorBarrierTimeout = 2, /**< a barrier wait expired; the peer never arrived */
+  kvcommDeviceErrorBlockOutOfRange = 3 /**< a fetch named a block id outside its layout; that pair was not copied */
+} kvcommDeviceErrorKind_t;
+
+/** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields
+ *  that do not apply are -1. */
+typedef struct {
+  kvcommDeviceErrorKind_t kind;
+  int64_t tokenIndex; /**< SlotOutOfRange: token index; BlockOutOfRange: index of the block pair */
+  int64_t slot;       /**< SlotOutOfRange: the slot; BlockOutOfRange: the offending block id */
+  int tensor;         /**< SlotOutOfRange: tensor index; BlockOutOfRange: region index */
+  int rank;           /**< rank that detected it */
+  int peer;           /**< BarrierTimeout: the peer waited for; BlockOutOfRange: the source rank */
+  int lane;           /**< BarrierTimeout: the lane */
+} kvcommDeviceError;
+
+kvcommResult_t kvcommCacheTensorInit(kvcommCacheTensor* tensor);
+kvcommResult_t kvcommPublisherOptionsInit(kvcommPublisherOptions* options);
+/** Collective over the buffer's group; picks the mode (KVCOMM_DIRECT). `options` NULL: defaults. */
+kvcommResult_t kvcommPublisherCreate(kvcommBuffer_t buffer, const kvcommPublisherOptions* options,
+                                     kvcommPublisher_t* publisher);
+kvcommResult_t kvcommPublisherDestroy(kvcommPublisher_t publisher);
+/** Stores row i of every tensor at slotMapping[i] (< 0: padding, skipped) in every replica. Validates everything
+ *  knowable before launch; a slot beyond the backed range found on the device is reported by
+ *  kvcommPublisherCheckErrors. Capture-safe, no host synchronisation (CUDA buffers). */
+kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                             const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                             kvcommStream_t stream);
+/** Returns (in stream order) once every member reached its matching barrier on `lane`. */
+kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
+/** The first half of kvcommPublisherBarrier: releases this rank's earlier stores on `lane` (Fallback mode: the whole
+ *  barrier). Per lane, calls alternate Signal, Wait (a Barrier counts as both). */
+kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
+/** The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op). */
+kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
+/** kvcommPublish then kvcommPublisherBarrier, as one kernel in Direct mode. */
+kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                                       const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                                       kvcommStream_t stream, int lane);
+kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode);
+/** Why this mode was chosen; valid for the publisher's life. */
+kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason);
+/** Reads (and clears) the first device error since the last call. Synchronise the publishing stream first. */
+kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDeviceError* error);
+/** Returns the recorded device error, if any, as a result (kvcommInvalidArgument for a slot out of range,
+ *  kvcommTimeout for a barrier) with its message in kvcommGetLastError(); kvcommSuccess otherwise. */
+kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher);
+
+/* ---- barrier ------------------------------------------------------------------------------------------------ */
+
+/** Options of kvcommBarrierCreate; kvcommBarrierOptionsInit fills the C++ defaults. */
+typedef struct {
+  int lanes;               /**< independent epoch sequences, 1..8 (default 2) */
+  int64_t timeoutMs;       /**< bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (default) */
+  kvcommMemoryKind_t kind; /**< where the signal area lives (default kvcommMemoryAuto: CUDA with a current
+                                CUDA context, else host); must resolve the same on every member */
+} kvcommBarrierOptions;
+
+kvcommResult_t kvcommBarrierOptionsInit(kvcommBarrierOptions* options);
+/** Collective over `comm`: allocates and zeroes a small symmetric signal area. Every member must map every other
+ *  (one host; P2P between the GPUs), else kvcommUnsupported on every rank. `options` NULL: defaults. */
+kvcommResult_t kvcommBarrierCreate(kvcommComm_t comm, const kvcommBarrierOptions* options, kvcommBarrier_t* barrier);
+/** Frees this handle (local). NULL is a no-op. */
+kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier);
+/** Signal and wait in one launch (kvcomm::Barrier::barrier): returns, in stream order, once every member reached
+ *  the same epoch on `lane`. */
+kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+/** Announces this rank's next epoch on `lane` (system-scope release of everything the stream did before). */
+kvcommResult_t kvcommBarrierSignal(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+/** Returns (in stream order) once every member announced this rank's current epoch on `lane` (acquire). Per lane,
+ *  calls alternate Signal, Wait (Sync counts as both). */
+kvcommResult_t kvcommBarrierWait(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
+kvcommResult_t kvcommBarrierLanes(kvcommBarrier_t barrier, int* lanes);
+/** The resolved kind (never kvcommMemoryAuto). */
+kvcommResult_t kvcommBarrierKind(kvcommBarrier_t barrier, kvcommMemoryKind_t* kind);
+/** A new handle on the barrier's group (free it with kvcommCommDestroy). */
+kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm);
+/** Bytes of a kvcomm::BarrierDeviceHandle (kvcomm/device/barrier.hpp), for CUDA C++ kernels that fuse the barrier:
+ *  copies the handle into `handle` when handleBytes is large enough (else kvcommInvalidArgument); *needed (if not
+ *  NULL) receives its size. `handle` may be NULL with handleBytes 0. Valid while the barrier lives. */
+kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed);
+/** Reads (and clears) the first device error since the last call. Synchronise the stream first. */
+kvcommResult_t kvcommBarrierPollError(kvcommBarrier_t barrier, kvcommDeviceError* error);
+/** The recorded BarrierTimeout, if any, as kvcommTimeout with its message (rank, peer, lane) in
+ *  kvcommGetLastError(); kvcommSuccess otherwise. Host barriers return kvcommTimeout from the call itself. */
+kvcommResult_t kvcommBarrierCheckErrors(kvcommBarrier_t barrier);
+
+/* ---- fetch ---------------------------------------------------------------------------------------------------- */
+/* Pull KV blocks that live in another member's cache straight into this rank's own blocks. Every member registers
+ * its own layout (regions indexed by one block id) once; a request names a source rank and block-id pairs; everything
+ * is validated before anything moves (see docs/api/fetch.md for the C++ semantics). */
+
+/** One region of a KV layout, bytes from the buffer's base: block b occupies
+ *  [offset + b * blockStride, offset + b * blockStride + blockBytes). */
+typedef struct {
+  size_t offset;
+  size_t blockBytes;  /**< bytes of one block in this region (what a fetch copies) */
+  size_t blockStride; /**< bytes between consecutive blocks (0: blockBytes) */
+  size_t numBlocks;   /**< valid block ids are [0, numBlocks) */
+} kvcommKvRegion;
+
+/** What moves a fetch's bytes. */
+typedef enum {
+  kvcommFetchPathAuto = 0,   /**< per run: copy engines for long runs, else the kernel (CUDA); host on host memory */
+  kvcommFetchPathKernel = 1, /**< an SM gather kernel (CUDA buffers) */
+  kvcommFetchPathCopyEngine = 2, /**< one copy-engine descriptor per run (CUDA buffers) */
+  kvcommFetchPathHost = 3        /**< CPU copies (host buffers) */
+} kvcommFetchPath_t;
+
+/** Blocks to pull from one source member, ids in host memory: pair i copies source block srcBlocks[i] (in the
+ *  source's layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on
+ *  either side is skipped; any other negative id is an error. */
+typedef struct {
+  int srcRank; /**< member to read from (this rank itself is allowed) */
+  const int64_t* srcBlocks;
+  const int64_t* dstBlocks;
+  size_t count;           /**< pairs */
+  uint64_t srcLayoutHash; /**< 0: accept the source's registered layout; else it must equal this hash */
+} kvcommFetchRequest;
+
+/** Per-call options; kvcommFetchOptionsInit fills the defaults (all zero: path Auto). */
+typedef struct {
+  kvcommFetchPath_t path;       /**< Auto honours KVCOMM_FETCH_PATH; a path that cannot run is kvcommUnsupported */
+  size_t copyEngineMinRunBytes; /**< Auto on CUDA: runs of at least this many bytes go to the copy engines
+                                     (0: KVCOMM_FETCH_CE_MIN_BYTES) */
+  uint64_t maxBytesPerSecond;   /**< polled fetches on host memory: pace the copies (0: unlimited) */
+} kvcommFetchOptions;
+
+/** What a plan does (kvcommFetchPlanGetInfo; returned by kvcommFetch and kvcommFetchAll). */
+typedef struct {
+  size_t pairsIn;      /**< block pairs named by the requests */
+  size_t pairsSkipped; /**< pairs with -1 */
+  size_t runsOut;      /**< copies after coalescing (consecutive blocks on both sides, one region) */
+  size_t kernelRuns;
+  size_t copyEngineRuns;
+  size_t hostRuns;
+  size_t bytes;           /**< bytes to copy */
+  kvcommFetchPath_t path; /**< the one path used, or Auto when runs use both kernel and copy engines */
+  double planMicros;      /**< host time spent validating and coalescing */
+} kvcommFetchPlanInfo;
+
+/** Block pairs in device memory (CUDA buffers) or host memory (host buffers), for kvcommFetchDevice. */
+typedef struct {
+  const int64_t* srcBlocks; /**< [count]; -1 skips the pair */
+  const int64_t* dstBlocks; /**< [count]; -1 skips the pair */
+  const int32_t* srcRanks;  /**< [count] source member of each pair; NULL: srcRank for every pair */
+  int srcRank;
+  size_t count;
+} kvcommDeviceFetchBatch;
+
+typedef enum { kvcommFetchInProgress = 0, kvcommFetchDone = 1, kvcommFetchFailed = 2 } kvcommFetchState_t;
+
+/** What kvcommFetchOperationTest/Wait report. The failed blocks and the error text of a Failed operation are read
+ *  with kvcommFetchOperationFailedBlocks and kvcommFetchOperationError. */
+typedef struct {
+  kvcommFetchState_t state;
+  size_t bytesDone; /**< bytes known to have landed (visible in this rank's memory) */
+  size_t bytesTotal;
+  size_t numFailedBlocks; /**< Failed: destination blocks whose bytes are not known to have landed */
+} kvcommFetchStatus;
+
+/** Options of kvcommFetcherCreate; kvcommFetcherOptionsInit fills the C++ defaults. */
+typedef struct {
+  int lanes;                /**< barrier lanes of the collective form (default 1) */
+  int64_t barrierTimeoutMs; /**< bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS */
+} kvcommFetcherOptions;
+
+kvcommResult_t kvcommFetcherOptionsInit(kvcommFetcherOptions* options);
+kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options);
+/** "auto", "kernel", "copy", "host"; "unknown" outside the enum. Never NULL. */
+const char* kvcommFetchPathName(kvcommFetchPath_t path);
+/** FNV-1a hash of a layout (regions and the engine's version): what requests and peers compare. */
+kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash);
+
+/** Collective over the buffer's group: registers this rank's layout (`numRegions` regions and the engine's
+ *  `version`), validates it against the backed part of the buffer and learns every member's. Layouts must be
+ *  compatible (same region count, same blockBytes region by region) or every rank gets kvcommInvalidArgument naming
+ *  the rank and region. `options` NULL: defaults. */
+kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* regions, size_t numRegions,
+                                   uint64_t version, const kvcommFetcherOptions* options, kvcommFetcher_t* fetcher);
+/** Frees this handle (local). Plans and operations keep what they need; NULL is a no-op. */
+kvcommResult_t kvcommFetcherDestroy(kvcommFetcher_t fetcher);
+
+/** Validates and coalesces without moving anything: kvcommInvalidArgument naming the request and pair (id out of
+ *  range, negative id other than -1, duplicate destination, stale generation, layout hash mismatch),
+ *  kvcommUnsupported when a source cannot be reached by the demanded path. `options` NULL: defaults. */
+kvcommResult_t kvcommFetchPlanCreate(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                     const kvcommFetchOptions* options, kvcommFetchPlan_t* plan);
+kvcommResult_t kvcommFetchPlanDestroy(kvcommFetchPlan_t plan);
+kvcommResult_t kvcommFetchPlanGetInfo(kvcommFetchPlan_t plan, kvcommFetchPlanInfo* info);
+/** The buffer generation the plan was validated at (a later grow/commit/release makes it stale). */
+kvcommResult_t kvcommFetchPlanGeneration(kvcommFetchPlan_t plan, uint64_t* generation);
+/** Enqueues a plan made by this fetcher (stream-ordered; host buffers: done when it returns). Refused while the
+ *  stream is being captured (use kvcommFetchDevice). */
+kvcommResult_t kvcommFetchSubmit(kvcommFetcher_t fetcher, kvcommFetchPlan_t plan, kvcommStream_t stream);
+/** Plan + submit. `info` (may be NULL) receives the plan's info. */
+kvcommResult_t kvcommFetch(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                           kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info);
+/** Stream-ordered fetch of ids in device memory (host memory for host buffers), safe to capture in a CUDA graph.
+ *  CUDA: a bad id skips that pair and is reported by kvcommFetcherCheckErrors; host buffers refuse the whole batch
+ *  before copying. Keep the id arrays alive until the stream ran the fetch. */
+kvcommResult_t kvcommFetchDevice(kvcommFetcher_t fetcher, const kvcommDeviceFetchBatch* batch, kvcommStream_t stream);
+/** Starts a polled fetch (validated like kvcommFetchPlanCreate; the ids are read before it returns). `stream`: CUDA
+ *  buffers enqueue on it (NULL: the fetcher's own stream); host buffers copy on a worker thread. */
+kvcommResult_t kvcommFetchStart(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                const kvcommFetchOptions* options, kvcommStream_t stream, kvcommFetchOperation_t* op);
+/** Non-blocking progress of a polled fetch. Done and Failed are final. */
+kvcommResult_t kvcommFetchOperationTest(kvcommFetchOperation_t op, kvcommFetchStatus* status);
+/** Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns kvcommSuccess with state InProgress and cancels
+ *  nothing. */
+kvcommResult_t kvcommFetchOperationWait(kvcommFetchOperation_t op, int64_t timeoutMs, kvcommFetchStatus* status);
+/** The destination block ids of a Failed operation (as of the last Test/Wait; each may be partly written), by the
+ *  list pattern: min(count, capacity) written, *count = status.numFailedBlocks. Empty unless Failed. */
+kvcommResult_t kvcommFetchOperationFailedBlocks(kvcommFetchOperation_t op, int64_t* blocks, size_t capacity,
+                                                size_t* count);
+/** Why a Failed operation failed (as of the last Test/Wait; "" otherwise), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommFetchOperationError(kvcommFetchOperation_t op, char* text, size_t textBytes, size_t* needed);
+/** Waits until nothing can still write the destination, then frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommFetchOperationDestroy(kvcommFetchOperation_t op);
+
+/** Collective: every member passes its own requests (possibly none); returns, in stream order, once every member's
+ *  blocks landed. Starts and ends with a barrier. kvcommUnsupported unless every member maps every other. */
+kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                              kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info);
+/** Collective: revalidates every member's layout against the buffer as it is now (after a grow/commit/release) and
+ *  adopts its generation. Plans made before stay stale. */
+kvcommResult_t kvcommFetcherRefresh(kvcommFetcher_t fetcher);
+
+/** Member `rank`'s registered layout: its regions by the list pattern, and (if not NULL) its version. */
+kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRegion* regions, size_t capacity,
+                                   size_t* count, uint64_t* version);
+kvcommResult_t kvcommFetcherLayoutHash(kvcommFetcher_t fetcher, int rank, uint64_t* hash);
+/** The buffer generation the layouts were validated at. */
+kvcommResult_t kvcommFetcherGeneration(kvcommFetcher_t fetcher, uint64_t* generation);
+/** Bytes of a kvcomm::FetchDeviceHandle (kvcomm/device/fetch.hpp: warpPullBlock), copied like
+ *  kvcommBarrierDeviceHandle. Valid while the fetcher lives. */
+kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, size_t handleBytes, size_t* needed);
+/** Reads (and clears) the first device error of kvcommFetchDevice / kvcommFetchAll. Synchronise the stream first. */
+kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError* error);
+/** The recorded device error as a result: kvcommInvalidArgument for a bad block id (naming the pair), kvcommTimeout
+ *  for the collective form's barrier; kvcommSuccess when none. */
+kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
+
+/* ---- capabilities --------------------------------------------------------------------------------------------- */
+
+/** What this machine and build can do, as kvcomm-info prints it (copied like kvcommCommTopologyString). */
+kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed);
+/** Makes CUDA device localRank % deviceCount current on this thread; *device = its ordinal, or -1 without a GPU. */
+kvcommResult_t kvcommUseLocalDevice(int localRank, int* device);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif /* KVCOMM_KVCOMM_H_ */

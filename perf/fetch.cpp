@@ -1,0 +1,500 @@
+// fetch against what engines do today, in one run (mpirun -np 2 on GPUs, -np 2..4 on host memory).
+//
+// GPU: rank 0 pulls blocks out of rank 1's cache into its own (rank 1 stays idle); every variant moves the same
+// bytes and is timed eagerly with CUDA events around the call (host planning included), medians after warm-up.
+// Baselines: one contiguous copy-engine copy of the same bytes from the peer (the ceiling), a loop of one
+// cudaMemcpyAsync per block (what engines write by hand), one cudaMemcpyBatchAsync of every block. Also: one
+// block (latency), fetches while a compute-bound kernel runs (together vs alone), and the collective form
+// (fetchAll, both ranks at once) against NCCL grouped send/recv of packed blocks + unpack.
+// Host: rank 0 pulls from rank 1; kvcomm against a per-block memcpy loop over the same mapping and MPI send/recv of
+// packed blocks; wall-clock medians.
+//   mpirun -np 2 perf_fetch [--reps 20] [--quick] [--json out.jsonl]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cli/args.hpp"
+#include "common/bench.hpp"
+#include "kvcomm/capabilities.hpp"
+#include "kvcomm/fetch.hpp"
+#include "kvcomm/kvcomm.hpp"
+#include "kvcomm/mpi_bootstrap.hpp"
+
+#ifdef KVCOMM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "fetch_kernels.hpp"
+#ifdef KVCOMM_PERF_NCCL
+#include <nccl.h>
+#endif
+#endif
+
+namespace {
+
+using kvbench::fmt;
+
+struct Options {
+  int reps = 20;
+  bool quick = false;
+  int computeIters = 20000;
+  std::string json;
+};
+
+double maxOverRanks(double v) {
+  double out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+// One benchmark case: `pairs` block pairs of `blockBytes` in `regions` regions; sources in the first half of the
+// blocks, destinations in the second; scattered ids, or runs of `run` consecutive blocks.
+struct Case {
+  std::string name;
+  size_t blockBytes;
+  int regions;
+  size_t pairs;
+  size_t run;  // 0: scattered
+};
+
+struct Ids {
+  std::vector<int64_t> src, dst;
+};
+
+Ids makeIds(const Case& c, uint64_t seed) {
+  Ids ids;
+  const int64_t half = static_cast<int64_t>(c.pairs);
+  std::mt19937_64 rng(seed);
+  if (c.run > 0) {
+    // Runs of c.run consecutive blocks on both sides; the runs land in a shuffled order, so they stay separate.
+    const size_t runs = c.pairs / c.run;
+    std::vector<size_t> order(runs);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t k = 0; k < runs; ++k)
+      for (size_t b = 0; b < c.run; ++b) {
+        ids.src.push_back(static_cast<int64_t>(k * c.run + b));
+        ids.dst.push_back(half + static_cast<int64_t>(order[k] * c.run + b));
+      }
+    return ids;
+  }
+  std::vector<int64_t> s(static_cast<size_t>(half)), d(static_cast<size_t>(half));
+  std::iota(s.begin(), s.end(), 0);
+  std::iota(d.begin(), d.end(), half);
+  std::shuffle(s.begin(), s.end(), rng);
+  std::shuffle(d.begin(), d.end(), rng);
+  ids.src = s;
+  ids.dst = d;
+  return ids;
+}
+
+kvcomm::KvLayout makeLayout(const Case& c) {
+  kvcomm::KvLayout l;
+  const size_t blocks = 2 * c.pairs;
+  for (int j = 0; j < c.regions; ++j) l.regions.push_back({j * blocks * c.blockBytes, c.blockBytes, 0, blocks});
+  return l;
+}
+
+#ifdef KVCOMM_HAVE_CUDA
+
+#define CU(x)                                                                           \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::cerr << "perf_fetch: " << #x << ": " << cudaGetErrorString(e_) << std::endl; \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                     \
+    }                                                                                   \
+  } while (0)
+
+// Median microseconds of `op` on `s`, events around it (what follows it on the stream sees the bytes).
+double eventMedianUs(const std::function<void()>& op, cudaStream_t s, int reps, int warmup) {
+  cudaEvent_t a, b;
+  CU(cudaEventCreate(&a));
+  CU(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) op();
+  CU(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    CU(cudaEventRecord(a, s));
+    op();
+    CU(cudaEventRecord(b, s));
+    CU(cudaEventSynchronize(b));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return kvbench::median(t);
+}
+
+void runGpu(kvcomm::Communicator& world, const Options& opt) {
+  const std::string& json = opt.json;
+  const int me = world.rank();
+  const int reps = opt.reps;
+  const bool quick = opt.quick;
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto ks = reinterpret_cast<kvcomm::Stream>(s);
+  kvbench::Report rep(
+      "fetch (rank 0 pulls from rank 1 over NVLink; us = median event-to-event per call, host "
+      "planning included; frac = ceiling_us / us, the ceiling being one contiguous copy-engine copy "
+      "of the same bytes)",
+      {"case", "block_bytes", "descriptors_in", "runs_out", "bytes", "op", "us", "GBps", "frac_of_ceiling", "plan_us"});
+  std::vector<Case> cases = {
+      {"contiguous runs of 1 MiB", 64u << 10, 1, quick ? 256u : 4096u, 16},
+      {"scattered 64 KiB", 64u << 10, 1, quick ? 256u : 4096u, 0},
+      {"scattered 16 KiB x 100k", 16u << 10, 4, quick ? 2500u : 25000u, 0},
+      {"scattered 4 KiB x 100k", 4u << 10, 4, quick ? 2500u : 25000u, 0},
+      {"scattered 2 MiB", 2u << 20, 1, quick ? 16u : 128u, 0},
+      {"1 block of 4 KiB (latency)", 4u << 10, 1, 1, 0},
+      {"1 block of 64 KiB (latency)", 64u << 10, 1, 1, 0},
+  };
+  float* sink = nullptr;
+  CU(cudaMalloc(&sink, 4096));
+  for (const Case& c : cases) {
+    kvcomm::KvLayout layout = makeLayout(c);
+    const size_t blocks = 2 * c.pairs, bytesAll = blocks * c.blockBytes * c.regions;
+    auto buf = kvcomm::SymmetricBuffer::create(world, bytesAll, bytesAll, kvcomm::MemoryKind::Cuda);
+    CU(cudaMemset(buf.local(), me + 1, bytesAll));
+    auto f = kvcomm::Fetcher::create(buf, layout);
+    Ids ids = makeIds(c, 42);
+    const size_t pieces = c.pairs * c.regions, bytes = pieces * c.blockBytes;
+    world.barrier();
+    if (me == 0) {
+      char* peer = static_cast<char*>(buf.peer(1));
+      char* local = static_cast<char*>(buf.local());
+      kvcomm::FetchRequest q{1, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
+      const int r = c.pairs * c.regions > 20000 ? std::max(3, reps / 4) : reps;
+      double ceiling = eventMedianUs(
+          [&] { CU(cudaMemcpyAsync(local + bytesAll / 2, peer, bytes, cudaMemcpyDeviceToDevice, s)); }, s, r, 3);
+      auto row = [&](const std::string& op, double us, const std::string& runs, const std::string& plan) {
+        rep.row({c.name, std::to_string(c.blockBytes), std::to_string(pieces), runs, std::to_string(bytes), op, fmt(us),
+                 fmt(bytes / us / 1e3, 1), fmt(ceiling / us, 3), plan});
+      };
+      row("ceiling: one contiguous cudaMemcpyAsync from the peer", ceiling, "1", "-");
+      std::vector<void*> dsts;
+      std::vector<const void*> srcs;
+      std::vector<size_t> sizes;
+      for (size_t i = 0; i < c.pairs; ++i)
+        for (int j = 0; j < c.regions; ++j) {
+          const kvcomm::KvRegion& g = layout.regions[static_cast<size_t>(j)];
+          dsts.push_back(local + g.offset + static_cast<size_t>(ids.dst[i]) * c.blockBytes);
+          srcs.push_back(peer + g.offset + static_cast<size_t>(ids.src[i]) * c.blockBytes);
+          sizes.push_back(c.blockBytes);
+        }
+      row("baseline: cudaMemcpyAsync per block",
+          eventMedianUs(
+              [&] {
+                for (size_t k = 0; k < dsts.size(); ++k)
+                  CU(cudaMemcpyAsync(dsts[k], srcs[k], sizes[k], cudaMemcpyDeviceToDevice, s));
+              },
+              s, std::max(3, r / 4), 1),
+          std::to_string(pieces), "-");
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      size_t zero = 0;
+      row("baseline: one cudaMemcpyBatchAsync",
+          eventMedianUs(
+              [&] {
+                CU(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &zero, 1, s));
+              },
+              s, r, 2),
+          std::to_string(pieces), "-");
+      for (kvcomm::FetchPath path :
+           {kvcomm::FetchPath::Kernel, kvcomm::FetchPath::CopyEngine, kvcomm::FetchPath::Auto}) {
+        kvcomm::FetchOptions o;
+        o.path = path;
+        std::vector<double> plans;
+        size_t runsOut = 0;
+        double us = eventMedianUs(
+            [&] {
+              auto info = f.fetch({q}, ks, o);
+              plans.push_back(info.planMicros);
+              runsOut = info.runsOut;
+            },
+            s, r, 2);
+        row(std::string("kvcomm fetch (") + kvcomm::fetchPathName(path) + ")", us, std::to_string(runsOut),
+            fmt(kvbench::median(plans)));
+      }
+      kvcomm::FetchPlan plan = f.plan({q});
+      row("kvcomm submit (plan reused, kernel)", eventMedianUs([&] { f.submit(plan, ks); }, s, r, 2),
+          std::to_string(plan.info().runsOut), "0");
+      int64_t *dSrc = nullptr, *dDst = nullptr;
+      CU(cudaMalloc(&dSrc, c.pairs * 8));
+      CU(cudaMalloc(&dDst, c.pairs * 8));
+      CU(cudaMemcpy(dSrc, ids.src.data(), c.pairs * 8, cudaMemcpyHostToDevice));
+      CU(cudaMemcpy(dDst, ids.dst.data(), c.pairs * 8, cudaMemcpyHostToDevice));
+      kvcomm::DeviceFetchBatch db{dSrc, dDst, nullptr, 1, c.pairs};
+      row("kvcomm fetchDevice (ids on the GPU)", eventMedianUs([&] { f.fetchDevice(db, ks); }, s, r, 2), "-", "-");
+      // Overlap with a compute-bound kernel on another stream (the engine's work).
+      if (c.name == "scattered 64 KiB") {
+        cudaStream_t cs;
+        CU(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        cudaEvent_t fork, join;
+        CU(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        CU(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        const int iters = opt.computeIters;
+        double computeUs = eventMedianUs([&] { kvbench::launchCompute(sink, iters, s); }, s, r, 2);
+        row("compute kernel alone (the engine's work)", computeUs, "-", "-");
+        for (kvcomm::FetchPath path : {kvcomm::FetchPath::Kernel, kvcomm::FetchPath::CopyEngine}) {
+          kvcomm::FetchOptions o;
+          o.path = path;
+          double alone = eventMedianUs([&] { f.fetch({q}, ks, o); }, s, r, 2);
+          double both = eventMedianUs(
+              [&] {
+                CU(cudaEventRecord(fork, s));
+                CU(cudaStreamWaitEvent(cs, fork));
+                kvbench::launchCompute(sink, iters, reinterpret_cast<CUstream_st*>(cs));
+                f.fetch({q}, ks, o);
+                CU(cudaEventRecord(join, cs));
+                CU(cudaStreamWaitEvent(s, join));
+              },
+              s, r, 2);
+          rep.row({c.name, std::to_string(c.blockBytes), std::to_string(pieces), "-", std::to_string(bytes),
+                   std::string("fetch (") + kvcomm::fetchPathName(path) + ") + compute together (alone: fetch " +
+                       fmt(alone) + " us, compute " + fmt(computeUs) + " us)",
+                   fmt(both), "-", fmt((alone + computeUs) / both, 3) + " (sum/together)", "-"});
+        }
+        cudaEventDestroy(fork);
+        cudaEventDestroy(join);
+        cudaStreamDestroy(cs);
+      }
+      cudaFree(dSrc);
+      cudaFree(dDst);
+      f.checkErrors();
+    }
+    world.barrier();
+  }
+
+  // The collective form: both ranks pull `pairs` scattered blocks from each other at once.
+  kvbench::Report coll(
+      "fetchAll (2 ranks pull from each other at once) vs NCCL grouped send/recv of packed "
+      "blocks + unpack; us = max over ranks of the median; speedup = nccl_us / kvcomm_us",
+      {"block_bytes", "blocks_per_rank", "op", "us", "GBps_per_rank", "speedup"});
+  for (size_t bb : {16u << 10, 64u << 10}) {
+    Case c{"all-to-all", bb, 1, quick ? 256u : 2048u, 0};
+    kvcomm::KvLayout layout = makeLayout(c);
+    const size_t blocks = 2 * c.pairs, bytesAll = blocks * bb;
+    auto buf = kvcomm::SymmetricBuffer::create(world, bytesAll, bytesAll, kvcomm::MemoryKind::Cuda);
+    CU(cudaMemset(buf.local(), me + 1, bytesAll));
+    auto f = kvcomm::Fetcher::create(buf, layout);
+    Ids ids = makeIds(c, 7 + static_cast<uint64_t>(me));
+    const int peerRank = 1 - me;
+    kvcomm::FetchRequest q{peerRank, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
+    world.barrier();
+    auto timed = [&](const std::function<void()>& op) {
+      std::vector<double> t;
+      cudaEvent_t a, b;
+      CU(cudaEventCreate(&a));
+      CU(cudaEventCreate(&b));
+      for (int i = 0; i < reps + 3; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        CU(cudaEventRecord(a, s));
+        op();
+        CU(cudaEventRecord(b, s));
+        CU(cudaEventSynchronize(b));
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 3) t.push_back(ms * 1000.0);
+      }
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      return maxOverRanks(kvbench::median(t));
+    };
+    double kv = timed([&] { f.fetchAll({q}, ks); });
+    const double bytes = static_cast<double>(c.pairs * bb);
+    if (me == 0)
+      coll.row(
+          {std::to_string(bb), std::to_string(c.pairs), "kvcomm fetchAll", fmt(kv), fmt(bytes / kv / 1e3, 1), "-"});
+#ifdef KVCOMM_PERF_NCCL
+    ncclUniqueId id;
+    if (me == 0) ncclGetUniqueId(&id);
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t nc;
+    ncclCommInitRank(&nc, 2, id, me);
+    // The peer's requested ids are known here (exchanged ahead, as an engine's scheduler would).
+    std::vector<int64_t> peerSrc(c.pairs);
+    MPI_Sendrecv(ids.src.data(), static_cast<int>(c.pairs), MPI_INT64_T, peerRank, 0, peerSrc.data(),
+                 static_cast<int>(c.pairs), MPI_INT64_T, peerRank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int64_t *dPeerSrc = nullptr, *dDst = nullptr;
+    char *sendBuf = nullptr, *recvBuf = nullptr;
+    CU(cudaMalloc(&dPeerSrc, c.pairs * 8));
+    CU(cudaMalloc(&dDst, c.pairs * 8));
+    CU(cudaMalloc(&sendBuf, c.pairs * bb));
+    CU(cudaMalloc(&recvBuf, c.pairs * bb));
+    CU(cudaMemcpy(dPeerSrc, peerSrc.data(), c.pairs * 8, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dDst, ids.dst.data(), c.pairs * 8, cudaMemcpyHostToDevice));
+    char* local = static_cast<char*>(buf.local());
+    double nccl = timed([&] {
+      kvbench::launchPackBlocks(sendBuf, local, dPeerSrc, c.pairs, bb, bb, reinterpret_cast<CUstream_st*>(s));
+      ncclGroupStart();
+      ncclSend(sendBuf, c.pairs * bb, ncclUint8, peerRank, nc, s);
+      ncclRecv(recvBuf, c.pairs * bb, ncclUint8, peerRank, nc, s);
+      ncclGroupEnd();
+      kvbench::launchUnpackBlocks(local, recvBuf, dDst, c.pairs, bb, bb, reinterpret_cast<CUstream_st*>(s));
+    });
+    if (me == 0)
+      coll.row({std::to_string(bb), std::to_string(c.pairs), "NCCL grouped send/recv + pack/unpack", fmt(nccl),
+                fmt(bytes / nccl / 1e3, 1), fmt(nccl / kv, 2) + " (kvcomm)"});
+    ncclCommDestroy(nc);
+    cudaFree(dPeerSrc);
+    cudaFree(dDst);
+    cudaFree(sendBuf);
+    cudaFree(recvBuf);
+#else
+    if (me == 0)
+      coll.row({std::to_string(bb), std::to_string(c.pairs), "NCCL baseline", "not built (no libnccl)", "-", "-"});
+#endif
+    f.checkErrors();
+    world.barrier();
+  }
+  cudaFree(sink);
+  cudaStreamDestroy(s);
+  if (me == 0) {
+    rep.print(json);
+    coll.print(json);
+  }
+}
+
+#endif  // KVCOMM_HAVE_CUDA
+
+double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) op();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    op();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  return kvbench::median(t);
+}
+
+void runHost(kvcomm::Communicator& world, const Options& opt) {
+  const std::string& json = opt.json;
+  const int me = world.rank();
+  const int reps = opt.reps;
+  kvbench::Report rep("fetch (" + std::to_string(world.size()) +
+                          " ranks, host memory; rank 0 pulls from rank 1; us = wall-clock median per call; "
+                          "speedup = baseline_us / kvcomm_us)",
+                      {"case", "block_bytes", "blocks", "bytes", "op", "us", "GBps", "speedup", "plan_us"});
+  for (const Case& c :
+       {Case{"scattered 4 KiB", 4u << 10, 2, 2048, 0}, Case{"scattered 64 KiB", 64u << 10, 1, 1024, 0},
+        Case{"runs of 16 x 64 KiB", 64u << 10, 1, 1024, 16}, Case{"1 block of 4 KiB", 4u << 10, 1, 1, 0}}) {
+    kvcomm::KvLayout layout = makeLayout(c);
+    const size_t blocks = 2 * c.pairs, bytesAll = blocks * c.blockBytes * c.regions;
+    auto buf = kvcomm::SymmetricBuffer::create(world, bytesAll, bytesAll, kvcomm::MemoryKind::Host);
+    std::memset(buf.local(), me + 1, bytesAll);
+    auto f = kvcomm::Fetcher::create(buf, layout);
+    Ids ids = makeIds(c, 42);
+    const size_t bytes = c.pairs * c.regions * c.blockBytes;
+    world.barrier();
+    // MPI baseline: rank 1 packs the blocks rank 0 wants and sends them; rank 0 receives and unpacks.
+    std::vector<char> pack(bytes);
+    char* local = static_cast<char*>(buf.local());
+    auto mpi = [&] {
+      if (me == 1) {
+        size_t at = 0;
+        for (size_t i = 0; i < c.pairs; ++i)
+          for (int j = 0; j < c.regions; ++j, at += c.blockBytes)
+            std::memcpy(pack.data() + at, local + layout.regions[j].offset + ids.src[i] * c.blockBytes, c.blockBytes);
+        MPI_Send(pack.data(), static_cast<int>(bytes), MPI_BYTE, 0, 9, MPI_COMM_WORLD);
+      } else if (me == 0) {
+        MPI_Recv(pack.data(), static_cast<int>(bytes), MPI_BYTE, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        size_t at = 0;
+        for (size_t i = 0; i < c.pairs; ++i)
+          for (int j = 0; j < c.regions; ++j, at += c.blockBytes)
+            std::memcpy(local + layout.regions[j].offset + ids.dst[i] * c.blockBytes, pack.data() + at, c.blockBytes);
+      }
+    };
+    double mpiUs = 0;
+    {
+      for (int i = 0; i < 2; ++i) mpi();
+      std::vector<double> t;
+      for (int i = 0; i < reps; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        auto a = std::chrono::steady_clock::now();
+        mpi();
+        t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+      }
+      mpiUs = kvbench::median(t);
+    }
+    if (me == 0) {
+      char* peer = static_cast<char*>(buf.peer(1));
+      kvcomm::FetchRequest q{1, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
+      std::vector<double> plans;
+      double kv = wallMedianUs([&] { plans.push_back(f.fetch({q}).planMicros); }, reps, 2);
+      double loop = wallMedianUs(
+          [&] {
+            for (size_t i = 0; i < c.pairs; ++i)
+              for (int j = 0; j < c.regions; ++j)
+                std::memcpy(local + layout.regions[j].offset + ids.dst[i] * c.blockBytes,
+                            peer + layout.regions[j].offset + ids.src[i] * c.blockBytes, c.blockBytes);
+          },
+          reps, 2);
+      auto row = [&](const std::string& op, double us, const std::string& speedup, const std::string& plan) {
+        rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.pairs * c.regions), std::to_string(bytes), op,
+                 fmt(us), fmt(bytes / us / 1e3, 2), speedup, plan});
+      };
+      row("kvcomm fetch (host)", kv, "-", fmt(kvbench::median(plans)));
+      row("baseline: memcpy per block over the same mapping", loop, fmt(loop / kv, 2), "-");
+      row("baseline: MPI send/recv of packed blocks (rank 1 packs, rank 0 unpacks)", mpiUs, fmt(mpiUs / kv, 2), "-");
+    }
+    world.barrier();
+  }
+  if (me == 0) rep.print(json);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvcli::Args args("perf_fetch", "mpirun -np N perf_fetch [options]",
+                   "fetch against what engines do today, in the same run: on GPUs rank 0 pulls blocks from rank 1\n"
+                   "(kernel, copy-engine and auto paths, device ids) against one contiguous copy-engine copy (the\n"
+                   "ceiling), a cudaMemcpyAsync per block and one cudaMemcpyBatchAsync; the collective form against\n"
+                   "NCCL grouped send/recv + pack/unpack. On host memory against a memcpy loop and MPI send/recv.");
+  args.option("--kind", "cuda|host", "memory to fetch in (default: cuda where each rank has its own GPU, else host)");
+  args.option("--reps", "N", "timed repetitions per variant, 1 to 100000", "20");
+  args.flag("--quick", "smaller cases (a tenth of the bytes)");
+  args.option("--compute-iters", "N", "loop trips of the compute-bound kernel, 1 to 10000000", "20000");
+  args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  Options o;
+  std::string kindArg;
+  int rc = kvcli::parseOrExit(args, argc, argv, [&] {
+    if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
+    o.reps = static_cast<int>(args.integer("reps", 1, 100000));
+    o.quick = args.given("quick");
+    o.computeIters = static_cast<int>(args.integer("compute-iters", 1, 10000000));
+    o.json = args.text("json");
+  });
+  if (rc >= 0) return rc;
+  rc = 0;
+  MPI_Init(&argc, &argv);
+  try {
+    const int dev = kvbench::bindLocalDevice();
+    auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
+    if (world.size() < 2) throw std::runtime_error("perf_fetch needs at least 2 ranks");
+    const bool ownGpus = dev >= 0 && world.topology().sharedGpu().first < 0;
+    const std::string kind = kindArg.empty() ? (ownGpus ? "cuda" : "host") : kindArg;
+    if (kind == "cuda") {
+#ifdef KVCOMM_HAVE_CUDA
+      runGpu(world, o);
+#else
+      throw std::runtime_error("perf_fetch: built without CUDA");
+#endif
+    } else {
+      runHost(world, o);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "perf_fetch: " << e.what() << std::endl;
+    rc = 1;
+  }
+  MPI_Finalize();
+  return rc;
+}

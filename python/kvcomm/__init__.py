@@ -1,0 +1,100 @@
+"""kvcomm: publish KV rows into every replica of a symmetric buffer, then one capture-safe barrier; fetch KV blocks
+from other ranks' caches into this rank's own blocks.
+
+A first program (4 processes on one host, host memory)::
+
+    import kvcomm, numpy as np
+    comm = kvcomm.init_tcp(unique_id, rank, 4)        # unique_id = str(kvcomm.create_unique_id()) on rank 0
+    cache = kvcomm.SymmetricBuffer.create(comm, 1 << 20, kind="host")
+    pub = kvcomm.Publisher(cache)
+    pub.publish(kvcomm.CacheTensor(rows, offset=0), slots)   # rows: [n, 656] uint8, slots: int64 [n]
+    pub.barrier()
+    cache.local()                                      # every rank's rows, as a numpy array
+
+    fetcher = kvcomm.Fetcher(cache, [kvcomm.KvRegion(0, 4096, 0, 64)])  # one region of 64 blocks of 4 KiB
+    fetcher.fetch([(peer, np.array([3, 4], np.int64), np.array([10, 11], np.int64))])  # its blocks 3, 4 -> my 10, 11
+
+See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier and fetch.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from . import _kvcomm
+from ._bootstrap import (
+    Communicator,
+    UniqueId,
+    create_unique_id,
+    init_allgather,
+    init_mpi4py,
+    init_store,
+    init_tcp,
+    init_torch,
+)
+from ._errors import (
+    AbortedError,
+    CudaError,
+    Error,
+    ErrorCode,
+    InternalError,
+    InvalidArgumentError,
+    NetworkError,
+    RemoteError,
+    SystemError,
+    TimeoutError,
+    UnsupportedError,
+)
+from ._barrier import Barrier
+from ._fetch import (
+    FetchOperation,
+    FetchPath,
+    FetchPlan,
+    FetchPlanInfo,
+    FetchRequest,
+    FetchState,
+    FetchStatus,
+    Fetcher,
+    KvRegion,
+    layout_hash,
+)
+from ._publish import CacheTensor, PublishMode, Publisher
+from ._symm import MemoryKind, SymmetricBuffer
+
+Layout = _kvcomm.Layout
+
+
+class Axis(enum.IntEnum):
+    """The dimensions of a Layout (Layout.group_of's axis)."""
+
+    TP = 0
+    PCP = 1
+    PP = 2
+    DP = 3
+
+
+def _version_string(code: int) -> str:
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+__version__ = _version_string(_kvcomm.version())
+
+
+def capabilities() -> str:
+    """What this machine and build can do (GPUs, handle types, RDMA), as kvcomm-info prints it."""
+    return _kvcomm.capabilities()
+
+
+def use_local_device(local_rank: int) -> int:
+    """Makes CUDA device local_rank % count current on this thread; returns its ordinal, or -1 without a GPU."""
+    return _kvcomm.use_local_device(local_rank)
+
+
+__all__ = [
+    "AbortedError", "Axis", "Barrier", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
+    "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
+    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "Layout", "MemoryKind", "NetworkError",
+    "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
+    "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
+    "init_store", "init_tcp", "init_torch", "layout_hash", "use_local_device",
+]

@@ -1,0 +1,85 @@
+"""Barrier: a system-scope release/acquire barrier among the members of a communicator, as its own object."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from . import _kvcomm
+from ._errors import invalid
+from ._stream import stream_handle
+from ._symm import Communicator, MemoryKind, _kind
+
+
+class Barrier:
+    """A release/acquire barrier among the members of a communicator (every member must map every other: one host,
+    P2P between the GPUs).
+
+    ``signal(lane)`` releases everything the stream did before (stores into peers' memory included); ``wait(lane)``
+    returns, in stream order, once every member signalled the same epoch on that lane (acquire); ``barrier(lane)``
+    is both in one launch. Per lane the calls alternate signal, wait (barrier counts as both). On CUDA memory the
+    calls enqueue kernels on a stream (default: torch's current stream) and can be captured in a CUDA graph; waits
+    are bounded, and ``check_errors()`` raises a timeout the device recorded. On host memory the calls run on the
+    calling thread (streams are ignored) and raise ``kvcomm.TimeoutError`` themselves.
+
+    Call order: ``Barrier(comm)`` on every member (collective), then the same per-lane sequence of calls on every
+    member, then ``check_errors()`` after synchronising the stream.
+    """
+
+    def __init__(self, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
+                 kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> None:
+        """Collective over `comm`. lanes: 1..8 independent epoch sequences; timeout_ms < 0: KVCOMM_BARRIER_TIMEOUT_MS;
+        kind: 'auto' (CUDA with a current CUDA context), 'cuda' or 'host', the same on every member."""
+        if not isinstance(comm, Communicator):
+            raise invalid("Barrier", -1, f"expected a kvcomm.Communicator, got {type(comm).__name__}")
+        self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind))
+
+    @classmethod
+    def create(cls, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
+               kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> "Barrier":
+        """Same as ``Barrier(comm, ...)``."""
+        return cls(comm, lanes, timeout_ms, kind)
+
+    def _stream(self, stream: Any, call: str) -> int:
+        return stream_handle(stream, self.kind == MemoryKind.Cuda, self._native.device, self.communicator.rank, call)
+
+    def barrier(self, stream: Any = None, lane: int = 0) -> None:
+        """signal() and wait() in one launch."""
+        self._native.barrier(self._stream(stream, "Barrier.barrier"), lane)
+
+    def signal(self, stream: Any = None, lane: int = 0) -> None:
+        """Announces this rank's next epoch on `lane` to every member (release of the stream's earlier work)."""
+        self._native.signal(self._stream(stream, "Barrier.signal"), lane)
+
+    def wait(self, stream: Any = None, lane: int = 0) -> None:
+        """Returns (in stream order) once every member announced this rank's current epoch on `lane` (acquire)."""
+        self._native.wait(self._stream(stream, "Barrier.wait"), lane)
+
+    @property
+    def lanes(self) -> int:
+        return self._native.lanes
+
+    @property
+    def kind(self) -> "_kvcomm.MemoryKind":
+        """MemoryKind.Cuda or MemoryKind.Host (never Auto once created)."""
+        return self._native.kind
+
+    @property
+    def communicator(self) -> Communicator:
+        return self._native.communicator
+
+    def device_handle(self) -> bytes:
+        """The bytes of a kvcomm::BarrierDeviceHandle (kvcomm/device/barrier.hpp), for custom CUDA kernels that fuse
+        the barrier; valid while this object lives."""
+        return self._native.device_handle()
+
+    def poll_error(self) -> Optional[dict]:
+        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
+        return self._native.poll_error()
+
+    def check_errors(self) -> None:
+        """Raises a recorded barrier timeout (kvcomm.TimeoutError naming rank, peer and lane), if any."""
+        self._native.check_errors()
+
+    def __repr__(self) -> str:
+        c = self.communicator
+        return f"kvcomm.Barrier(rank={c.rank}, size={c.size}, kind={self.kind.name}, lanes={self.lanes})"

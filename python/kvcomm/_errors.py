@@ -1,0 +1,98 @@
+"""kvcomm's exceptions: one class per kvcomm::ErrorCode, all deriving from kvcomm.Error.
+
+The native library's messages are kept as they are ("kvcomm [rank R] <call>: <cause>"). Each class also derives from
+the closest built-in exception, so ``except ValueError`` catches bad input and ``except TimeoutError`` a timeout.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Dict, Type
+
+from . import _kvcomm
+
+ErrorCode = _kvcomm.ErrorCode
+
+
+class Error(RuntimeError):
+    """Base of every exception kvcomm raises; ``code`` says which kind."""
+
+    code: "_kvcomm.ErrorCode" = ErrorCode.InternalError
+
+
+class InvalidArgumentError(Error, ValueError):
+    """The caller passed something wrong (sizes, dtypes, devices, ranges); nothing was changed or written."""
+
+    code = ErrorCode.InvalidArgument
+
+
+class UnsupportedError(Error):
+    """The requested mode cannot run here (no GPU, no P2P, handle type not available)."""
+
+    code = ErrorCode.Unsupported
+
+
+class SystemError(Error, OSError):  # noqa: A001 - mirrors kvcomm::ErrorCode::SystemError
+    """An operating-system call failed."""
+
+    code = ErrorCode.SystemError
+
+
+class CudaError(Error):
+    """A CUDA driver or runtime call failed."""
+
+    code = ErrorCode.CudaError
+
+
+class NetworkError(Error, ConnectionError):
+    """A socket or transport failed, or a peer went away."""
+
+    code = ErrorCode.NetworkError
+
+
+class RemoteError(Error):
+    """Another rank reported a failure during a collective step (or a bootstrap callback failed)."""
+
+    code = ErrorCode.RemoteError
+
+
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - mirrors kvcomm::ErrorCode::Timeout
+    """A bounded wait expired (a peer never arrived, the root was unreachable)."""
+
+    code = ErrorCode.Timeout
+
+
+class AbortedError(Error):
+    """The operation was stopped because the object is closing."""
+
+    code = ErrorCode.Aborted
+
+
+class InternalError(Error):
+    """A kvcomm invariant broke: a bug; please report it."""
+
+    code = ErrorCode.InternalError
+
+
+ERROR_CLASSES: Dict["_kvcomm.ErrorCode", Type[Error]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError,
+        UnsupportedError,
+        SystemError,
+        CudaError,
+        NetworkError,
+        RemoteError,
+        TimeoutError,
+        AbortedError,
+        InternalError,
+    )
+}
+
+for _code, _cls in ERROR_CLASSES.items():
+    _kvcomm._register_error_class(_code, _cls)
+
+
+def invalid(call: str, rank: int, cause: str) -> InvalidArgumentError:
+    """An InvalidArgumentError worded like the library's own ("kvcomm [rank R] call: cause")."""
+    return InvalidArgumentError(f"kvcomm [rank {rank}] {call}: {cause}")

@@ -1,0 +1,422 @@
+"""Fetcher: pull KV blocks that live in another member's cache straight into this rank's own blocks.
+
+Every member registers its own layout once (regions that one block id indexes together: one per layer and K/V);
+a request names a source rank and pairs of block ids. Ids are validated here (dtype int64, 1-D, contiguous, same
+length, the right device) and used in place, never converted or copied (Python lists are turned into int64 arrays);
+the library then validates every id against the layouts before anything moves. A refused call writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _kvcomm
+from ._arrays import ArrayView, inspect
+from ._errors import Error, InvalidArgumentError, invalid
+from ._stream import stream_handle
+from ._symm import MemoryKind, SymmetricBuffer
+
+FetchPath = _kvcomm.FetchPath
+FetchState = _kvcomm.FetchState
+FetchPlanInfo = _kvcomm.FetchPlanInfo
+
+_PATHS = {"auto": FetchPath.Auto, "kernel": FetchPath.Kernel, "copy": FetchPath.CopyEngine,
+          "copy_engine": FetchPath.CopyEngine, "host": FetchPath.Host}
+_U64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class KvRegion:
+    """One region of a KV layout, bytes from the buffer's base: block b occupies
+    ``[offset + b * block_stride, offset + b * block_stride + block_bytes)``; block_stride 0 means block_bytes.
+    Valid block ids are ``[0, num_blocks)`` (num_blocks must be given and positive). A plain 4-tuple
+    ``(offset, block_bytes, block_stride, num_blocks)`` works wherever a KvRegion does."""
+
+    offset: int
+    block_bytes: int
+    block_stride: int = 0
+    num_blocks: int = 0
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    """Blocks to pull from member `src_rank`: pair i copies its block ``src_ids[i]`` into this rank's block
+    ``dst_ids[i]``, in every region; -1 on either side skips the pair. A tuple ``(src_rank, src_ids, dst_ids)`` or
+    ``(src_rank, src_ids, dst_ids, src_layout_hash)`` works wherever a FetchRequest does. src_layout_hash 0 accepts
+    the source's registered layout; any other value must equal it."""
+
+    src_rank: int
+    src_ids: Any
+    dst_ids: Any
+    src_layout_hash: int = 0
+
+
+@dataclass(frozen=True)
+class FetchStatus:
+    """What FetchOperation.test()/wait() report. Failed: `failed_blocks` (int64 numpy array) names the destination
+    blocks whose bytes are not known to have landed (each may be partly written) and `error` says why."""
+
+    state: "_kvcomm.FetchState"
+    bytes_done: int
+    bytes_total: int
+    failed_blocks: np.ndarray = field(repr=False)
+    error: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state == FetchState.Done
+
+    @property
+    def failed(self) -> bool:
+        return self.state == FetchState.Failed
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state == FetchState.InProgress
+
+
+def _int(value: Any, what: str, call: str, rank: int, limit: int = _U64) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid(call, rank, f"{what} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if v < 0 or v >= limit:
+        raise invalid(call, rank, f"{what} {v} is outside [0, {limit})")
+    return v
+
+
+def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int]]:
+    if isinstance(layout, KvRegion):
+        layout = [layout]
+    if isinstance(layout, (str, bytes)) or not hasattr(layout, "__iter__"):
+        raise invalid(call, rank, f"layout must be a list of KvRegion or (offset, block_bytes, block_stride, "
+                      f"num_blocks) tuples, got {type(layout).__name__}")
+    out = []
+    for j, r in enumerate(layout):
+        if isinstance(r, KvRegion):
+            r = (r.offset, r.block_bytes, r.block_stride, r.num_blocks)
+        if not isinstance(r, (tuple, list)) or len(r) != 4:
+            raise invalid(call, rank, f"region {j}: expected a KvRegion or a 4-tuple (offset, block_bytes, "
+                          f"block_stride, num_blocks), got {r!r}")
+        names = ("offset", "block_bytes", "block_stride", "num_blocks")
+        out.append(tuple(_int(v, f"region {j}: {n}", call, rank) for n, v in zip(names, r)))
+    return out
+
+
+def layout_hash(layout: Any, version: int = 0) -> int:
+    """FNV-1a hash of a layout (a list of KvRegion or 4-tuples, and the engine's version): what requests
+    (src_layout_hash) and peers compare."""
+    return _kvcomm.layout_hash(_regions(layout, "layout_hash", -1), _int(version, "version", "layout_hash", -1))
+
+
+def _path(path: Any, call: str, rank: int) -> "_kvcomm.FetchPath":
+    if isinstance(path, FetchPath):
+        return path
+    p = _PATHS.get(str(path).lower()) if isinstance(path, str) else None
+    if p is None:
+        raise invalid(call, rank, f"path {path!r} is not one of 'auto', 'kernel', 'copy', 'host'")
+    return p
+
+
+class FetchPlan:
+    """A validated, coalesced batch (Fetcher.plan), reusable with Fetcher.submit while the buffer does not change
+    (after a grow/commit/release and Fetcher.refresh() it is stale: plan again)."""
+
+    def __init__(self, native: "_kvcomm.FetchPlan") -> None:
+        self._native = native
+
+    @property
+    def info(self) -> "_kvcomm.FetchPlanInfo":
+        return self._native.info
+
+    @property
+    def generation(self) -> int:
+        """The buffer generation the plan was validated at."""
+        return self._native.generation
+
+    def __repr__(self) -> str:
+        return f"kvcomm.FetchPlan({self.info!r})"
+
+
+class FetchOperation:
+    """A polled fetch (Fetcher.start). Dropping it, or its Fetcher, waits until nothing can still write the
+    destination."""
+
+    def __init__(self, native: "_kvcomm.FetchOperation") -> None:
+        self._native = native
+
+    @staticmethod
+    def _status(raw: tuple) -> FetchStatus:
+        state, done, total, failed, error = raw
+        return FetchStatus(state, done, total, failed, error)
+
+    def test(self) -> FetchStatus:
+        """Non-blocking: the state, bytes done of bytes total, and (Failed) the failed blocks and the error."""
+        return self._status(self._native.test())
+
+    def wait(self, timeout_ms: int = -1) -> FetchStatus:
+        """Blocks (without the GIL) up to timeout_ms (< 0: until it ends). Expiry returns an InProgress status and
+        cancels nothing. Done and Failed are final."""
+        return self._status(self._native.wait(int(timeout_ms)))
+
+
+Requests = Union[FetchRequest, tuple, Sequence[Union[FetchRequest, tuple]]]
+
+
+class Fetcher:
+    """Fetches of KV blocks between the members of a SymmetricBuffer's group.
+
+    Call order:
+      1. ``Fetcher(buffer, layout)`` on every member (collective): each registers its own layout (members may place
+         regions differently, but every member needs the same number of regions with the same block_bytes).
+      2. Any number of one-sided fetches, from any member (the source does nothing; its bytes must be final, e.g.
+         after a barrier): ``fetch()`` (stream-ordered; host buffers: done when it returns), ``plan()`` once +
+         ``submit()`` many times, ``fetch_device()`` (ids in device memory, capturable in a CUDA graph),
+         ``start()`` (polled), ``fetch_all()`` (collective: every member's requests, between two barriers).
+      3. After the buffer grows (or commit/release), ``refresh()`` on every member before the next host-planned fetch.
+
+    Host ids (fetch, plan, start, fetch_all) are CPU arrays: int64 numpy arrays, torch CPU tensors, anything with
+    ``__array_interface__`` or DLPack, or Python lists (converted). They are read before the call returns.
+    """
+
+    def __init__(self, buffer: SymmetricBuffer, layout: Any, *, version: int = 0, lanes: int = 1,
+                 barrier_timeout_ms: int = -1) -> None:
+        """Collective over the buffer's group. layout: a list of KvRegion (or 4-tuples); version: the engine's own
+        version of it (part of the hash); lanes / barrier_timeout_ms: the collective form's barrier."""
+        if not isinstance(buffer, SymmetricBuffer):
+            raise invalid("Fetcher", -1, f"expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
+        self._buffer = buffer
+        call = "Fetcher"
+        # A malformed layout on one rank must not leave the others in the collective: register an empty layout
+        # (refused by every rank together), then raise the precise error here.
+        bad: Optional[InvalidArgumentError] = None
+        try:
+            regions = _regions(layout, call, buffer.rank)
+            ver = _int(version, "version", call, buffer.rank)
+        except InvalidArgumentError as e:
+            bad, regions, ver = e, [], 0
+        try:
+            self._native = _kvcomm.Fetcher.create(buffer._native, regions, ver, lanes, barrier_timeout_ms)
+        except Error:
+            if bad is not None:
+                raise bad from None
+            raise
+
+    @classmethod
+    def create(cls, buffer: SymmetricBuffer, layout: Any, **options: Any) -> "Fetcher":
+        """Same as ``Fetcher(buffer, layout, **options)``."""
+        return cls(buffer, layout, **options)
+
+    # ---- validation ----
+    @property
+    def _rank(self) -> int:
+        return self._buffer.rank
+
+    def _host_ids(self, obj: Any, name: str, call: str) -> ArrayView:
+        rank = self._rank
+        if isinstance(obj, (list, tuple, range)):
+            a = np.asarray(obj)
+            if a.size == 0:
+                a = a.astype(np.int64)
+            if a.dtype.kind not in "iu":
+                raise invalid(call, rank, f"{name}: a list of block ids must hold ints, got {a.dtype}")
+            obj = a.astype(np.int64)
+        v = inspect(obj)
+        if v is None:
+            raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected an int64 numpy "
+                          "array, a torch CPU tensor, or a list of ints)")
+        if v.device != "cpu":
+            raise invalid(call, rank, f"{name}: host block ids must be on the CPU, got device '{v.device}' "
+                          "(ids in device memory go through fetch_device())")
+        return self._check_ids(v, name, call, "int64", 8)
+
+    def _check_ids(self, v: ArrayView, name: str, call: str, dtype: str, itemsize: int) -> ArrayView:
+        rank = self._rank
+        if v.kind != "i" or v.itemsize != itemsize:
+            raise invalid(call, rank, f"{name} must be {dtype}, got {v.dtype_name} (ids are never converted)")
+        if len(v.shape) != 1:
+            raise invalid(call, rank, f"{name} must be 1-D, got shape {v.shape}")
+        if v.shape[0] > 1 and v.strides[0] != itemsize:
+            raise invalid(call, rank, f"{name} must be contiguous (stride {v.strides[0]} bytes, element {itemsize})")
+        return v
+
+    def _requests(self, requests: Requests, call: str) -> Tuple[list, list]:
+        rank = self._rank
+        if isinstance(requests, FetchRequest) or (isinstance(requests, tuple) and len(requests) in (3, 4)
+                                                  and isinstance(requests[0], (int, np.integer))):
+            requests = [requests]
+        if not hasattr(requests, "__iter__"):
+            raise invalid(call, rank, f"requests must be a list of (src_rank, src_ids, dst_ids) tuples or "
+                          f"FetchRequest, got {type(requests).__name__}")
+        raw, keep = [], []
+        for k, q in enumerate(requests):
+            if isinstance(q, FetchRequest):
+                q = (q.src_rank, q.src_ids, q.dst_ids, q.src_layout_hash)
+            if not isinstance(q, (tuple, list)) or len(q) not in (3, 4):
+                raise invalid(call, rank, f"request {k}: expected (src_rank, src_ids, dst_ids[, src_layout_hash]) "
+                              f"or a FetchRequest, got {type(q).__name__}")
+            src_rank = _int(q[0], f"request {k}: source rank", call, rank, self._buffer.size)
+            h = _int(q[3], f"request {k}: src_layout_hash", call, rank) if len(q) == 4 else 0
+            s = self._host_ids(q[1], f"request {k}: src_ids", call)
+            d = self._host_ids(q[2], f"request {k}: dst_ids", call)
+            if s.shape[0] != d.shape[0]:
+                raise invalid(call, rank, f"request {k}: src_ids has {s.shape[0]} ids but dst_ids has {d.shape[0]}")
+            raw.append((src_rank, s.ptr, d.ptr, s.shape[0], h))
+            keep += [s, d]
+        return raw, keep
+
+    def _stream(self, stream: Any, call: str) -> int:
+        b = self._buffer
+        return stream_handle(stream, b.kind == MemoryKind.Cuda, b.device, b.rank, call)
+
+    # ---- fetches ----
+    def plan(self, requests: Requests, *, path: Any = "auto", copy_engine_min_run_bytes: int = 0) -> FetchPlan:
+        """Validates and coalesces without moving anything (InvalidArgumentError naming the request and pair: id out
+        of range, negative id other than -1, duplicate destination, stale generation, layout hash mismatch)."""
+        call = "Fetcher.plan"
+        raw, keep = self._requests(requests, call)
+        p = self._native.plan(raw, _path(path, call, self._rank), _int(copy_engine_min_run_bytes,
+                              "copy_engine_min_run_bytes", call, self._rank), 0)
+        del keep
+        return FetchPlan(p)
+
+    def submit(self, plan: FetchPlan, stream: Any = None) -> None:
+        """Enqueues a plan made by this fetcher (stream-ordered; host buffers: done when it returns). Refused while
+        the stream is being captured (host ids would be frozen into the graph: use fetch_device())."""
+        if not isinstance(plan, FetchPlan):
+            raise invalid("Fetcher.submit", self._rank, f"expected a kvcomm.FetchPlan, got {type(plan).__name__}")
+        self._native.submit(plan._native, self._stream(stream, "Fetcher.submit"))
+
+    def fetch(self, requests: Requests, stream: Any = None, path: Any = "auto", *,
+              copy_engine_min_run_bytes: int = 0) -> "_kvcomm.FetchPlanInfo":
+        """plan() + submit() in one call; returns the plan's info (pairs, runs after coalescing, bytes, path).
+        requests: ``[(src_rank, src_ids, dst_ids), ...]`` (or FetchRequest). path: 'auto' (KVCOMM_FETCH_PATH, else per
+        run), 'kernel', 'copy' or 'host'; a path that cannot run on this buffer raises UnsupportedError."""
+        call = "Fetcher.fetch"
+        raw, keep = self._requests(requests, call)
+        info = self._native.fetch(raw, self._stream(stream, call), _path(path, call, self._rank),
+                                  _int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank), 0)
+        del keep
+        return info
+
+    def fetch_device(self, src_ids: Any, dst_ids: Any, src_rank: Optional[int] = None, *, src_ranks: Any = None,
+                     stream: Any = None) -> None:
+        """Stream-ordered fetch of ids in device memory (CUDA buffers: int64 CUDA tensors on the buffer's GPU;
+        host buffers: int64 CPU arrays), safe to capture in torch.cuda.graph: rewrite the ids between replays.
+        Sources: one `src_rank` for every pair, or `src_ranks` (int32, one per pair). CUDA: an id outside the layout
+        skips that pair and check_errors() raises it; host buffers refuse the whole batch before copying. Keep the
+        id tensors alive until the stream ran the fetch."""
+        call = "Fetcher.fetch_device"
+        rank = self._rank
+        cuda = self._buffer.kind == MemoryKind.Cuda
+        if (src_rank is None) == (src_ranks is None):
+            raise invalid(call, rank, "pass exactly one of src_rank (every pair) and src_ranks (one per pair)")
+
+        def ids(obj: Any, name: str, dtype: str, itemsize: int) -> ArrayView:
+            v = inspect(obj)
+            if v is None:
+                raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected a torch tensor, "
+                              "a numpy array, or a DLPack / __cuda_array_interface__ object)")
+            want = "cuda" if cuda else "cpu"
+            if v.device != want:
+                raise invalid(call, rank, f"{name}: the array is on device '{v.device}', but the buffer is "
+                              f"{'CUDA' if cuda else 'host'} memory: it needs '{want}' arrays")
+            if cuda and v.device_id >= 0 and v.device_id != self._buffer.device:
+                raise invalid(call, rank, f"{name}: the array is on cuda:{v.device_id}, the buffer on "
+                              f"cuda:{self._buffer.device}")
+            return self._check_ids(v, name, call, dtype, itemsize)
+
+        s = ids(src_ids, "src_ids", "int64", 8)
+        d = ids(dst_ids, "dst_ids", "int64", 8)
+        if s.shape[0] != d.shape[0]:
+            raise invalid(call, rank, f"src_ids has {s.shape[0]} ids but dst_ids has {d.shape[0]}")
+        ranks_ptr, one = 0, -1
+        if src_ranks is not None:
+            r = ids(src_ranks, "src_ranks", "int32", 4)
+            if r.shape[0] != s.shape[0]:
+                raise invalid(call, rank, f"src_ranks has {r.shape[0]} entries but there are {s.shape[0]} pairs")
+            ranks_ptr = r.ptr
+        else:
+            one = _int(src_rank, "src_rank", call, rank, self._buffer.size)
+        self._native.fetch_device(s.ptr, d.ptr, ranks_ptr, one, s.shape[0], self._stream(stream, call))
+
+    def start(self, requests: Requests, *, path: Any = "auto", max_bytes_per_second: int = 0,
+              stream: Any = None) -> FetchOperation:
+        """Starts a polled fetch (validated like plan(); ids are read before it returns). max_bytes_per_second paces
+        host-memory copies (0: unlimited). CUDA buffers enqueue on `stream` (None: the fetcher's own stream); host
+        buffers copy on a worker thread."""
+        call = "Fetcher.start"
+        raw, keep = self._requests(requests, call)
+        p = _path(path, call, self._rank)
+        bps = _int(max_bytes_per_second, "max_bytes_per_second", call, self._rank)
+        s = 0 if stream is None else self._stream(stream, call)
+        op = self._native.start(raw, s, p, 0, bps)
+        del keep
+        return FetchOperation(op)
+
+    def fetch_all(self, requests: Requests = (), stream: Any = None, path: Any = "auto", *,
+                  copy_engine_min_run_bytes: int = 0) -> "_kvcomm.FetchPlanInfo":
+        """Collective: every member passes its own requests (possibly none) and the call returns, in stream order,
+        once every member's blocks landed; it starts with a barrier (every source's earlier writes are visible) and
+        ends with one (no source block is overwritten while a peer reads it). A bad request fails this rank only,
+        after the barriers: the other members' fetches still complete."""
+        call = "Fetcher.fetch_all"
+        bad: Optional[InvalidArgumentError] = None
+        try:
+            raw, keep = self._requests(requests, call)
+            p = _path(path, call, self._rank)
+            ce = _int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
+            s = self._stream(stream, call)
+        except InvalidArgumentError as e:  # still take part in the barriers, with nothing to fetch
+            bad, raw, keep, p, ce, s = e, [], [], FetchPath.Auto, 0, self._stream(None, call)
+        info = self._native.fetch_all(raw, s, p, ce, 0)
+        del keep
+        if bad is not None:
+            raise bad
+        return info
+
+    def refresh(self) -> None:
+        """Collective: revalidates every member's layout against the buffer as it is now (after grow, commit or
+        release) and adopts its generation. Plans made before stay stale."""
+        self._native.refresh()
+
+    # ---- queries ----
+    @property
+    def buffer(self) -> SymmetricBuffer:
+        return self._buffer
+
+    def layout(self, rank: Optional[int] = None) -> List[KvRegion]:
+        """Member `rank`'s registered layout (default: this rank's)."""
+        regions, _ = self._native.layout(self._rank if rank is None else rank)
+        return [KvRegion(*r) for r in regions]
+
+    def layout_version(self, rank: Optional[int] = None) -> int:
+        """The version member `rank` registered with its layout."""
+        return self._native.layout(self._rank if rank is None else rank)[1]
+
+    def layout_hash(self, rank: Optional[int] = None) -> int:
+        """Hash of member `rank`'s layout (default: this rank's), as FetchRequest.src_layout_hash expects it."""
+        return self._native.layout_hash(self._rank if rank is None else rank)
+
+    @property
+    def generation(self) -> int:
+        """The buffer generation the layouts were validated at."""
+        return self._native.generation
+
+    def device_handle(self) -> bytes:
+        """The bytes of a kvcomm::FetchDeviceHandle (kvcomm/device/fetch.hpp), for custom CUDA kernels."""
+        return self._native.device_handle()
+
+    def poll_error(self) -> Optional[dict]:
+        """Reads (and clears) the first device error of fetch_device()/fetch_all() (synchronise the stream first)."""
+        return self._native.poll_error()
+
+    def check_errors(self) -> None:
+        """Raises the recorded device error, if any: InvalidArgumentError for a bad block id (naming the pair),
+        TimeoutError for fetch_all's barrier."""
+        self._native.check_errors()
+
+    def __repr__(self) -> str:
+        return f"kvcomm.Fetcher(regions={len(self.layout())}, generation={self.generation}, buffer={self._buffer!r})"

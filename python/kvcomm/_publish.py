@@ -1,0 +1,197 @@
+"""Publisher: every producer stores its final KV rows into every replica of a SymmetricBuffer, then one barrier.
+
+Everything an array can get wrong (dtype, layout, device, size) is checked here before the library sees a pointer;
+the library then checks offsets, strides and slots against the backed memory. A refused call writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Union
+
+from . import _kvcomm
+from ._arrays import ArrayView, inspect
+from ._errors import invalid
+from ._stream import stream_handle
+from ._symm import MemoryKind, SymmetricBuffer
+
+PublishMode = _kvcomm.PublishMode
+
+
+@dataclass
+class CacheTensor:
+    """One cache tensor of a publish call: rows from `src`, destinations in the buffer (bytes).
+
+    Row i of `src` (``src[i]``, all dimensions but the first; contiguous, any dtype: bytes are opaque) lands in every
+    replica at ``offset + (slot // block_size) * block_stride + (slot % block_size) * row_stride`` with
+    ``slot = slot_mapping[i]``. block_stride 0 means ``block_size * row_stride``, row_stride 0 means the row's bytes.
+    `row_bytes`, if given, is checked against the rows of `src`.
+    """
+
+    src: Any
+    offset: int = 0
+    block_size: int = 1
+    block_stride: int = 0
+    row_stride: int = 0
+    row_bytes: Optional[int] = None
+
+
+def _stream_handle(stream: Any, buffer: SymmetricBuffer, call: str) -> int:
+    return stream_handle(stream, buffer.kind == MemoryKind.Cuda, buffer.device, buffer.rank, call)
+
+
+class Publisher:
+    """Publication into a SymmetricBuffer's replicas, and its barrier.
+
+    Call order: ``Publisher(buffer)`` once, collectively. Per step, on every member: ``publish()`` (or
+    ``publish_and_barrier()``) for each layer, then ``barrier()`` before anyone reads peers' rows (or ``signal()``
+    right after publishing and ``wait()`` just before the reads, so the round trip overlaps other work). On CUDA buffers
+    both run on a stream (default: torch's current stream) without host synchronisation and can be captured in a
+    CUDA graph (torch.cuda.graph); source arrays must stay alive until the stream has run. After the stream
+    finished, ``check_errors()`` raises slots found out of range on the device and barrier timeouts. On host buffers
+    every call is synchronous and a bad slot is refused before anything is written.
+    """
+
+    def __init__(self, buffer: SymmetricBuffer, lanes: int = 2, barrier_timeout_ms: int = -1,
+                 staging_tokens: int = 4096, staging_bytes_per_token: int = 1024) -> None:
+        """Collective over the buffer's group; picks Direct or Fallback (KVCOMM_DIRECT)."""
+        if not isinstance(buffer, SymmetricBuffer):
+            raise invalid("Publisher", -1, f"expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
+        if staging_tokens < 0 or staging_bytes_per_token < 0:
+            raise invalid("Publisher", buffer.rank, "staging sizes must not be negative")
+        self._buffer = buffer
+        self._native = _kvcomm.Publisher.create(buffer._native, lanes, barrier_timeout_ms, staging_tokens,
+                                                staging_bytes_per_token)
+
+    @property
+    def buffer(self) -> SymmetricBuffer:
+        return self._buffer
+
+    @property
+    def mode(self) -> "_kvcomm.PublishMode":
+        return self._native.mode
+
+    @property
+    def mode_reason(self) -> str:
+        """Why this mode was chosen."""
+        return self._native.mode_reason
+
+    # ---- validation ----
+    def _array(self, obj: Any, name: str, call: str) -> ArrayView:
+        rank = self._buffer.rank
+        v = inspect(obj)
+        if v is None:
+            raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected a torch tensor, a "
+                          "numpy array, or a DLPack / __cuda_array_interface__ object)")
+        cuda = self._buffer.kind == MemoryKind.Cuda
+        want = "cuda" if cuda else "cpu"
+        if v.device != want:
+            raise invalid(call, rank, f"{name}: the array is on device '{v.device}', but the buffer is "
+                          f"{'CUDA' if cuda else 'host'} memory: it needs '{want}' arrays")
+        if cuda and v.device_id >= 0 and v.device_id != self._buffer.device:
+            raise invalid(call, rank, f"{name}: the array is on cuda:{v.device_id}, the buffer on "
+                          f"cuda:{self._buffer.device}")
+        return v
+
+    def _prepare(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any,
+                 num_tokens: Optional[int], call: str) -> tuple:
+        rank = self._buffer.rank
+        if isinstance(tensors, CacheTensor):
+            tensors = [tensors]
+        tensors = list(tensors)
+        if not tensors:
+            raise invalid(call, rank, "no tensors: at least one CacheTensor is needed")
+        slots = self._array(slot_mapping, "slot_mapping", call)
+        if len(slots.shape) != 1:
+            raise invalid(call, rank, f"slot_mapping must be 1-D, got shape {slots.shape}")
+        if slots.kind != "i" or slots.itemsize not in (4, 8):
+            raise invalid(call, rank, f"slot_mapping must be int64 or int32, got {slots.dtype_name}")
+        if slots.shape[0] > 1 and slots.strides[0] != slots.itemsize:
+            raise invalid(call, rank, f"slot_mapping must be contiguous (stride {slots.strides[0]} bytes, "
+                          f"element {slots.itemsize})")
+        n = slots.shape[0] if num_tokens is None else int(num_tokens)
+        if n < 0 or n > slots.shape[0]:
+            raise invalid(call, rank, f"num_tokens {n} outside [0, {slots.shape[0]}] (slot_mapping's length)")
+        raw: List[tuple] = []
+        keep: List[ArrayView] = [slots]
+        for k, t in enumerate(tensors):
+            if not isinstance(t, CacheTensor):
+                raise invalid(call, rank, f"tensor {k}: expected a kvcomm.CacheTensor, got {type(t).__name__}")
+            v = self._array(t.src, f"tensor {k} (src)", call)
+            keep.append(v)
+            if len(v.shape) == 0:
+                raise invalid(call, rank, f"tensor {k}: src is 0-d; rows are src[i], one per token")
+            if v.rows < n:
+                raise invalid(call, rank, f"tensor {k}: src has {v.rows} rows but num_tokens is {n}: kvcomm would "
+                              "read past its end")
+            if not v.rows_contiguous():
+                raise invalid(call, rank, f"tensor {k}: rows of src are not contiguous (shape {v.shape}, byte "
+                              f"strides {v.strides}); pass .contiguous() rows")
+            row_bytes = v.row_bytes
+            if row_bytes == 0:
+                raise invalid(call, rank, f"tensor {k}: rows of src are empty (shape {v.shape})")
+            if t.row_bytes is not None and t.row_bytes != row_bytes:
+                raise invalid(call, rank, f"tensor {k}: rows of src hold {row_bytes} bytes, row_bytes says "
+                              f"{t.row_bytes}")
+            src_stride = v.strides[0] if v.rows > 1 else row_bytes
+            if src_stride < row_bytes:
+                raise invalid(call, rank, f"tensor {k}: src rows overlap or run backwards (row stride "
+                              f"{src_stride} bytes, rows of {row_bytes} bytes)")
+            for field in ("offset", "block_size", "block_stride", "row_stride"):
+                value = getattr(t, field)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise invalid(call, rank, f"tensor {k}: {field} must be a non-negative int, got {value!r}")
+            if t.block_size < 1:
+                raise invalid(call, rank, f"tensor {k}: block_size must be at least 1")
+            raw.append((v.ptr, src_stride, row_bytes, t.offset, t.block_size, t.block_stride, t.row_stride))
+        return raw, slots.ptr, slots.itemsize == 8, n, keep
+
+    # ---- operations ----
+    def publish(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
+                num_tokens: Optional[int] = None, stream: Any = None) -> None:
+        """Stores row i of every tensor at slot_mapping[i] (< 0: padding, skipped) in every replica.
+
+        slot_mapping: 1-D contiguous int64 or int32 array on the buffer's device; num_tokens defaults to its
+        length, and every src must have at least that many rows. stream: an int handle, a torch/CuPy stream, or None
+        for torch's current stream (CUDA buffers only)."""
+        call = "Publisher.publish"
+        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
+        s = _stream_handle(stream, self._buffer, call)
+        self._native._publish(raw, slots, slot64, n, s, False, 0)
+        del keep
+
+    def publish_and_barrier(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
+                            num_tokens: Optional[int] = None, stream: Any = None, lane: int = 0) -> None:
+        """publish() then barrier(), as one kernel in Direct mode."""
+        call = "Publisher.publish_and_barrier"
+        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
+        s = _stream_handle(stream, self._buffer, call)
+        self._native._publish(raw, slots, slot64, n, s, True, lane)
+        del keep
+
+    def barrier(self, stream: Any = None, lane: int = 0) -> None:
+        """Returns (in stream order) once every member reached its matching barrier on `lane`: release of this
+        rank's earlier stores, acquire of the peers'."""
+        self._native.barrier(_stream_handle(stream, self._buffer, "Publisher.barrier"), lane)
+
+    def signal(self, stream: Any = None, lane: int = 0) -> None:
+        """The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback mode: the whole
+        barrier). Call it right after publishing; per lane, calls alternate signal, wait (barrier counts as both)."""
+        self._native.signal(_stream_handle(stream, self._buffer, "Publisher.signal"), lane)
+
+    def wait(self, stream: Any = None, lane: int = 0) -> None:
+        """The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op).
+        Call it just before the kernel that reads peers' rows."""
+        self._native.wait(_stream_handle(stream, self._buffer, "Publisher.wait"), lane)
+
+    def poll_error(self) -> Optional[dict]:
+        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
+        return self._native.poll_error()
+
+    def check_errors(self) -> None:
+        """Raises the recorded device error, if any: InvalidArgumentError for a slot out of range, TimeoutError for
+        a barrier."""
+        self._native.check_errors()
+
+    def __repr__(self) -> str:
+        return f"kvcomm.Publisher(mode={self.mode.name}, buffer={self._buffer!r})"

@@ -1,0 +1,211 @@
+// Communicator, UniqueId, Topology and Layout. Blocking collectives run without the GIL; the callback bootstrap
+// takes it back only to call the Python allgather.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "bindings.hpp"
+#include "kvcomm/comm.hpp"
+#include "kvcomm/error.hpp"
+
+namespace kvcomm::py {
+
+namespace {
+
+// The Python allgather of a callback bootstrap. kvcomm calls it only while Communicator::create runs (the mesh
+// address exchange); afterwards the callable is dropped (under the GIL) so that no Python object outlives that call
+// inside the C++ communicator, which may be destroyed on any thread.
+struct PyAllgather {
+  nb::object fn;
+  int rank = 0;
+  int size = 0;
+
+  void operator()(const void* send, void* recv, size_t bytes) {
+    nb::gil_scoped_acquire gil;
+    if (!fn.is_valid() || fn.is_none())
+      throw Error(ErrorCode::InternalError, "kvcomm [rank " + std::to_string(rank) +
+                                                "] Communicator.from_allgather: callback used after creation");
+    std::string failure;
+    try {
+      nb::object out = fn(nb::bytes(static_cast<const char*>(send), bytes));
+      std::string all;
+      if (nb::isinstance<nb::bytes>(out)) {
+        nb::bytes b = nb::borrow<nb::bytes>(out);
+        all.assign(b.c_str(), b.size());
+      } else {  // a sequence of per-rank bytes
+        for (nb::handle part : out) {
+          nb::bytes b = nb::cast<nb::bytes>(part);
+          if (b.size() != bytes)
+            throw Error(ErrorCode::InvalidArgument,
+                        "kvcomm [rank " + std::to_string(rank) + "] allgather callback: a rank contributed " +
+                            std::to_string(b.size()) + " bytes, expected " + std::to_string(bytes));
+          all.append(b.c_str(), b.size());
+        }
+      }
+      if (all.size() != bytes * static_cast<size_t>(size))
+        throw Error(ErrorCode::InvalidArgument, "kvcomm [rank " + std::to_string(rank) +
+                                                    "] allgather callback: returned " + std::to_string(all.size()) +
+                                                    " bytes, expected " + std::to_string(size) + " x " +
+                                                    std::to_string(bytes));
+      std::memcpy(recv, all.data(), all.size());
+      return;
+    } catch (nb::python_error& e) {
+      nb::handle type = e.type();
+      failure = std::string(nb::type_name(type).c_str()) + ": " + nb::str(e.value()).c_str();
+    } catch (const nb::cast_error&) {
+      failure = "the callback must return bytes, or a sequence of bytes (one per rank)";
+    }
+    throw Error(ErrorCode::RemoteError, "kvcomm [rank " + std::to_string(rank) +
+                                            "] Communicator.from_allgather: the allgather callback raised " + failure);
+  }
+};
+
+Communicator fromAllgather(int rank, int size, nb::object fn) {
+  auto state = std::make_shared<PyAllgather>();
+  state->fn = std::move(fn);
+  state->rank = rank;
+  state->size = size;
+  auto boot =
+      std::make_shared<CallbackBootstrap>(rank, size, [state](const void* s, void* r, size_t n) { (*state)(s, r, n); });
+  std::optional<Communicator> comm;
+  std::exception_ptr failure;
+  {
+    nb::gil_scoped_release nogil;
+    try {
+      comm = Communicator::create(boot);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  state->fn = nb::none();  // under the GIL
+  if (failure) std::rethrow_exception(failure);
+  return *comm;
+}
+
+nb::dict memberDict(const MemberInfo& m) {
+  nb::dict d;
+  d["rank"] = m.rank;
+  d["world_rank"] = m.worldRank;
+  d["pid"] = m.pid;
+  d["uid"] = m.uid;
+  d["hostname"] = m.hostname;
+  d["boot_id"] = m.bootId;
+  d["netns"] = m.netns;
+  d["host_index"] = m.hostIndex;
+  d["local_rank"] = m.localRank;
+  d["local_size"] = m.localSize;
+  d["gpu_device"] = m.gpu.device;
+  d["gpu_uuid"] = m.gpu.uuid;
+  d["gpu_pci_bus_id"] = m.gpu.pciBusId;
+  d["rdma_devices"] = m.rdmaDevices;
+  return d;
+}
+
+}  // namespace
+
+void bindComm(nb::module_& m) {
+  nb::class_<UniqueId>(m, "UniqueId", "Identity of a TCP bootstrap group (root address + nonce).")
+      .def_static(
+          "create", [](const std::string& ifname) { return TcpBootstrap::createUniqueId(ifname); },
+          nb::arg("ifname") = "",
+          "A new id whose root listens on `ifname` (default: KVCOMM_SOCKET_IFNAME, else the first interface that is "
+          "up). Call it in the process that will be rank 0.")
+      .def_static("from_string", &UniqueId::fromString, nb::arg("text"), "Parses to_string()'s hex text.")
+      .def("to_string", &UniqueId::toString, "Hex text, for environment variables and command lines.")
+      .def("__str__", &UniqueId::toString)
+      .def("__repr__", [](const UniqueId& id) { return "kvcomm.UniqueId('" + id.toString() + "')"; });
+
+  nb::class_<Communicator>(m, "Communicator", "A group of processes (kvcomm::Communicator).")
+      .def_static(
+          "from_unique_id",
+          [](const UniqueId& id, int rank, int size, int64_t timeoutMs) {
+            return Communicator::create(std::make_shared<TcpBootstrap>(id, rank, size, timeoutMs));
+          },
+          nb::arg("unique_id"), nb::arg("rank"), nb::arg("size"), nb::arg("timeout_ms") = -1,
+          nb::call_guard<nb::gil_scoped_release>(), "World communicator over TCP (collective).")
+      .def_static("from_allgather", &fromAllgather, nb::arg("rank"), nb::arg("size"), nb::arg("allgather"),
+                  "World communicator over the caller's allgather(bytes) -> bytes | sequence of bytes (collective); "
+                  "the callable is used during this call only.")
+      .def_prop_ro("rank", &Communicator::rank)
+      .def_prop_ro("size", &Communicator::size)
+      .def_prop_ro("id", &Communicator::id, "Identity of the group (equal on every member).")
+      .def("world_rank", &Communicator::worldRank, nb::arg("rank"),
+           "Rank of member `rank` in the world communicator this one was split from.")
+      .def("split", &Communicator::split, nb::arg("color"), nb::arg("key"), nb::call_guard<nb::gil_scoped_release>(),
+           "MPI_Comm_split semantics (collective); None for a negative color.")
+      .def(
+          "allgather",
+          [](Communicator& c, nb::bytes data) {
+            size_t n = data.size();
+            std::string all(n * static_cast<size_t>(c.size()), '\0');
+            std::memcpy(all.data() + n * static_cast<size_t>(c.rank()), data.c_str(), n);
+            {
+              nb::gil_scoped_release nogil;
+              c.allgather(all.data(), n);
+            }
+            return nb::bytes(all.data(), all.size());
+          },
+          nb::arg("data"), "Gathers equal-sized bytes from every member, in rank order, concatenated (collective).")
+      .def("barrier", &Communicator::barrier, nb::call_guard<nb::gil_scoped_release>(),
+           "Returns when every member entered (collective).")
+      .def(
+          "members",
+          [](const Communicator& c) {
+            nb::list l;
+            for (const MemberInfo& mi : c.topology().members) l.append(memberDict(mi));
+            return l;
+          },
+          "What the communicator knows about each member (host, pid, GPU, RDMA devices).")
+      .def("num_hosts", [](const Communicator& c) { return c.topology().numHosts; })
+      .def(
+          "same_host", [](const Communicator& c, int a, int b) { return c.topology().sameHost(a, b); }, nb::arg("a"),
+          nb::arg("b"))
+      .def(
+          "can_access_peer", [](const Communicator& c, int a, int b) { return c.topology().canAccessPeer(a, b); },
+          nb::arg("a"), nb::arg("b"), "Whether member a's GPU can access member b's directly.")
+      .def(
+          "topology_string", [](const Communicator& c) { return c.topology().toString(); }, "The topology as a table.");
+
+  nb::class_<Layout>(m, "Layout", "TP/PCP/PP/DP groups of this rank (kvcomm::Layout).")
+      .def_static(
+          "create",
+          [](Communicator& world, int tp, int pcp, int pp, int dp) {
+            LayoutSpec s;
+            s.tp = tp;
+            s.pcp = pcp;
+            s.pp = pp;
+            s.dp = dp;
+            return Layout::create(world, s);
+          },
+          nb::arg("world"), nb::arg("tp") = 1, nb::arg("pcp") = 1, nb::arg("pp") = 1, nb::arg("dp") = 1,
+          nb::call_guard<nb::gil_scoped_release>(), "Splits `world` into the four groups (collective).")
+      .def_prop_ro("spec", [](const Layout& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
+      .def_prop_ro("coord",
+                   [](const Layout& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
+      .def_prop_ro("tp", [](const Layout& l) { return l.tp; })
+      .def_prop_ro("pcp", [](const Layout& l) { return l.pcp; })
+      .def_prop_ro("pp", [](const Layout& l) { return l.pp; })
+      .def_prop_ro("dp", [](const Layout& l) { return l.dp; })
+      .def_static(
+          "group_of",
+          [](int tp, int pcp, int pp, int dp, int rank, int axis) {
+            LayoutSpec s;
+            s.tp = tp;
+            s.pcp = pcp;
+            s.pp = pp;
+            s.dp = dp;
+            int world = tp * pcp * pp * dp;
+            if (tp <= 0 || pcp <= 0 || pp <= 0 || dp <= 0 || rank < 0 || rank >= world || axis < 0 || axis > 3)
+              throw Error(ErrorCode::InvalidArgument, "kvcomm Layout.group_of: rank " + std::to_string(rank) +
+                                                          " or axis " + std::to_string(axis) + " outside the spec");
+            return Layout::groupOf(s, rank, static_cast<Axis>(axis));
+          },
+          nb::arg("tp"), nb::arg("pcp"), nb::arg("pp"), nb::arg("dp"), nb::arg("rank"), nb::arg("axis"),
+          "World ranks of the group along axis (0 TP, 1 PCP, 2 PP, 3 DP) holding `rank`, in group-rank order.");
+}
+
+}  // namespace kvcomm::py

@@ -1,0 +1,100 @@
+// Publisher: raw launches (the package validates arrays and picks the stream), without the GIL.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <tuple>
+#include <vector>
+
+#include "bindings.hpp"
+#include "kvcomm/ops.hpp"
+
+namespace kvcomm::py {
+
+namespace {
+
+// (src, srcStride, rowBytes, offset, blockSize, blockStride, rowStride)
+using RawTensor = std::tuple<uintptr_t, size_t, size_t, size_t, size_t, size_t, size_t>;
+
+std::vector<CacheTensor> toTensors(const std::vector<RawTensor>& raw) {
+  std::vector<CacheTensor> out;
+  for (const RawTensor& t : raw) {
+    CacheTensor c;
+    c.src = reinterpret_cast<const void*>(std::get<0>(t));
+    c.srcStride = std::get<1>(t);
+    c.rowBytes = std::get<2>(t);
+    c.offset = std::get<3>(t);
+    c.blockSize = std::get<4>(t);
+    c.blockStride = std::get<5>(t);
+    c.rowStride = std::get<6>(t);
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bindPublish(nb::module_& m) {
+  nb::enum_<PublishMode>(m, "PublishMode", "How a Publisher moves rows.")
+      .value("Direct", PublishMode::Direct)
+      .value("Fallback", PublishMode::Fallback);
+
+  nb::class_<Publisher>(m, "Publisher", "Publication into a buffer's replicas and its barrier (kvcomm::Publisher).")
+      .def_static(
+          "create",
+          [](SymmetricBuffer& buffer, int lanes, int64_t barrierTimeoutMs, size_t stagingTokens,
+             size_t stagingBytesPerToken) {
+            PublisherOptions o;
+            o.lanes = lanes;
+            o.barrierTimeoutMs = barrierTimeoutMs;
+            o.stagingTokens = stagingTokens;
+            o.stagingBytesPerToken = stagingBytesPerToken;
+            return Publisher::create(buffer, o);
+          },
+          nb::arg("buffer"), nb::arg("lanes") = 2, nb::arg("barrier_timeout_ms") = -1, nb::arg("staging_tokens") = 4096,
+          nb::arg("staging_bytes_per_token") = 1024, nb::call_guard<nb::gil_scoped_release>(),
+          "Collective over the buffer's group.")
+      .def(
+          "_publish",
+          [](Publisher& p, const std::vector<RawTensor>& tensors, uintptr_t slots, bool slot64, size_t numTokens,
+             uintptr_t stream, bool fused, int lane) {
+            auto t = toTensors(tensors);
+            SlotType type = slot64 ? SlotType::Int64 : SlotType::Int32;
+            if (fused)
+              p.publishAndBarrier(t, reinterpret_cast<const void*>(slots), type, numTokens, toStream(stream), lane);
+            else
+              p.publish(t, reinterpret_cast<const void*>(slots), type, numTokens, toStream(stream));
+          },
+          nb::arg("tensors"), nb::arg("slots"), nb::arg("slot64"), nb::arg("num_tokens"), nb::arg("stream"),
+          nb::arg("fused"), nb::arg("lane"), nb::call_guard<nb::gil_scoped_release>(),
+          "Internal: publish (or publishAndBarrier) on raw pointers the package validated.")
+      .def(
+          "barrier", [](Publisher& p, uintptr_t stream, int lane) { p.barrier(toStream(stream), lane); },
+          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "Returns (in stream order) once every member reached its matching barrier on `lane`.")
+      .def(
+          "signal", [](Publisher& p, uintptr_t stream, int lane) { p.signal(toStream(stream), lane); },
+          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback: the whole barrier).")
+      .def(
+          "wait", [](Publisher& p, uintptr_t stream, int lane) { p.wait(toStream(stream), lane); },
+          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "The second half: returns (in stream order) once every member signalled on `lane` (Fallback: no-op).")
+      .def_prop_ro("mode", &Publisher::mode)
+      .def_prop_ro("mode_reason", &Publisher::modeReason)
+      .def(
+          "poll_error",
+          [](Publisher& p) {
+            DeviceError e;
+            {
+              nb::gil_scoped_release nogil;
+              e = p.pollError();
+            }
+            return deviceErrorToPython(e);
+          },
+          "Reads (and clears) the first device error since the last call, as a dict, or None.")
+      .def("check_errors", &Publisher::checkErrors, nb::call_guard<nb::gil_scoped_release>(),
+           "Raises the recorded device error, if any.");
+}
+
+}  // namespace kvcomm::py

@@ -1,0 +1,102 @@
+// C ABI: Barrier (barrier, split signal/wait, lanes, device handle, device errors).
+#include "capi/capi.hpp"
+#include "common/check.hpp"
+
+using kvcomm::capi::guard;
+using kvcomm::capi::requireNonNull;
+
+namespace {
+
+kvcomm::Barrier& get(kvcommBarrier_t barrier, const char* call) {
+  requireNonNull(barrier, call, "barrier");
+  return barrier->barrier;
+}
+
+}  // namespace
+
+extern "C" {
+
+kvcommResult_t kvcommBarrierOptionsInit(kvcommBarrierOptions* options) {
+  return guard("kvcommBarrierOptionsInit", [&] {
+    requireNonNull(options, "kvcommBarrierOptionsInit", "options");
+    kvcomm::BarrierOptions d;
+    options->lanes = d.lanes;
+    options->timeoutMs = d.timeoutMs;
+    options->kind = kvcomm::capi::toC(d.kind);
+  });
+}
+
+kvcommResult_t kvcommBarrierCreate(kvcommComm_t comm, const kvcommBarrierOptions* options, kvcommBarrier_t* barrier) {
+  return guard("kvcommBarrierCreate", [&] {
+    requireNonNull(comm, "kvcommBarrierCreate", "comm");
+    requireNonNull(barrier, "kvcommBarrierCreate", "barrier");
+    kvcomm::BarrierOptions o;
+    if (options) {
+      o.lanes = options->lanes;
+      o.timeoutMs = options->timeoutMs;
+      o.kind = kvcomm::capi::kindOf(options->kind, "kvcommBarrierCreate");
+    }
+    *barrier = new kvcommBarrier{kvcomm::Barrier::create(comm->comm, o)};
+  });
+}
+
+kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier) {
+  return guard("kvcommBarrierDestroy", [&] { delete barrier; });
+}
+
+kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
+  return guard("kvcommBarrierSync", [&] { get(barrier, "kvcommBarrierSync").barrier(stream, lane); });
+}
+
+kvcommResult_t kvcommBarrierSignal(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
+  return guard("kvcommBarrierSignal", [&] { get(barrier, "kvcommBarrierSignal").signal(stream, lane); });
+}
+
+kvcommResult_t kvcommBarrierWait(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
+  return guard("kvcommBarrierWait", [&] { get(barrier, "kvcommBarrierWait").wait(stream, lane); });
+}
+
+kvcommResult_t kvcommBarrierLanes(kvcommBarrier_t barrier, int* lanes) {
+  return guard("kvcommBarrierLanes", [&] {
+    auto& b = get(barrier, "kvcommBarrierLanes");
+    requireNonNull(lanes, "kvcommBarrierLanes", "lanes");
+    *lanes = b.lanes();
+  });
+}
+
+kvcommResult_t kvcommBarrierKind(kvcommBarrier_t barrier, kvcommMemoryKind_t* kind) {
+  return guard("kvcommBarrierKind", [&] {
+    auto& b = get(barrier, "kvcommBarrierKind");
+    requireNonNull(kind, "kvcommBarrierKind", "kind");
+    *kind = kvcomm::capi::toC(b.kind());
+  });
+}
+
+kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm) {
+  return guard("kvcommBarrierComm", [&] {
+    auto& b = get(barrier, "kvcommBarrierComm");
+    requireNonNull(comm, "kvcommBarrierComm", "comm");
+    *comm = new kvcommComm{b.communicator()};
+  });
+}
+
+kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed) {
+  return guard("kvcommBarrierDeviceHandle", [&] {
+    kvcomm::BarrierDeviceHandle h = get(barrier, "kvcommBarrierDeviceHandle").deviceHandle();
+    kvcomm::capi::copyHandle(&h, sizeof(h), handle, handleBytes, needed, "kvcommBarrierDeviceHandle");
+  });
+}
+
+kvcommResult_t kvcommBarrierPollError(kvcommBarrier_t barrier, kvcommDeviceError* error) {
+  return guard("kvcommBarrierPollError", [&] {
+    auto& b = get(barrier, "kvcommBarrierPollError");
+    requireNonNull(error, "kvcommBarrierPollError", "error");
+    kvcomm::capi::toC(b.pollError(), error);
+  });
+}
+
+kvcommResult_t kvcommBarrierCheckErrors(kvcommBarrier_t barrier) {
+  return guard("kvcommBarrierCheckErrors", [&] { get(barrier, "kvcommBarrierCheckErrors").checkErrors(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,217 @@
+// C ABI: SymmetricBuffer (create/adopt, growth, commit/release, pointers and tables).
+#include <vector>
+
+#include "capi/capi.hpp"
+#include "common/check.hpp"
+
+using kvcomm::capi::guard;
+using kvcomm::capi::kindOf;
+using kvcomm::capi::requireNonNull;
+
+namespace {
+
+kvcomm::SymmetricBuffer& get(kvcommBuffer_t buffer, const char* call) {
+  requireNonNull(buffer, call, "buffer");
+  KVCOMM_CHECK_ARG(buffer->buffer.valid(), call, "the buffer handle is empty");
+  return buffer->buffer;
+}
+
+std::vector<kvcomm::Range> rangesOf(const kvcommRange* ranges, size_t n, const char* call) {
+  KVCOMM_CHECK_ARG(ranges != nullptr || n == 0, call, "ranges is NULL");
+  std::vector<kvcomm::Range> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = {ranges[i].offset, ranges[i].bytes};
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+kvcommResult_t kvcommBufferCreate(kvcommComm_t comm, size_t capacity, size_t initialBytes, kvcommMemoryKind_t kind,
+                                  kvcommBuffer_t* buffer) {
+  return guard("kvcommBufferCreate", [&] {
+    requireNonNull(comm, "kvcommBufferCreate", "comm");
+    requireNonNull(buffer, "kvcommBufferCreate", "buffer");
+    kvcomm::MemoryKind k = kindOf(kind, "kvcommBufferCreate");
+    *buffer = new kvcommBuffer{kvcomm::SymmetricBuffer::create(comm->comm, capacity, initialBytes, k)};
+  });
+}
+
+kvcommResult_t kvcommBufferAdopt(kvcommComm_t comm, void* base, size_t reservedBytes, kvcommMemoryKind_t kind,
+                                 kvcommBuffer_t* buffer) {
+  return guard("kvcommBufferAdopt", [&] {
+    requireNonNull(comm, "kvcommBufferAdopt", "comm");
+    requireNonNull(buffer, "kvcommBufferAdopt", "buffer");
+    kvcomm::MemoryKind k = kindOf(kind, "kvcommBufferAdopt");
+    *buffer = new kvcommBuffer{kvcomm::SymmetricBuffer::adopt(comm->comm, base, reservedBytes, k)};
+  });
+}
+
+kvcommResult_t kvcommBufferDestroy(kvcommBuffer_t buffer) {
+  return guard("kvcommBufferDestroy", [&] { delete buffer; });
+}
+
+kvcommResult_t kvcommBufferGrow(kvcommBuffer_t buffer, size_t newBytes) {
+  return guard("kvcommBufferGrow", [&] { get(buffer, "kvcommBufferGrow").grow(newBytes); });
+}
+
+kvcommResult_t kvcommBufferCommit(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges) {
+  return guard("kvcommBufferCommit", [&] {
+    auto& b = get(buffer, "kvcommBufferCommit");
+    b.commit(rangesOf(ranges, numRanges, "kvcommBufferCommit"));
+  });
+}
+
+kvcommResult_t kvcommBufferRelease(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges) {
+  return guard("kvcommBufferRelease", [&] {
+    auto& b = get(buffer, "kvcommBufferRelease");
+    b.release(rangesOf(ranges, numRanges, "kvcommBufferRelease"));
+  });
+}
+
+kvcommResult_t kvcommBufferClose(kvcommBuffer_t buffer) {
+  return guard("kvcommBufferClose", [&] { get(buffer, "kvcommBufferClose").close(); });
+}
+
+kvcommResult_t kvcommBufferLocal(kvcommBuffer_t buffer, void** ptr) {
+  return guard("kvcommBufferLocal", [&] {
+    auto& b = get(buffer, "kvcommBufferLocal");
+    requireNonNull(ptr, "kvcommBufferLocal", "ptr");
+    *ptr = b.local();
+  });
+}
+
+kvcommResult_t kvcommBufferPeer(kvcommBuffer_t buffer, int rank, void** ptr) {
+  return guard("kvcommBufferPeer", [&] {
+    auto& b = get(buffer, "kvcommBufferPeer");
+    requireNonNull(ptr, "kvcommBufferPeer", "ptr");
+    KVCOMM_CHECK_ARG(rank >= 0 && rank < b.size(), "kvcommBufferPeer", "rank ", rank, " outside [0, ", b.size(), ")");
+    *ptr = b.peer(rank);
+  });
+}
+
+kvcommResult_t kvcommBufferIsMapped(kvcommBuffer_t buffer, int rank, int* mapped) {
+  return guard("kvcommBufferIsMapped", [&] {
+    auto& b = get(buffer, "kvcommBufferIsMapped");
+    requireNonNull(mapped, "kvcommBufferIsMapped", "mapped");
+    KVCOMM_CHECK_ARG(rank >= 0 && rank < b.size(), "kvcommBufferIsMapped", "rank ", rank, " outside [0, ", b.size(),
+                     ")");
+    *mapped = b.isMapped(rank) ? 1 : 0;
+  });
+}
+
+kvcommResult_t kvcommBufferRank(kvcommBuffer_t buffer, int* rank) {
+  return guard("kvcommBufferRank", [&] {
+    auto& b = get(buffer, "kvcommBufferRank");
+    requireNonNull(rank, "kvcommBufferRank", "rank");
+    *rank = b.rank();
+  });
+}
+
+kvcommResult_t kvcommBufferSize(kvcommBuffer_t buffer, int* size) {
+  return guard("kvcommBufferSize", [&] {
+    auto& b = get(buffer, "kvcommBufferSize");
+    requireNonNull(size, "kvcommBufferSize", "size");
+    *size = b.size();
+  });
+}
+
+kvcommResult_t kvcommBufferCapacity(kvcommBuffer_t buffer, size_t* bytes) {
+  return guard("kvcommBufferCapacity", [&] {
+    auto& b = get(buffer, "kvcommBufferCapacity");
+    requireNonNull(bytes, "kvcommBufferCapacity", "bytes");
+    *bytes = b.capacity();
+  });
+}
+
+kvcommResult_t kvcommBufferMappedBytes(kvcommBuffer_t buffer, size_t* bytes) {
+  return guard("kvcommBufferMappedBytes", [&] {
+    auto& b = get(buffer, "kvcommBufferMappedBytes");
+    requireNonNull(bytes, "kvcommBufferMappedBytes", "bytes");
+    *bytes = b.mappedBytes();
+  });
+}
+
+kvcommResult_t kvcommBufferIsBacked(kvcommBuffer_t buffer, size_t offset, size_t bytes, int* backed) {
+  return guard("kvcommBufferIsBacked", [&] {
+    auto& b = get(buffer, "kvcommBufferIsBacked");
+    requireNonNull(backed, "kvcommBufferIsBacked", "backed");
+    *backed = b.isBacked(offset, bytes) ? 1 : 0;
+  });
+}
+
+kvcommResult_t kvcommBufferBackedRanges(kvcommBuffer_t buffer, kvcommRange* ranges, size_t capacity, size_t* count) {
+  return guard("kvcommBufferBackedRanges", [&] {
+    auto& b = get(buffer, "kvcommBufferBackedRanges");
+    requireNonNull(count, "kvcommBufferBackedRanges", "count");
+    KVCOMM_CHECK_ARG(ranges != nullptr || capacity == 0, "kvcommBufferBackedRanges", "ranges is NULL");
+    auto all = b.backedRanges();
+    for (size_t i = 0; i < all.size() && i < capacity; ++i) ranges[i] = {all[i].offset, all[i].bytes};
+    *count = all.size();
+  });
+}
+
+kvcommResult_t kvcommBufferGeneration(kvcommBuffer_t buffer, uint64_t* generation) {
+  return guard("kvcommBufferGeneration", [&] {
+    auto& b = get(buffer, "kvcommBufferGeneration");
+    requireNonNull(generation, "kvcommBufferGeneration", "generation");
+    *generation = b.generation();
+  });
+}
+
+kvcommResult_t kvcommBufferGranularity(kvcommBuffer_t buffer, size_t* bytes) {
+  return guard("kvcommBufferGranularity", [&] {
+    auto& b = get(buffer, "kvcommBufferGranularity");
+    requireNonNull(bytes, "kvcommBufferGranularity", "bytes");
+    *bytes = b.granularity();
+  });
+}
+
+kvcommResult_t kvcommBufferKind(kvcommBuffer_t buffer, kvcommMemoryKind_t* kind) {
+  return guard("kvcommBufferKind", [&] {
+    auto& b = get(buffer, "kvcommBufferKind");
+    requireNonNull(kind, "kvcommBufferKind", "kind");
+    *kind = kvcomm::capi::toC(b.kind());
+  });
+}
+
+kvcommResult_t kvcommBufferAdopted(kvcommBuffer_t buffer, int* adopted) {
+  return guard("kvcommBufferAdopted", [&] {
+    auto& b = get(buffer, "kvcommBufferAdopted");
+    requireNonNull(adopted, "kvcommBufferAdopted", "adopted");
+    *adopted = b.adopted() ? 1 : 0;
+  });
+}
+
+kvcommResult_t kvcommBufferHandleType(kvcommBuffer_t buffer, char* text, size_t textBytes, size_t* needed) {
+  return guard("kvcommBufferHandleType", [&] {
+    auto& b = get(buffer, "kvcommBufferHandleType");
+    kvcomm::capi::copyString(b.handleType(), text, textBytes, needed, "kvcommBufferHandleType");
+  });
+}
+
+kvcommResult_t kvcommBufferComm(kvcommBuffer_t buffer, kvcommComm_t* comm) {
+  return guard("kvcommBufferComm", [&] {
+    auto& b = get(buffer, "kvcommBufferComm");
+    requireNonNull(comm, "kvcommBufferComm", "comm");
+    *comm = new kvcommComm{b.communicator()};
+  });
+}
+
+kvcommResult_t kvcommBufferPeerTable(kvcommBuffer_t buffer, const uint64_t** table) {
+  return guard("kvcommBufferPeerTable", [&] {
+    auto& b = get(buffer, "kvcommBufferPeerTable");
+    requireNonNull(table, "kvcommBufferPeerTable", "table");
+    *table = b.peerTable();
+  });
+}
+
+kvcommResult_t kvcommBufferBackedBitmap(kvcommBuffer_t buffer, const uint64_t** bitmap) {
+  return guard("kvcommBufferBackedBitmap", [&] {
+    auto& b = get(buffer, "kvcommBufferBackedBitmap");
+    requireNonNull(bitmap, "kvcommBufferBackedBitmap", "bitmap");
+    *bitmap = b.backedBitmap();
+  });
+}
+
+}  // extern "C"

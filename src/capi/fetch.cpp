@@ -1,0 +1,382 @@
+// C ABI: Fetcher (layouts, plans, host-id and device-id fetches, polled operations, the collective form, device
+// errors). Lists go out through caller arrays: min(count, capacity) written, *count = the full count.
+#include <algorithm>
+#include <vector>
+
+#include "capi/capi.hpp"
+#include "comm/agreement.hpp"
+#include "common/check.hpp"
+
+using kvcomm::capi::guard;
+using kvcomm::capi::requireNonNull;
+
+namespace {
+
+kvcomm::Fetcher& get(kvcommFetcher_t fetcher, const char* call) {
+  requireNonNull(fetcher, call, "fetcher");
+  return fetcher->fetcher;
+}
+
+kvcommFetchOperation& getOp(kvcommFetchOperation_t op, const char* call) {
+  requireNonNull(op, call, "op");
+  return *op;
+}
+
+kvcomm::FetchPath pathOf(kvcommFetchPath_t p, const char* call) {
+  switch (p) {
+    case kvcommFetchPathAuto:
+      return kvcomm::FetchPath::Auto;
+    case kvcommFetchPathKernel:
+      return kvcomm::FetchPath::Kernel;
+    case kvcommFetchPathCopyEngine:
+      return kvcomm::FetchPath::CopyEngine;
+    case kvcommFetchPathHost:
+      return kvcomm::FetchPath::Host;
+  }
+  KVCOMM_THROW(InvalidArgument, call, "path ", static_cast<int>(p), " is not a kvcommFetchPath_t");
+}
+
+kvcommFetchPath_t toC(kvcomm::FetchPath p) {
+  switch (p) {
+    case kvcomm::FetchPath::Auto:
+      return kvcommFetchPathAuto;
+    case kvcomm::FetchPath::Kernel:
+      return kvcommFetchPathKernel;
+    case kvcomm::FetchPath::CopyEngine:
+      return kvcommFetchPathCopyEngine;
+    case kvcomm::FetchPath::Host:
+      return kvcommFetchPathHost;
+  }
+  return kvcommFetchPathAuto;
+}
+
+kvcomm::FetchOptions optionsOf(const kvcommFetchOptions* o, const char* call) {
+  kvcomm::FetchOptions out;
+  if (o) {
+    out.path = pathOf(o->path, call);
+    out.copyEngineMinRunBytes = o->copyEngineMinRunBytes;
+    out.maxBytesPerSecond = o->maxBytesPerSecond;
+  }
+  return out;
+}
+
+std::vector<kvcomm::FetchRequest> requestsOf(const kvcommFetchRequest* r, size_t n, const char* call) {
+  KVCOMM_CHECK_ARG(r != nullptr || n == 0, call, "requests is NULL but numRequests is ", n);
+  std::vector<kvcomm::FetchRequest> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    KVCOMM_CHECK_ARG(r[i].count == 0 || (r[i].srcBlocks != nullptr && r[i].dstBlocks != nullptr), call, "request ", i,
+                     ": ", r[i].count, " pairs but srcBlocks or dstBlocks is NULL");
+    out[i].srcRank = r[i].srcRank;
+    out[i].srcBlocks = r[i].srcBlocks;
+    out[i].dstBlocks = r[i].dstBlocks;
+    out[i].count = r[i].count;
+    out[i].srcLayoutHash = r[i].srcLayoutHash;
+  }
+  return out;
+}
+
+kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
+  KVCOMM_CHECK_ARG(regions != nullptr || n == 0, call, "regions is NULL but numRegions is ", n);
+  kvcomm::KvLayout l;
+  l.version = version;
+  l.regions.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    l.regions[i] = {regions[i].offset, regions[i].blockBytes, regions[i].blockStride, regions[i].numBlocks};
+  return l;
+}
+
+void toC(const kvcomm::FetchPlanInfo& i, kvcommFetchPlanInfo* out) {
+  out->pairsIn = i.pairsIn;
+  out->pairsSkipped = i.pairsSkipped;
+  out->runsOut = i.runsOut;
+  out->kernelRuns = i.kernelRuns;
+  out->copyEngineRuns = i.copyEngineRuns;
+  out->hostRuns = i.hostRuns;
+  out->bytes = i.bytes;
+  out->path = toC(i.path);
+  out->planMicros = i.planMicros;
+}
+
+void record(kvcommFetchOperation& op, kvcomm::FetchStatus s, kvcommFetchStatus* out) {
+  out->state = s.state == kvcomm::FetchState::Done     ? kvcommFetchDone
+               : s.state == kvcomm::FetchState::Failed ? kvcommFetchFailed
+                                                       : kvcommFetchInProgress;
+  out->bytesDone = s.bytesDone;
+  out->bytesTotal = s.bytesTotal;
+  out->numFailedBlocks = s.failedBlocks.size();
+  std::lock_guard<std::mutex> lock(op.mu);
+  op.last = std::move(s);
+}
+
+}  // namespace
+
+extern "C" {
+
+kvcommResult_t kvcommFetcherOptionsInit(kvcommFetcherOptions* options) {
+  return guard("kvcommFetcherOptionsInit", [&] {
+    requireNonNull(options, "kvcommFetcherOptionsInit", "options");
+    kvcomm::FetcherOptions d;
+    options->lanes = d.lanes;
+    options->barrierTimeoutMs = d.barrierTimeoutMs;
+  });
+}
+
+kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options) {
+  return guard("kvcommFetchOptionsInit", [&] {
+    requireNonNull(options, "kvcommFetchOptionsInit", "options");
+    kvcomm::FetchOptions d;
+    options->path = toC(d.path);
+    options->copyEngineMinRunBytes = d.copyEngineMinRunBytes;
+    options->maxBytesPerSecond = d.maxBytesPerSecond;
+  });
+}
+
+const char* kvcommFetchPathName(kvcommFetchPath_t path) {
+  switch (path) {
+    case kvcommFetchPathAuto:
+      return kvcomm::fetchPathName(kvcomm::FetchPath::Auto);
+    case kvcommFetchPathKernel:
+      return kvcomm::fetchPathName(kvcomm::FetchPath::Kernel);
+    case kvcommFetchPathCopyEngine:
+      return kvcomm::fetchPathName(kvcomm::FetchPath::CopyEngine);
+    case kvcommFetchPathHost:
+      return kvcomm::fetchPathName(kvcomm::FetchPath::Host);
+  }
+  return "unknown";
+}
+
+kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash) {
+  return guard("kvcommKvLayoutHash", [&] {
+    requireNonNull(hash, "kvcommKvLayoutHash", "hash");
+    *hash = kvcomm::layoutHash(layoutOf(regions, numRegions, version, "kvcommKvLayoutHash"));
+  });
+}
+
+kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* regions, size_t numRegions,
+                                   uint64_t version, const kvcommFetcherOptions* options, kvcommFetcher_t* fetcher) {
+  const char* call = "kvcommFetcherCreate";
+  return guard(call, [&] {
+    requireNonNull(buffer, call, "buffer");
+    requireNonNull(fetcher, call, "fetcher");
+    kvcomm::FetcherOptions o;
+    if (options) {
+      o.lanes = options->lanes;
+      o.barrierTimeoutMs = options->barrierTimeoutMs;
+    }
+    // Every rank enters the collective even with a malformed layout of its own: create() votes on the validation,
+    // so a NULL region list here becomes an empty layout that every rank refuses together.
+    kvcomm::KvLayout l;
+    l.version = version;
+    if (regions != nullptr) l = layoutOf(regions, numRegions, version, call);
+    *fetcher = new kvcommFetcher{kvcomm::Fetcher::create(buffer->buffer, l, o)};
+  });
+}
+
+kvcommResult_t kvcommFetcherDestroy(kvcommFetcher_t fetcher) {
+  return guard("kvcommFetcherDestroy", [&] { delete fetcher; });
+}
+
+kvcommResult_t kvcommFetchPlanCreate(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                     const kvcommFetchOptions* options, kvcommFetchPlan_t* plan) {
+  const char* call = "kvcommFetchPlanCreate";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    requireNonNull(plan, call, "plan");
+    *plan = new kvcommFetchPlan{f.plan(requestsOf(requests, numRequests, call), optionsOf(options, call))};
+  });
+}
+
+kvcommResult_t kvcommFetchPlanDestroy(kvcommFetchPlan_t plan) {
+  return guard("kvcommFetchPlanDestroy", [&] { delete plan; });
+}
+
+kvcommResult_t kvcommFetchPlanGetInfo(kvcommFetchPlan_t plan, kvcommFetchPlanInfo* info) {
+  return guard("kvcommFetchPlanGetInfo", [&] {
+    requireNonNull(plan, "kvcommFetchPlanGetInfo", "plan");
+    requireNonNull(info, "kvcommFetchPlanGetInfo", "info");
+    toC(plan->plan.info(), info);
+  });
+}
+
+kvcommResult_t kvcommFetchPlanGeneration(kvcommFetchPlan_t plan, uint64_t* generation) {
+  return guard("kvcommFetchPlanGeneration", [&] {
+    requireNonNull(plan, "kvcommFetchPlanGeneration", "plan");
+    requireNonNull(generation, "kvcommFetchPlanGeneration", "generation");
+    *generation = plan->plan.generation();
+  });
+}
+
+kvcommResult_t kvcommFetchSubmit(kvcommFetcher_t fetcher, kvcommFetchPlan_t plan, kvcommStream_t stream) {
+  return guard("kvcommFetchSubmit", [&] {
+    auto& f = get(fetcher, "kvcommFetchSubmit");
+    requireNonNull(plan, "kvcommFetchSubmit", "plan");
+    f.submit(plan->plan, stream);
+  });
+}
+
+kvcommResult_t kvcommFetch(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                           kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info) {
+  const char* call = "kvcommFetch";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    kvcomm::FetchPlanInfo i = f.fetch(requestsOf(requests, numRequests, call), stream, optionsOf(options, call));
+    if (info) toC(i, info);
+  });
+}
+
+kvcommResult_t kvcommFetchDevice(kvcommFetcher_t fetcher, const kvcommDeviceFetchBatch* batch, kvcommStream_t stream) {
+  const char* call = "kvcommFetchDevice";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    requireNonNull(batch, call, "batch");
+    kvcomm::DeviceFetchBatch b;
+    b.srcBlocks = batch->srcBlocks;
+    b.dstBlocks = batch->dstBlocks;
+    b.srcRanks = batch->srcRanks;
+    b.srcRank = batch->srcRank;
+    b.count = batch->count;
+    f.fetchDevice(b, stream);
+  });
+}
+
+kvcommResult_t kvcommFetchStart(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                                const kvcommFetchOptions* options, kvcommStream_t stream, kvcommFetchOperation_t* op) {
+  const char* call = "kvcommFetchStart";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    requireNonNull(op, call, "op");
+    kvcomm::FetchOperation o = f.start(requestsOf(requests, numRequests, call), optionsOf(options, call), stream);
+    auto* h = new kvcommFetchOperation;
+    h->op = std::move(o);
+    *op = h;
+  });
+}
+
+kvcommResult_t kvcommFetchOperationTest(kvcommFetchOperation_t op, kvcommFetchStatus* status) {
+  return guard("kvcommFetchOperationTest", [&] {
+    auto& o = getOp(op, "kvcommFetchOperationTest");
+    requireNonNull(status, "kvcommFetchOperationTest", "status");
+    record(o, o.op.test(), status);
+  });
+}
+
+kvcommResult_t kvcommFetchOperationWait(kvcommFetchOperation_t op, int64_t timeoutMs, kvcommFetchStatus* status) {
+  return guard("kvcommFetchOperationWait", [&] {
+    auto& o = getOp(op, "kvcommFetchOperationWait");
+    requireNonNull(status, "kvcommFetchOperationWait", "status");
+    record(o, o.op.wait(timeoutMs), status);
+  });
+}
+
+kvcommResult_t kvcommFetchOperationFailedBlocks(kvcommFetchOperation_t op, int64_t* blocks, size_t capacity,
+                                                size_t* count) {
+  const char* call = "kvcommFetchOperationFailedBlocks";
+  return guard(call, [&] {
+    auto& o = getOp(op, call);
+    requireNonNull(count, call, "count");
+    KVCOMM_CHECK_ARG(blocks != nullptr || capacity == 0, call, "blocks is NULL but capacity is ", capacity);
+    std::lock_guard<std::mutex> lock(o.mu);
+    const std::vector<int64_t>& f = o.last.failedBlocks;
+    std::copy_n(f.begin(), std::min(capacity, f.size()), blocks);
+    *count = f.size();
+  });
+}
+
+kvcommResult_t kvcommFetchOperationError(kvcommFetchOperation_t op, char* text, size_t textBytes, size_t* needed) {
+  const char* call = "kvcommFetchOperationError";
+  return guard(call, [&] {
+    auto& o = getOp(op, call);
+    std::string e;
+    {
+      std::lock_guard<std::mutex> lock(o.mu);
+      e = o.last.error;
+    }
+    kvcomm::capi::copyString(e, text, textBytes, needed, call);
+  });
+}
+
+kvcommResult_t kvcommFetchOperationDestroy(kvcommFetchOperation_t op) {
+  return guard("kvcommFetchOperationDestroy", [&] { delete op; });
+}
+
+kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
+                              kvcommStream_t stream, const kvcommFetchOptions* options, kvcommFetchPlanInfo* info) {
+  const char* call = "kvcommFetchAll";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    // Malformed arguments still take part in the collective (fetchAll runs its barriers and then throws), so that
+    // no member is left waiting: an empty request list stands in, and the argument error is raised afterwards.
+    std::vector<kvcomm::FetchRequest> r;
+    kvcomm::FetchOptions o;
+    kvcomm::detail::Outcome bad;
+    try {
+      r = requestsOf(requests, numRequests, call);
+      o = optionsOf(options, call);
+    } catch (...) {
+      bad = kvcomm::detail::Outcome::fromCurrentException();
+      r.clear();
+      o = kvcomm::FetchOptions{};
+    }
+    kvcomm::FetchPlanInfo i = f.fetchAll(r, stream, o);
+    bad.rethrow();
+    if (info) toC(i, info);
+  });
+}
+
+kvcommResult_t kvcommFetcherRefresh(kvcommFetcher_t fetcher) {
+  return guard("kvcommFetcherRefresh", [&] { get(fetcher, "kvcommFetcherRefresh").refresh(); });
+}
+
+kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRegion* regions, size_t capacity,
+                                   size_t* count, uint64_t* version) {
+  const char* call = "kvcommFetcherLayout";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    requireNonNull(count, call, "count");
+    KVCOMM_CHECK_ARG(regions != nullptr || capacity == 0, call, "regions is NULL but capacity is ", capacity);
+    const kvcomm::KvLayout& l = f.layout(rank);
+    for (size_t i = 0; i < l.regions.size() && i < capacity; ++i) {
+      const kvcomm::KvRegion& r = l.regions[i];
+      regions[i] = {r.offset, r.blockBytes, r.blockStride, r.numBlocks};
+    }
+    *count = l.regions.size();
+    if (version) *version = l.version;
+  });
+}
+
+kvcommResult_t kvcommFetcherLayoutHash(kvcommFetcher_t fetcher, int rank, uint64_t* hash) {
+  return guard("kvcommFetcherLayoutHash", [&] {
+    auto& f = get(fetcher, "kvcommFetcherLayoutHash");
+    requireNonNull(hash, "kvcommFetcherLayoutHash", "hash");
+    *hash = f.layoutHash(rank);
+  });
+}
+
+kvcommResult_t kvcommFetcherGeneration(kvcommFetcher_t fetcher, uint64_t* generation) {
+  return guard("kvcommFetcherGeneration", [&] {
+    auto& f = get(fetcher, "kvcommFetcherGeneration");
+    requireNonNull(generation, "kvcommFetcherGeneration", "generation");
+    *generation = f.generation();
+  });
+}
+
+kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, size_t handleBytes, size_t* needed) {
+  return guard("kvcommFetcherDeviceHandle", [&] {
+    kvcomm::FetchDeviceHandle h = get(fetcher, "kvcommFetcherDeviceHandle").deviceHandle();
+    kvcomm::capi::copyHandle(&h, sizeof(h), handle, handleBytes, needed, "kvcommFetcherDeviceHandle");
+  });
+}
+
+kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError* error) {
+  return guard("kvcommFetcherPollError", [&] {
+    auto& f = get(fetcher, "kvcommFetcherPollError");
+    requireNonNull(error, "kvcommFetcherPollError", "error");
+    kvcomm::capi::toC(f.pollError(), error);
+  });
+}
+
+kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher) {
+  return guard("kvcommFetcherCheckErrors", [&] { get(fetcher, "kvcommFetcherCheckErrors").checkErrors(); });
+}
+
+}  // extern "C"

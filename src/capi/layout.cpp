@@ -1,0 +1,151 @@
+// C ABI: Layout (TP/PCP/PP/DP groups) and its pure coordinate functions.
+#include "capi/capi.hpp"
+#include "common/check.hpp"
+
+using kvcomm::capi::guard;
+using kvcomm::capi::requireNonNull;
+
+namespace {
+
+kvcomm::LayoutSpec specOf(const kvcommLayoutSpec* s, const char* call) {
+  requireNonNull(s, call, "spec");
+  kvcomm::LayoutSpec spec;
+  spec.tp = s->tp;
+  spec.pcp = s->pcp;
+  spec.pp = s->pp;
+  spec.dp = s->dp;
+  KVCOMM_CHECK_ARG(spec.tp > 0 && spec.pcp > 0 && spec.pp > 0 && spec.dp > 0, call, "every size must be positive (tp ",
+                   spec.tp, ", pcp ", spec.pcp, ", pp ", spec.pp, ", dp ", spec.dp, ")");
+  return spec;
+}
+
+kvcomm::Axis axisOf(kvcommAxis_t axis, const char* call) {
+  switch (axis) {
+    case kvcommAxisTP:
+      return kvcomm::Axis::TP;
+    case kvcommAxisPCP:
+      return kvcomm::Axis::PCP;
+    case kvcommAxisPP:
+      return kvcomm::Axis::PP;
+    case kvcommAxisDP:
+      return kvcomm::Axis::DP;
+  }
+  KVCOMM_THROW(InvalidArgument, call, "axis ", static_cast<int>(axis), " is not a kvcommAxis_t");
+}
+
+void checkRank(const kvcomm::LayoutSpec& s, int rank, const char* call) {
+  int world = s.tp * s.pcp * s.pp * s.dp;
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < world, call, "rank ", rank, " outside [0, ", world, ")");
+}
+
+void toC(const kvcomm::LayoutCoord& c, kvcommLayoutCoord* out) {
+  out->tp = c.tp;
+  out->pcp = c.pcp;
+  out->pp = c.pp;
+  out->dp = c.dp;
+}
+
+kvcomm::Layout& get(kvcommLayout_t layout, const char* call) {
+  requireNonNull(layout, call, "layout");
+  return layout->layout;
+}
+
+}  // namespace
+
+extern "C" {
+
+kvcommResult_t kvcommLayoutCreate(kvcommComm_t world, const kvcommLayoutSpec* spec, kvcommLayout_t* layout) {
+  return guard("kvcommLayoutCreate", [&] {
+    requireNonNull(world, "kvcommLayoutCreate", "world");
+    requireNonNull(layout, "kvcommLayoutCreate", "layout");
+    kvcomm::LayoutSpec s = specOf(spec, "kvcommLayoutCreate");
+    *layout = new kvcommLayout{kvcomm::Layout::create(world->comm, s)};
+  });
+}
+
+kvcommResult_t kvcommLayoutDestroy(kvcommLayout_t layout) {
+  return guard("kvcommLayoutDestroy", [&] { delete layout; });
+}
+
+kvcommResult_t kvcommLayoutComm(kvcommLayout_t layout, kvcommAxis_t axis, kvcommComm_t* comm) {
+  return guard("kvcommLayoutComm", [&] {
+    auto& l = get(layout, "kvcommLayoutComm");
+    requireNonNull(comm, "kvcommLayoutComm", "comm");
+    switch (axisOf(axis, "kvcommLayoutComm")) {
+      case kvcomm::Axis::TP:
+        *comm = new kvcommComm{l.tp};
+        break;
+      case kvcomm::Axis::PCP:
+        *comm = new kvcommComm{l.pcp};
+        break;
+      case kvcomm::Axis::PP:
+        *comm = new kvcommComm{l.pp};
+        break;
+      case kvcomm::Axis::DP:
+        *comm = new kvcommComm{l.dp};
+        break;
+    }
+  });
+}
+
+kvcommResult_t kvcommLayoutGetSpec(kvcommLayout_t layout, kvcommLayoutSpec* spec) {
+  return guard("kvcommLayoutGetSpec", [&] {
+    auto& l = get(layout, "kvcommLayoutGetSpec");
+    requireNonNull(spec, "kvcommLayoutGetSpec", "spec");
+    spec->tp = l.spec.tp;
+    spec->pcp = l.spec.pcp;
+    spec->pp = l.spec.pp;
+    spec->dp = l.spec.dp;
+  });
+}
+
+kvcommResult_t kvcommLayoutGetCoord(kvcommLayout_t layout, kvcommLayoutCoord* coord) {
+  return guard("kvcommLayoutGetCoord", [&] {
+    auto& l = get(layout, "kvcommLayoutGetCoord");
+    requireNonNull(coord, "kvcommLayoutGetCoord", "coord");
+    toC(l.coord, coord);
+  });
+}
+
+kvcommResult_t kvcommLayoutCoordOf(const kvcommLayoutSpec* spec, int rank, kvcommLayoutCoord* coord) {
+  return guard("kvcommLayoutCoordOf", [&] {
+    kvcomm::LayoutSpec s = specOf(spec, "kvcommLayoutCoordOf");
+    requireNonNull(coord, "kvcommLayoutCoordOf", "coord");
+    checkRank(s, rank, "kvcommLayoutCoordOf");
+    toC(kvcomm::Layout::coordOf(s, rank), coord);
+  });
+}
+
+kvcommResult_t kvcommLayoutRankOf(const kvcommLayoutSpec* spec, const kvcommLayoutCoord* coord, int* rank) {
+  return guard("kvcommLayoutRankOf", [&] {
+    kvcomm::LayoutSpec s = specOf(spec, "kvcommLayoutRankOf");
+    requireNonNull(coord, "kvcommLayoutRankOf", "coord");
+    requireNonNull(rank, "kvcommLayoutRankOf", "rank");
+    KVCOMM_CHECK_ARG(coord->tp >= 0 && coord->tp < s.tp && coord->pcp >= 0 && coord->pcp < s.pcp && coord->pp >= 0 &&
+                         coord->pp < s.pp && coord->dp >= 0 && coord->dp < s.dp,
+                     "kvcommLayoutRankOf", "coordinates (tp ", coord->tp, ", pcp ", coord->pcp, ", pp ", coord->pp,
+                     ", dp ", coord->dp, ") outside the spec");
+    kvcomm::LayoutCoord c;
+    c.tp = coord->tp;
+    c.pcp = coord->pcp;
+    c.pp = coord->pp;
+    c.dp = coord->dp;
+    *rank = kvcomm::Layout::rankOf(s, c);
+  });
+}
+
+kvcommResult_t kvcommLayoutGroupOf(const kvcommLayoutSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
+                                   int* count) {
+  return guard("kvcommLayoutGroupOf", [&] {
+    kvcomm::LayoutSpec s = specOf(spec, "kvcommLayoutGroupOf");
+    requireNonNull(count, "kvcommLayoutGroupOf", "count");
+    KVCOMM_CHECK_ARG(capacity >= 0 && (ranks != nullptr || capacity == 0), "kvcommLayoutGroupOf",
+                     "ranks is NULL or capacity ", capacity, " is negative");
+    checkRank(s, rank, "kvcommLayoutGroupOf");
+    auto group = kvcomm::Layout::groupOf(s, rank, axisOf(axis, "kvcommLayoutGroupOf"));
+    for (size_t i = 0; i < group.size() && i < static_cast<size_t>(capacity); ++i) ranks[i] = group[i];
+    *count = static_cast<int>(group.size());
+  });
+}
+
+}  // extern "C"

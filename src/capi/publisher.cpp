@@ -1,0 +1,163 @@
+// C ABI: Publisher (publish, barrier and its split signal/wait, fused, device errors) and the capability probes.
+#include <vector>
+
+#include "capi/capi.hpp"
+#include "common/check.hpp"
+#include "kvcomm/capabilities.hpp"
+
+using kvcomm::capi::guard;
+using kvcomm::capi::requireNonNull;
+
+namespace {
+
+kvcomm::Publisher& get(kvcommPublisher_t publisher, const char* call) {
+  requireNonNull(publisher, call, "publisher");
+  return publisher->publisher;
+}
+
+kvcomm::SlotType slotTypeOf(kvcommSlotType_t t, const char* call) {
+  switch (t) {
+    case kvcommSlotInt64:
+      return kvcomm::SlotType::Int64;
+    case kvcommSlotInt32:
+      return kvcomm::SlotType::Int32;
+  }
+  KVCOMM_THROW(InvalidArgument, call, "slot type ", static_cast<int>(t), " is not a kvcommSlotType_t");
+}
+
+std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, int n, const char* call) {
+  KVCOMM_CHECK_ARG(n > 0 && tensors != nullptr, call, "numTensors ", n, " (tensors ", tensors ? "given" : "NULL",
+                   "): at least one tensor is needed");
+  std::vector<kvcomm::CacheTensor> out(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    const kvcommCacheTensor& t = tensors[k];
+    kvcomm::CacheTensor& c = out[static_cast<size_t>(k)];
+    c.src = t.src;
+    c.srcStride = t.srcStride;
+    c.rowBytes = t.rowBytes;
+    c.offset = t.offset;
+    c.blockSize = t.blockSize;
+    c.blockStride = t.blockStride;
+    c.rowStride = t.rowStride;
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+kvcommResult_t kvcommCacheTensorInit(kvcommCacheTensor* tensor) {
+  return guard("kvcommCacheTensorInit", [&] {
+    requireNonNull(tensor, "kvcommCacheTensorInit", "tensor");
+    *tensor = kvcommCacheTensor{};
+    tensor->blockSize = 1;
+  });
+}
+
+kvcommResult_t kvcommPublisherOptionsInit(kvcommPublisherOptions* options) {
+  return guard("kvcommPublisherOptionsInit", [&] {
+    requireNonNull(options, "kvcommPublisherOptionsInit", "options");
+    kvcomm::PublisherOptions d;
+    options->lanes = d.lanes;
+    options->barrierTimeoutMs = d.barrierTimeoutMs;
+    options->stagingTokens = d.stagingTokens;
+    options->stagingBytesPerToken = d.stagingBytesPerToken;
+  });
+}
+
+kvcommResult_t kvcommPublisherCreate(kvcommBuffer_t buffer, const kvcommPublisherOptions* options,
+                                     kvcommPublisher_t* publisher) {
+  return guard("kvcommPublisherCreate", [&] {
+    requireNonNull(buffer, "kvcommPublisherCreate", "buffer");
+    requireNonNull(publisher, "kvcommPublisherCreate", "publisher");
+    kvcomm::PublisherOptions o;
+    if (options) {
+      o.lanes = options->lanes;
+      o.barrierTimeoutMs = options->barrierTimeoutMs;
+      o.stagingTokens = options->stagingTokens;
+      o.stagingBytesPerToken = options->stagingBytesPerToken;
+    }
+    *publisher = new kvcommPublisher{kvcomm::Publisher::create(buffer->buffer, o)};
+  });
+}
+
+kvcommResult_t kvcommPublisherDestroy(kvcommPublisher_t publisher) {
+  return guard("kvcommPublisherDestroy", [&] { delete publisher; });
+}
+
+kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                             const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                             kvcommStream_t stream) {
+  return guard("kvcommPublish", [&] {
+    auto& p = get(publisher, "kvcommPublish");
+    p.publish(tensorsOf(tensors, numTensors, "kvcommPublish"), slotMapping, slotTypeOf(slotType, "kvcommPublish"),
+              numTokens, stream);
+  });
+}
+
+kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
+  return guard("kvcommPublisherBarrier", [&] { get(publisher, "kvcommPublisherBarrier").barrier(stream, lane); });
+}
+
+kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
+  return guard("kvcommPublisherSignal", [&] { get(publisher, "kvcommPublisherSignal").signal(stream, lane); });
+}
+
+kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
+  return guard("kvcommPublisherWait", [&] { get(publisher, "kvcommPublisherWait").wait(stream, lane); });
+}
+
+kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                                       const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                                       kvcommStream_t stream, int lane) {
+  return guard("kvcommPublishAndBarrier", [&] {
+    auto& p = get(publisher, "kvcommPublishAndBarrier");
+    p.publishAndBarrier(tensorsOf(tensors, numTensors, "kvcommPublishAndBarrier"), slotMapping,
+                        slotTypeOf(slotType, "kvcommPublishAndBarrier"), numTokens, stream, lane);
+  });
+}
+
+kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode) {
+  return guard("kvcommPublisherMode", [&] {
+    auto& p = get(publisher, "kvcommPublisherMode");
+    requireNonNull(mode, "kvcommPublisherMode", "mode");
+    *mode = p.mode() == kvcomm::PublishMode::Direct ? kvcommPublishDirect : kvcommPublishFallback;
+  });
+}
+
+kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason) {
+  return guard("kvcommPublisherModeReason", [&] {
+    auto& p = get(publisher, "kvcommPublisherModeReason");
+    requireNonNull(reason, "kvcommPublisherModeReason", "reason");
+    *reason = p.modeReason().c_str();
+  });
+}
+
+kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDeviceError* error) {
+  return guard("kvcommPublisherPollError", [&] {
+    auto& p = get(publisher, "kvcommPublisherPollError");
+    requireNonNull(error, "kvcommPublisherPollError", "error");
+    kvcomm::capi::toC(p.pollError(), error);
+  });
+}
+
+kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher) {
+  return guard("kvcommPublisherCheckErrors", [&] { get(publisher, "kvcommPublisherCheckErrors").checkErrors(); });
+}
+
+kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed) {
+  return guard("kvcommCapabilitiesString", [&] {
+    kvcomm::capi::copyString(kvcomm::capabilities().toString(), text, textBytes, needed, "kvcommCapabilitiesString");
+  });
+}
+
+kvcommResult_t kvcommUseLocalDevice(int localRank, int* device) {
+  return guard("kvcommUseLocalDevice", [&] {
+    requireNonNull(device, "kvcommUseLocalDevice", "device");
+    KVCOMM_CHECK_ARG(localRank >= 0, "kvcommUseLocalDevice", "localRank ", localRank, " is negative");
+    *device = kvcomm::useLocalDevice(localRank);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,54 @@
+// CUDA pieces of the same-host fetch path: staging of block-pair lists for the gather kernel, copy-engine batches,
+// events for polled completion. Compiled with CUDA only (fetch/no_cuda.cpp says "built without CUDA" otherwise).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/launch.hpp"
+#include "kvcomm/stream.hpp"
+
+namespace kvcomm::detail {
+
+/// One copy-engine descriptor: `height` rows of `width` bytes (height 1: a plain copy).
+struct CopyDesc {
+  char* dst;
+  const char* src;
+  size_t width;
+  size_t height;
+  size_t dpitch;
+  size_t spitch;
+};
+
+/// A recorded point in a stream; done() polls, wait() blocks. Destruction never blocks.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual bool done() = 0;
+  virtual void wait() = 0;
+};
+
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+  /// Launches the gather kernel over `n` pairs (host arrays): inline in the launch for small batches, else copied
+  /// into device staging in stream order. Staging is reused only after the copy that last used it finished.
+  virtual void launchPairs(FetchLaunch base, const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
+                           Stream stream) = 0;
+  /// Enqueues copy-engine descriptors (one batch where the API allows, else one call each).
+  virtual void copies(const std::vector<CopyDesc>& descs, Stream stream) = 0;
+  virtual std::unique_ptr<DeviceEvent> record(Stream stream) = 0;
+  /// Whether `stream` is being captured into a CUDA graph.
+  virtual bool capturing(Stream stream) = 0;
+  /// A non-blocking stream of the copier's own (polled fetches without a stream).
+  virtual Stream ownStream() = 0;
+  /// Waits for everything the copier enqueued (teardown).
+  virtual void drain() noexcept = 0;
+};
+
+/// Throws Unsupported in a build without CUDA.
+std::unique_ptr<DeviceCopier> makeDeviceCopier();
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,119 @@
+#include "fetch/layout_registry.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/agreement.hpp"
+#include "common/check.hpp"
+#include "kvcomm/device/publish.hpp"
+
+namespace kvcomm {
+
+uint64_t layoutHash(const KvLayout& layout) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(layout.version);
+  mix(layout.regions.size());
+  for (const KvRegion& r : layout.regions) {
+    mix(r.offset);
+    mix(r.blockBytes);
+    mix(r.blockStride ? r.blockStride : r.blockBytes);
+    mix(r.numBlocks);
+  }
+  return h ? h : 1;  // 0 means "any" in a request
+}
+
+namespace detail {
+
+uint64_t regionExtent(const KvRegion& r, const char* call, size_t index) {
+  uint64_t stride = r.blockStride ? r.blockStride : r.blockBytes;
+  uint64_t span = 0, extent = 0;
+  KVCOMM_CHECK_ARG(!__builtin_mul_overflow(static_cast<uint64_t>(r.numBlocks - 1), stride, &span) &&
+                       !__builtin_add_overflow(span, static_cast<uint64_t>(r.blockBytes), &extent),
+                   call, "region ", index, ": ", r.numBlocks, " blocks of stride ", stride, " overflow 64-bit offsets");
+  return extent;
+}
+
+void validateLayout(const KvLayout& layout, uint64_t capacity,
+                    const std::function<bool(uint64_t offset, uint64_t bytes)>& isBacked, const char* call) {
+  KVCOMM_CHECK_ARG(!layout.regions.empty() && layout.regions.size() <= kMaxFetchRegions, call, "a layout has 1 to ",
+                   kMaxFetchRegions, " regions, not ", layout.regions.size());
+  for (size_t j = 0; j < layout.regions.size(); ++j) {
+    const KvRegion& r = layout.regions[j];
+    KVCOMM_CHECK_ARG(r.blockBytes > 0 && r.numBlocks > 0, call, "region ", j, ": blockBytes (", r.blockBytes,
+                     ") and numBlocks (", r.numBlocks, ") must be positive");
+    KVCOMM_CHECK_ARG(r.blockStride == 0 || r.blockStride >= r.blockBytes, call, "region ", j, ": blockStride ",
+                     r.blockStride, " is smaller than blockBytes ", r.blockBytes, " (blocks would overlap)");
+    uint64_t extent = regionExtent(r, call, j), end = 0;
+    KVCOMM_CHECK_ARG(!__builtin_add_overflow(static_cast<uint64_t>(r.offset), extent, &end) && end <= capacity, call,
+                     "region ", j, ": [", r.offset, ", +", extent, ") ends beyond the buffer's ", capacity, " bytes");
+    KVCOMM_CHECK_ARG(isBacked(r.offset, extent), call, "region ", j, ": [", r.offset, ", +", extent,
+                     ") is not wholly backed (grow() or commit() it before registering)");
+  }
+}
+
+LayoutTable exchangeLayouts(Communicator& comm, const KvLayout& mine) {
+  const char* call = "Fetcher::create (layouts)";
+  const int n = comm.size();
+  struct Head {
+    uint64_t regions;
+    uint64_t version;
+  };
+  std::vector<Head> heads(static_cast<size_t>(n));
+  heads[static_cast<size_t>(comm.rank())] = {mine.regions.size(), mine.version};
+  comm.allgather(heads.data(), sizeof(Head));
+  size_t most = 0;
+  for (const Head& h : heads) most = std::max<size_t>(most, h.regions);
+  std::vector<FetchRegionView> all(static_cast<size_t>(n) * most);
+  for (size_t j = 0; j < mine.regions.size(); ++j) {
+    const KvRegion& r = mine.regions[j];
+    all[static_cast<size_t>(comm.rank()) * most + j] = {r.offset, r.blockBytes,
+                                                        r.blockStride ? r.blockStride : r.blockBytes, r.numBlocks};
+  }
+  comm.allgather(all.data() + 0, sizeof(FetchRegionView) * most);
+  // Every rank runs the same checks on the same data: the same error everywhere, no vote needed.
+  LayoutTable t;
+  t.numRegions = heads[0].regions;
+  for (int r = 0; r < n; ++r)
+    KVCOMM_CHECK_ARG(heads[static_cast<size_t>(r)].regions == t.numRegions, call, "rank ", r, " registered ",
+                     heads[static_cast<size_t>(r)].regions, " regions but rank 0 registered ", t.numRegions,
+                     " (every member's layout needs the same regions)");
+  t.views.resize(static_cast<size_t>(n) * t.numRegions);
+  t.layouts.resize(static_cast<size_t>(n));
+  t.hashes.resize(static_cast<size_t>(n));
+  t.minBlocks.assign(static_cast<size_t>(n), ~0ull);
+  t.contiguous.assign(static_cast<size_t>(n), 1);
+  t.minBlockBytes = ~0ull;
+  for (size_t j = 0; j < t.numRegions; ++j) {
+    t.minBlockBytes = std::min<uint64_t>(t.minBlockBytes, all[j].blockBytes);
+    t.blockBytesSum += all[j].blockBytes;
+  }
+  uint64_t align = 0;
+  for (int r = 0; r < n; ++r) {
+    KvLayout& l = t.layouts[static_cast<size_t>(r)];
+    l.version = heads[static_cast<size_t>(r)].version;
+    for (size_t j = 0; j < t.numRegions; ++j) {
+      const FetchRegionView& v = all[static_cast<size_t>(r) * most + j];
+      const FetchRegionView& ref = all[j];
+      KVCOMM_CHECK_ARG(v.blockBytes == ref.blockBytes, call, "region ", j, " of rank ", r, " has blocks of ",
+                       v.blockBytes, " bytes but rank 0's has ", ref.blockBytes,
+                       " (a fetch copies whole blocks: region sizes must match)");
+      t.views[static_cast<size_t>(r) * t.numRegions + j] = v;
+      l.regions.push_back({v.offset, v.blockBytes, v.blockStride, v.numBlocks});
+      t.minBlocks[static_cast<size_t>(r)] = std::min<uint64_t>(t.minBlocks[static_cast<size_t>(r)], v.numBlocks);
+      if (v.blockStride != v.blockBytes) t.contiguous[static_cast<size_t>(r)] = 0;
+      align |= v.offset | v.blockBytes | v.blockStride;
+    }
+    t.hashes[static_cast<size_t>(r)] = layoutHash(l);
+  }
+  t.vec = commonAlignment(align);
+  return t;
+}
+
+}  // namespace detail
+}  // namespace kvcomm

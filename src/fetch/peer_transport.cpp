@@ -1,0 +1,282 @@
+#include "fetch/peer_transport.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+
+namespace kvcomm::detail {
+
+bool processAlive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) == -1 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // cannot tell (no /proc): assume alive
+  size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
+  const LayoutTable& t = *c.table;
+  const int me = c.buffer->rank();
+  char* srcBase = static_cast<char*>(c.buffer->peer(run.rank));
+  char* dstBase = static_cast<char*>(c.buffer->local());
+  std::vector<CopyDesc> out;
+  out.reserve(t.numRegions);
+  for (size_t j = 0; j < t.numRegions; ++j) {
+    const FetchRegionView& s = t.views[static_cast<size_t>(run.rank) * t.numRegions + j];
+    const FetchRegionView& d = t.views[static_cast<size_t>(me) * t.numRegions + j];
+    CopyDesc x{};
+    x.src = srcBase + s.offset + static_cast<uint64_t>(run.src) * s.blockStride;
+    x.dst = dstBase + d.offset + static_cast<uint64_t>(run.dst) * d.blockStride;
+    if (run.blocks == 1 || (s.blockStride == s.blockBytes && d.blockStride == d.blockBytes)) {
+      x.width = static_cast<size_t>(run.blocks) * d.blockBytes;
+      x.height = 1;
+    } else {
+      x.width = d.blockBytes;
+      x.height = static_cast<size_t>(run.blocks);
+      x.spitch = s.blockStride;
+      x.dpitch = d.blockStride;
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs) {
+  FetchLaunch f{};
+  f.h = c.handle;
+  f.vec = c.table->vec;
+  f.error = c.error;
+  f.numPairs = static_cast<int64_t>(pairs);
+  uint64_t largest = 0;
+  for (size_t j = 0; j < c.table->numRegions; ++j) largest = std::max(largest, c.table->views[j].blockBytes);
+  // Enough warp-sized items to fill the GPU (about 16k), in chunks of 4 to 64 KiB (multiples of every vector).
+  uint64_t chunk = 64u << 10;
+  while (chunk > 4096 &&
+         static_cast<uint64_t>(pairs) * c.table->numRegions * ((largest + chunk - 1) / chunk) < (16u << 10))
+    chunk /= 2;
+  f.chunkBytes = chunk;
+  f.chunksPerBlock = static_cast<int64_t>((largest + chunk - 1) / chunk);
+  return f;
+}
+
+namespace {
+
+void hostCopy(const CopyDesc& c) {
+  for (size_t row = 0; row < c.height; ++row) std::memmove(c.dst + row * c.dpitch, c.src + row * c.spitch, c.width);
+}
+
+// Polled CPU copies on a worker thread, run by run in slices of blocks (every region of a slice, then the next),
+// pacing and watching the sources between slices, so progress and failure are known block by block.
+class HostOp : public TransportOp {
+ public:
+  HostOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
+         const FetchOptions& options)
+      : ctx_(c), plan_(std::move(plan)), runs_(std::move(runs)), rate_(options.maxBytesPerSecond) {
+    worker_ = std::thread([this] { work(); });
+  }
+  ~HostOp() override {
+    stop_ = true;
+    worker_.join();  // the worker is the only writer: once it returned nothing more lands
+  }
+
+  void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [ri, n] : progress_) blocksDone[ri] = n;
+    *finished = finished_;
+    *error = error_;
+  }
+
+ private:
+  void work() {
+    const auto start = std::chrono::steady_clock::now();
+    auto lastCheck = start;
+    uint64_t copied = 0;
+    const LayoutTable& t = *ctx_.table;
+    const int64_t perSlice = std::max<int64_t>(1, static_cast<int64_t>((1u << 20) / t.blockBytesSum));
+    std::string failure;
+    for (size_t ri : runs_) {
+      const BlockRun& run = plan_->runs[ri];
+      for (int64_t b0 = 0; b0 < run.blocks && failure.empty(); b0 += perSlice) {
+        BlockRun slice = run;
+        slice.src += b0;
+        slice.dst += b0;
+        slice.blocks = std::min(perSlice, run.blocks - b0);
+        for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
+        copied += static_cast<uint64_t>(slice.blocks) * t.blockBytesSum;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          progress_[ri] = b0 + slice.blocks;
+        }
+        if (rate_) {  // pace: never ahead of maxBytesPerSecond
+          auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(static_cast<double>(copied) / rate_));
+          while (!stop_ && failure.empty() && std::chrono::steady_clock::now() < due) {
+            checkSource(run.rank, &lastCheck, &failure);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
+        checkSource(run.rank, &lastCheck, &failure);
+        if (stop_ && failure.empty()) failure = "the operation was destroyed before it finished";
+      }
+      if (!failure.empty()) break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = failure;
+    finished_ = true;
+  }
+
+  void checkSource(int rank, std::chrono::steady_clock::time_point* last, std::string* failure) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::milliseconds(2)) return;
+    *last = now;
+    int pid = ctx_.pids[static_cast<size_t>(rank)];
+    if (!processAlive(pid)) *failure = cat("source rank ", rank, " (pid ", pid, ") died during the fetch");
+  }
+
+  PeerContext ctx_;
+  std::shared_ptr<const PlanOutput> plan_;
+  std::vector<size_t> runs_;
+  uint64_t rate_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<size_t, int64_t> progress_;  // run -> blocks landed
+  bool finished_ = false;
+  std::string error_;
+  std::thread worker_;
+};
+
+// Polled CUDA copies: enqueued at once, one event at the end; a source found dead before the event fires fails
+// the operation (its bytes are not known to have landed), and destruction waits for the event.
+class DeviceOp : public TransportOp {
+ public:
+  DeviceOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
+           std::unique_ptr<DeviceEvent> event)
+      : ctx_(c), plan_(std::move(plan)), runs_(std::move(runs)), event_(std::move(event)) {}
+  ~DeviceOp() override {
+    try {
+      event_->wait();
+    } catch (const std::exception& e) {
+      KVCOMM_WARN("fetch: waiting for a polled fetch at teardown: ", e.what());
+    }
+  }
+  void setSources(std::vector<int> ranks) { sources_ = std::move(ranks); }
+  void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
+    if (!finished_) {
+      if (event_->done()) {
+        finished_ = landed_ = true;
+      } else {
+        for (int r : sources_)
+          if (!processAlive(ctx_.pids[static_cast<size_t>(r)])) {
+            finished_ = true;
+            error_ = cat("source rank ", r, " (pid ", ctx_.pids[static_cast<size_t>(r)], ") died during the fetch");
+            break;
+          }
+      }
+    }
+    if (landed_)
+      for (size_t i : runs_) blocksDone[i] = plan_->runs[i].blocks;
+    *finished = finished_;
+    *error = error_;
+  }
+
+ private:
+  PeerContext ctx_;
+  std::shared_ptr<const PlanOutput> plan_;
+  std::vector<size_t> runs_;
+  std::unique_ptr<DeviceEvent> event_;
+  std::vector<int> sources_;
+  bool finished_ = false;
+  bool landed_ = false;
+  std::string error_;
+};
+
+class PeerTransport : public FetchTransport {
+ public:
+  explicit PeerTransport(PeerContext c) : ctx_(std::move(c)) {}
+  const char* name() const override { return "peer"; }
+
+  std::string unreachable(int rank) const override {
+    if (ctx_.buffer->isMapped(rank)) return "";
+    return cat("member ", rank,
+               " is not mapped here (another host, or no P2P access between the GPUs); cross-host fetch needs a "
+               "network transport");
+  }
+
+  void submit(const PlanOutput& plan, const std::vector<size_t>& runs, Stream stream) override {
+    if (ctx_.buffer->kind() == MemoryKind::Host) {
+      for (size_t ri : runs)
+        for (const CopyDesc& c : runCopies(ctx_, plan.runs[ri])) hostCopy(c);
+      return;
+    }
+    // Copy-engine runs as descriptors; kernel runs as one list of pairs for the gather kernel.
+    std::vector<CopyDesc> descs;
+    std::vector<int64_t> src, dst;
+    std::vector<int32_t> rank;
+    bool allKernel = true;
+    for (size_t ri : runs) allKernel = allKernel && plan.runs[ri].path == FetchPath::Kernel;
+    if (allKernel && runs.size() == plan.runs.size()) {
+      launch(plan.pairs.src.data(), plan.pairs.dst.data(), plan.pairs.rank.data(), plan.pairs.size(), stream);
+      return;
+    }
+    for (size_t ri : runs) {
+      const BlockRun& r = plan.runs[ri];
+      if (r.path == FetchPath::CopyEngine) {
+        for (const CopyDesc& c : runCopies(ctx_, r)) descs.push_back(c);
+      } else {
+        src.insert(src.end(), plan.pairs.src.begin() + r.firstPair, plan.pairs.src.begin() + r.firstPair + r.blocks);
+        dst.insert(dst.end(), plan.pairs.dst.begin() + r.firstPair, plan.pairs.dst.begin() + r.firstPair + r.blocks);
+        rank.insert(rank.end(), static_cast<size_t>(r.blocks), r.rank);
+      }
+    }
+    if (!descs.empty()) ctx_.copier->copies(descs, stream);
+    if (!src.empty()) launch(src.data(), dst.data(), rank.data(), src.size(), stream);
+  }
+
+  std::unique_ptr<TransportOp> start(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
+                                     const FetchOptions& options, Stream stream) override {
+    if (ctx_.buffer->kind() == MemoryKind::Host)
+      return std::make_unique<HostOp>(ctx_, std::move(plan), std::move(runs), options);
+    Stream s = stream ? stream : ctx_.copier->ownStream();
+    submit(*plan, runs, s);
+    std::vector<int> sources;
+    for (size_t ri : runs) sources.push_back(plan->runs[ri].rank);
+    std::sort(sources.begin(), sources.end());
+    sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+    auto op = std::make_unique<DeviceOp>(ctx_, plan, std::move(runs), ctx_.copier->record(s));
+    op->setSources(std::move(sources));
+    return op;
+  }
+
+ private:
+  // Pairs of a plan: validated on the host against the current generation, so the kernel skips its checks.
+  void launch(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, Stream stream) {
+    FetchLaunch f = makeFetchLaunch(ctx_, n);
+    f.trusted = 1;
+    ctx_.copier->launchPairs(f, src, dst, rank, n, stream);
+  }
+
+  PeerContext ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context) {
+  return std::make_unique<PeerTransport>(std::move(context));
+}
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,36 @@
+// Same-host fetch over the peer mappings a SymmetricBuffer already holds: the gather kernel or the copy engines on
+// CUDA buffers, CPU copies on host buffers.
+#pragma once
+
+#include <memory>
+
+#include "fetch/device_copy.hpp"
+#include "fetch/transport.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace kvcomm::detail {
+
+/// What the peer transport reads: the buffer (its own handle), the layouts, the kernel's view of both.
+struct PeerContext {
+  const SymmetricBuffer* buffer = nullptr;  // the Fetcher's handle, which outlives every operation
+  const LayoutTable* table = nullptr;
+  FetchDeviceHandle handle{};
+  DeviceErrorRecord* error = nullptr;
+  DeviceCopier* copier = nullptr;  // CUDA buffers
+  std::vector<int> pids;           // by rank (liveness of sources)
+};
+
+std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context);
+
+/// The copies of run `run` region by region: one contiguous copy where both sides' blocks are back to back, else
+/// one 2-D copy (blocks rows of blockBytes at the two strides).
+std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run);
+
+/// The gather kernel's launch for `pairs` pairs (ids filled in by the caller): the fetcher's tables and chunking
+/// that gives the GPU enough warp-sized items.
+FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs);
+
+/// Whether process `pid` (on this host) still runs: not gone and not a zombie.
+bool processAlive(int pid);
+
+}  // namespace kvcomm::detail

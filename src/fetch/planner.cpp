@@ -1,0 +1,131 @@
+#include "fetch/planner.hpp"
+
+#include <chrono>
+
+#include "common/check.hpp"
+
+namespace kvcomm::detail {
+
+namespace {
+
+// Names the first pair of `requests` whose destination is `block` (only called to report a duplicate).
+std::pair<size_t, size_t> firstUse(const std::vector<FetchRequest>& requests, int64_t block) {
+  for (size_t k = 0; k < requests.size(); ++k)
+    for (size_t i = 0; i < requests[k].count; ++i)
+      if (requests[k].dstBlocks[i] == block && requests[k].srcBlocks[i] != -1) return {k, i};
+  return {0, 0};
+}
+
+}  // namespace
+
+PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in) {
+  const char* call = "fetch (plan)";
+  auto t0 = std::chrono::steady_clock::now();
+  const LayoutTable& t = *in.table;
+  const int n = static_cast<int>(t.layouts.size());
+  const uint64_t dstLimit = t.minBlocks[static_cast<size_t>(in.myRank)];
+  PlanOutput out;
+  size_t total = 0;
+  for (const FetchRequest& r : requests) total += r.count;
+  // Sized once and written by index: the loop below is the per-pair cost of every host-planned fetch.
+  out.pairs.src.resize(total);
+  out.pairs.dst.resize(total);
+  out.pairs.rank.resize(total);
+  out.runs.reserve(total);
+  int64_t* ps = out.pairs.src.data();
+  int64_t* pd = out.pairs.dst.data();
+  int32_t* pr = out.pairs.rank.data();
+  size_t kept = 0, skipped = 0;
+  std::vector<uint64_t> seen((dstLimit + 63) / 64, 0);  // destination blocks already claimed
+  uint64_t* claimed = seen.data();
+
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const FetchRequest& q = requests[k];
+    KVCOMM_CHECK_ARG(q.srcRank >= 0 && q.srcRank < n, call, "request ", k, ": source rank ", q.srcRank,
+                     " is outside the group of ", n);
+    const size_t rank = static_cast<size_t>(q.srcRank);
+    if (!in.reachable[rank])
+      KVCOMM_THROW(Unsupported, call, "request ", k, ": source rank ", q.srcRank, " cannot be reached by ",
+                   fetchPathName(in.path), " fetch: ", in.unreachableWhy[rank]);
+    KVCOMM_CHECK_ARG(q.srcLayoutHash == 0 || q.srcLayoutHash == t.hashes[rank], call, "request ", k,
+                     ": expects source layout hash 0x", std::hex, q.srcLayoutHash, " but rank ", std::dec, q.srcRank,
+                     " registered 0x", std::hex, t.hashes[rank], std::dec, " (its layout changed)");
+    KVCOMM_CHECK_ARG(q.count == 0 || (q.srcBlocks && q.dstBlocks), call, "request ", k, ": ", q.count,
+                     " pairs but a null id array");
+    const uint64_t srcLimit = t.minBlocks[rank];
+    const bool contiguous = t.contiguous[rank] && t.contiguous[static_cast<size_t>(in.myRank)];
+    const int64_t* qs = q.srcBlocks;
+    const int64_t* qd = q.dstBlocks;
+    // The open run: [runStart, kept) in the pairs arrays.
+    size_t runStart = kept;
+    auto close = [&] {
+      if (kept == runStart) return;
+      const int64_t blocks = static_cast<int64_t>(kept - runStart);
+      FetchPath p = in.path;
+      if (p == FetchPath::Auto)
+        p = contiguous && static_cast<uint64_t>(blocks) * t.minBlockBytes >= in.copyEngineMinRunBytes
+                ? FetchPath::CopyEngine
+                : FetchPath::Kernel;
+      out.runs.push_back({q.srcRank, ps[runStart], pd[runStart], blocks, runStart, p});
+      runStart = kept;
+    };
+    for (size_t i = 0; i < q.count; ++i) {
+      const int64_t s = qs[i], d = qd[i];
+      if (s == -1 || d == -1) {
+        ++skipped;
+        close();
+        continue;
+      }
+      // Unsigned compares: a negative id is huge, so one test per side covers both ends of the range.
+      if (static_cast<uint64_t>(s) >= srcLimit)
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s, " is outside [0, ",
+                     srcLimit, ") of rank ", q.srcRank, "'s layout");
+      if (static_cast<uint64_t>(d) >= dstLimit)
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d, " is outside [0, ",
+                     dstLimit, ") of this rank's layout");
+      uint64_t& word = claimed[static_cast<uint64_t>(d) >> 6];
+      const uint64_t bit = 1ull << (static_cast<uint64_t>(d) & 63);
+      if (word & bit) {
+        auto [k0, i0] = firstUse(requests, d);
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d,
+                     " is already written by request ", k0, ", pair ", i0, " (duplicate destination)");
+      }
+      word |= bit;
+      if (kept > runStart && (s != ps[kept - 1] + 1 || d != pd[kept - 1] + 1)) close();
+      ps[kept] = s;
+      pd[kept] = d;
+      pr[kept] = q.srcRank;
+      ++kept;
+    }
+    close();
+  }
+  out.pairs.src.resize(kept);
+  out.pairs.dst.resize(kept);
+  out.pairs.rank.resize(kept);
+  out.info.pairsSkipped = skipped;
+
+  // A handful of copies lands sooner through the copy engines than through a kernel launch (measured on H200: one
+  // 4 KiB block 5.7 us event to event against 10.6 us), so auto sends tiny batches there whatever their shape.
+  if (in.path == FetchPath::Auto && out.runs.size() * t.numRegions <= in.copyEngineMaxDescriptors)
+    for (BlockRun& r : out.runs) r.path = FetchPath::CopyEngine;
+  FetchPlanInfo& info = out.info;
+  info.pairsIn = total;
+  info.bytes = out.pairs.size() * t.blockBytesSum;
+  for (const BlockRun& r : out.runs) {
+    size_t perRegion = t.numRegions;
+    if (r.path == FetchPath::CopyEngine) info.copyEngineRuns += perRegion;
+    if (r.path == FetchPath::Kernel) info.kernelRuns += perRegion;
+    if (r.path == FetchPath::Host) info.hostRuns += perRegion;
+  }
+  info.runsOut = out.runs.size() * t.numRegions;
+  int used = (info.kernelRuns > 0) + (info.copyEngineRuns > 0) + (info.hostRuns > 0);
+  info.path = used > 1              ? FetchPath::Auto
+              : info.copyEngineRuns ? FetchPath::CopyEngine
+              : info.kernelRuns     ? FetchPath::Kernel
+              : info.hostRuns       ? FetchPath::Host
+                                    : (in.path == FetchPath::Auto ? FetchPath::Kernel : in.path);
+  info.planMicros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace kvcomm::detail

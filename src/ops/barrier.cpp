@@ -1,0 +1,133 @@
+// Barrier: a small symmetric signal area per member (flags written by peers, then this rank's epochs, block
+// arrivals of fused kernels and the device error record), and the launches of kernels/barrier.cu or their CPU twin.
+#include "kvcomm/barrier.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/agreement.hpp"
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "kernels/launch.hpp"
+#include "ops/device_errors.hpp"
+#include "ops/device_memory.hpp"
+
+namespace kvcomm {
+
+using detail::cat;
+
+namespace {
+
+constexpr size_t kFlagsBytes = sizeof(uint64_t) * kMaxBarrierLanes * kMaxHandlePeers;
+constexpr size_t kEpochsAt = kFlagsBytes;
+constexpr size_t kArrivalsAt = kEpochsAt + sizeof(uint64_t) * kMaxBarrierLanes;
+constexpr size_t kErrorAt = kArrivalsAt + sizeof(uint32_t) * kMaxBarrierLanes + 32;
+constexpr size_t kSignalBytes = kErrorAt + sizeof(DeviceErrorRecord);
+
+}  // namespace
+
+struct Barrier::Impl {
+  Communicator comm;
+  SymmetricBuffer signals;
+  int lanes = 2;
+  BarrierDeviceHandle handle{};
+
+  void launch(Stream stream, int lane, detail::BarrierStep step, const char* call) {
+    detail::RankScope scope(comm.rank());
+    KVCOMM_CHECK_ARG(lane >= 0 && lane < lanes, call, "lane ", lane, " outside [0, ", lanes, ")");
+    if (signals.kind() == MemoryKind::Cuda)
+      detail::launchBarrier(handle, lane, step, stream);
+    else
+      detail::hostBarrier(handle, lane, step);
+  }
+};
+
+Barrier::Barrier() = default;
+Barrier::Barrier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Barrier::~Barrier() = default;
+Barrier::Barrier(Barrier&&) noexcept = default;
+Barrier& Barrier::operator=(Barrier&&) noexcept = default;
+
+Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
+  const char* call = "Barrier::create";
+  KVCOMM_CHECK_ARG(comm.valid(), call, "the communicator is empty");
+  detail::RankScope scope(comm.rank());
+  KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, call, "lanes ", options.lanes,
+                   " outside [1, ", kMaxBarrierLanes, "]");
+  KVCOMM_CHECK_ARG(comm.size() <= kMaxHandlePeers, call, "a group of ", comm.size(), " members exceeds the ",
+                   kMaxHandlePeers, " a device barrier supports");
+  auto impl = std::make_unique<Impl>();
+  impl->comm = comm;
+  impl->lanes = options.lanes;
+  impl->signals = SymmetricBuffer::create(comm, kSignalBytes, kSignalBytes, options.kind);
+  SymmetricBuffer& sig = impl->signals;
+  detail::Outcome reach;
+  for (int r = 0; r < comm.size() && reach.ok(); ++r)
+    if (!sig.isMapped(r))
+      reach = detail::Outcome::failure(
+          cat("member ", r, " is not mapped here (another host, or no P2P access between the GPUs)"),
+          ErrorCode::Unsupported);
+  detail::vote(comm, call, reach);
+  char* local = static_cast<char*>(sig.local());
+  detail::allSucceed(comm, "Barrier::create (zero the signal area)", [&] {
+    if (sig.kind() == MemoryKind::Cuda)
+      detail::deviceMemset(local, 0, kSignalBytes);
+    else
+      std::memset(local, 0, kSignalBytes);
+  });
+  BarrierDeviceHandle& b = impl->handle;
+  for (int r = 0; r < comm.size(); ++r) b.peerSignals[r] = reinterpret_cast<uint64_t>(sig.peer(r));
+  b.localSignals = reinterpret_cast<uint64_t*>(local);
+  b.epochs = reinterpret_cast<uint64_t*>(local + kEpochsAt);
+  b.arrivals = reinterpret_cast<uint32_t*>(local + kArrivalsAt);
+  b.error = reinterpret_cast<DeviceErrorRecord*>(local + kErrorAt);
+  int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : env::barrierTimeoutMs();
+  ms = std::max<int64_t>(ms, 1);  // every wait stays bounded, whatever the knob says
+  b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
+  b.rank = comm.rank();
+  b.size = comm.size();
+  b.lanes = options.lanes;
+  comm.barrier();  // every area is zeroed before anyone signals into it
+  return Barrier(std::move(impl));
+}
+
+void Barrier::barrier(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::barrier", "empty barrier");
+  impl_->launch(stream, lane, detail::BarrierStep::Both, "Barrier::barrier");
+}
+void Barrier::signal(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::signal", "empty barrier");
+  impl_->launch(stream, lane, detail::BarrierStep::Signal, "Barrier::signal");
+}
+void Barrier::wait(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::wait", "empty barrier");
+  impl_->launch(stream, lane, detail::BarrierStep::Wait, "Barrier::wait");
+}
+
+int Barrier::lanes() const {
+  return impl_->lanes;
+}
+MemoryKind Barrier::kind() const {
+  return impl_->signals.kind();
+}
+Communicator& Barrier::communicator() const {
+  return impl_->comm;
+}
+BarrierDeviceHandle Barrier::deviceHandle() const {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::deviceHandle", "empty barrier");
+  return impl_->handle;
+}
+
+DeviceError Barrier::pollError() {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::pollError", "empty barrier");
+  detail::RankScope scope(impl_->comm.rank());
+  return detail::readDeviceError(kind(), impl_->handle.error);
+}
+
+void Barrier::checkErrors() {
+  DeviceError e = pollError();
+  detail::RankScope scope(impl_->comm.rank());
+  detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);
+}
+
+}  // namespace kvcomm

@@ -1,0 +1,72 @@
+#include "ops/device_errors.hpp"
+
+#include <cstring>
+#include <new>
+
+#include "common/check.hpp"
+#include "ops/device_memory.hpp"
+
+namespace kvcomm::detail {
+
+ErrorRecordMemory::ErrorRecordMemory(MemoryKind kind) : kind_(kind) {
+  if (kind_ == MemoryKind::Cuda) {
+    rec_ = static_cast<DeviceErrorRecord*>(deviceAlloc(sizeof(DeviceErrorRecord)));
+    try {
+      deviceMemset(rec_, 0, sizeof(DeviceErrorRecord));
+    } catch (...) {
+      deviceFree(rec_);
+      throw;
+    }
+  } else {
+    rec_ = new DeviceErrorRecord{};
+  }
+}
+
+ErrorRecordMemory::~ErrorRecordMemory() {
+  if (kind_ == MemoryKind::Cuda)
+    deviceFree(rec_);
+  else
+    delete rec_;
+}
+
+DeviceError readDeviceError(MemoryKind kind, DeviceErrorRecord* rec) {
+  DeviceErrorRecord r{};
+  if (kind == MemoryKind::Cuda)
+    deviceToHost(&r, rec, sizeof(r));
+  else
+    std::memcpy(&r, rec, sizeof(r));
+  if (r.flag != 1) return {};
+  if (kind == MemoryKind::Cuda)
+    deviceMemset(rec, 0, sizeof(r));
+  else
+    std::memset(static_cast<void*>(rec), 0, sizeof(r));
+  DeviceError e;
+  e.kind = static_cast<DeviceErrorKind>(r.kind);
+  e.tokenIndex = r.index;
+  e.slot = r.slot;
+  e.tensor = r.tensor;
+  e.rank = r.rank;
+  e.peer = r.peer;
+  e.lane = r.lane;
+  return e;
+}
+
+void throwDeviceError(const DeviceError& e, uint64_t timeoutMs) {
+  switch (e.kind) {
+    case DeviceErrorKind::None:
+      return;
+    case DeviceErrorKind::SlotOutOfRange:
+      KVCOMM_THROW(InvalidArgument, "publish (device)", "token ", e.tokenIndex, ": slot ", e.slot, " of tensor ",
+                   e.tensor, " lands beyond the backed part of the buffer; that row was not written");
+    case DeviceErrorKind::BarrierTimeout:
+      KVCOMM_THROW(Timeout, "barrier (device)", "rank ", e.rank, " waited for peer ", e.peer, " on lane ", e.lane,
+                   " longer than ", timeoutMs, " ms (the peer never arrived)");
+    case DeviceErrorKind::BlockOutOfRange:
+      KVCOMM_THROW(InvalidArgument, "fetch (device)", "pair ", e.tokenIndex, ": block id ", e.slot, " (source rank ",
+                   e.peer, ", region ", e.tensor,
+                   ") is outside the layout; that pair was not copied (other pairs were)");
+  }
+  KVCOMM_THROW(InternalError, "device error", "unknown kind ", static_cast<int>(e.kind));
+}
+
+}  // namespace kvcomm::detail

@@ -1,0 +1,129 @@
+// kvcomm::Barrier on its own (host backend in CI; CUDA where a GPU is present): signal/wait order stores into
+// peers' memory, lanes are independent, a member that never signals is a bounded, named Timeout.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/memory.hpp"
+#include "kvcomm/barrier.hpp"
+#include "kvcomm/error.hpp"
+#include "mpi/mpi_util.hpp"
+
+namespace {
+
+using kvcomm::Barrier;
+using kvcomm::MemoryKind;
+using kvcomm::SymmetricBuffer;
+
+class BarrierTest : public ::testing::TestWithParam<MemoryKind> {
+ protected:
+  void SetUp() override {
+    kind_ = GetParam();
+    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
+      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
+  }
+  Barrier make(kvcomm::Communicator& comm, int lanes = 2, int64_t timeoutMs = -1) {
+    kvcomm::BarrierOptions o;
+    o.lanes = lanes;
+    o.timeoutMs = timeoutMs;
+    o.kind = kind_;
+    return Barrier::create(comm, o);
+  }
+  MemoryKind kind_ = MemoryKind::Host;
+};
+
+// Each round one rank (a different one every time) stalls before writing its stamp into every peer's slot; the
+// others must still see every stamp after wait(). Without the acquire/wait they would read the old stamp.
+TEST_P(BarrierTest, SignalThenWaitMakesEveryPeersStoresVisible) {
+  auto comm = kvtest::tcpWorld();
+  const int n = comm.size(), me = comm.rank();
+  auto buf = SymmetricBuffer::create(comm, 1u << 20, 1u << 20, kind_);
+  auto bar = make(comm);
+  kvtest::fillMemory(kind_, buf.local(), 0, static_cast<size_t>(n) * 8);
+  comm.barrier();
+  const uint64_t seed = kvtest::sharedSeed();
+  for (int round = 1; round <= 40; ++round) {
+    const int lane = round % 2;
+    const uint64_t stamp = seed ^ (static_cast<uint64_t>(round) << 32 | static_cast<uint64_t>(me));
+    if (round % n == me) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int p = 0; p < n; ++p)
+      kvtest::toMemory(kind_, static_cast<char*>(buf.peer(p)) + static_cast<size_t>(me) * 8, &stamp, 8);
+    bar.signal(nullptr, lane);
+    // Unrelated work between the halves (the point of the split).
+    volatile uint64_t x = 0;
+    for (int i = 0; i < 10000; ++i) x = x + static_cast<uint64_t>(i);
+    bar.wait(nullptr, lane);
+    kvtest::synchronize(kind_);
+    std::vector<uint64_t> got(static_cast<size_t>(n));
+    kvtest::fromMemory(kind_, got.data(), buf.local(), got.size() * 8);
+    for (int p = 0; p < n; ++p)
+      ASSERT_EQ(got[static_cast<size_t>(p)], seed ^ (static_cast<uint64_t>(round) << 32 | static_cast<uint64_t>(p)))
+          << "round " << round << ": stamp of rank " << p << " not visible after wait()";
+    bar.barrier(nullptr, lane);  // nobody overwrites the slots before everyone checked them
+  }
+  kvtest::synchronize(kind_);
+  bar.checkErrors();
+}
+
+// Lanes are independent sequences: signalling lane 0 and lane 1, then waiting in the other order, works.
+TEST_P(BarrierTest, LanesInterleave) {
+  auto comm = kvtest::tcpWorld();
+  auto bar = make(comm, 3);
+  for (int i = 0; i < 50; ++i) {
+    bar.signal(nullptr, 0);
+    bar.signal(nullptr, 2);
+    bar.wait(nullptr, 2);
+    bar.barrier(nullptr, 1);
+    bar.wait(nullptr, 0);
+  }
+  kvtest::synchronize(kind_);
+  bar.checkErrors();
+  EXPECT_EQ(bar.lanes(), 3);
+  EXPECT_THROW(bar.signal(nullptr, 3), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(bar.wait(nullptr, -1), kvcomm::InvalidArgumentError);
+}
+
+TEST_P(BarrierTest, MemberThatNeverSignalsIsATimeoutNamingRankPeerAndLane) {
+  auto comm = kvtest::tcpWorld();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto bar = make(comm, 2, 300);
+  if (comm.rank() == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      bar.signal(nullptr, 1);
+      bar.wait(nullptr, 1);
+      kvtest::synchronize(kind_);
+      bar.checkErrors();
+    } catch (const kvcomm::Error& e) {
+      EXPECT_EQ(e.code(), kvcomm::ErrorCode::Timeout) << e.what();
+      message = e.what();
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(message.find("rank 0 waited for peer"), std::string::npos) << message;
+    EXPECT_NE(message.find("on lane 1"), std::string::npos) << message;
+    EXPECT_GE(ms, 250);
+    EXPECT_LT(ms, 5000);
+  }
+  comm.barrier();
+}
+
+TEST_P(BarrierTest, BadOptionsAreRefused) {
+  auto comm = kvtest::tcpWorld();
+  kvcomm::BarrierOptions o;
+  o.kind = kind_;
+  o.lanes = 0;
+  EXPECT_THROW(Barrier::create(comm, o), kvcomm::InvalidArgumentError);
+  o.lanes = kvcomm::kMaxBarrierLanes + 1;
+  EXPECT_THROW(Barrier::create(comm, o), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(Barrier().signal(), kvcomm::InvalidArgumentError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BarrierTest, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda),
+                         kvtest::kindName);
+
+}  // namespace

@@ -1,0 +1,365 @@
+// Fetch under mpirun, on the host backend and (where a GPU is present) the CUDA backend: every fetch compared byte
+// for byte, over each rank's whole buffer (guard bytes, untouched blocks, other regions), with a per-block oracle.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/fetch_oracle.hpp"
+#include "common/memory.hpp"
+#include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
+#include "mpi/mpi_util.hpp"
+
+namespace {
+
+using kvcomm::Fetcher;
+using kvcomm::FetchPath;
+using kvcomm::KvLayout;
+using kvcomm::MemoryKind;
+using kvcomm::SymmetricBuffer;
+using kvtest::FetchBatch;
+using kvtest::FetchCase;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Expects an Error of `code` whose message holds every fragment.
+template <typename Fn>
+void expectError(Fn&& fn, kvcomm::ErrorCode code, std::vector<std::string> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected " << kvcomm::errorCodeName(code) << " naming " << fragments[0];
+  } catch (const kvcomm::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+  }
+}
+
+class Fetch : public ::testing::TestWithParam<MemoryKind> {
+ protected:
+  void SetUp() override {
+    kind_ = GetParam();
+    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
+      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
+    seed_ = kvtest::sharedSeed();
+  }
+
+  // One case: every rank's buffer filled with its blocks, a fetcher, then `run(fetcher, batch)`; every rank's
+  // whole buffer compared with the oracle.
+  template <typename Run>
+  void scenario(kvcomm::Communicator& comm, const FetchCase& c, size_t maxPairs, int sources, Run&& run) {
+    size_t extent = 0;
+    KvLayout mine = kvtest::makeFetchLayout(c, seed_, comm.rank(), &extent);
+    std::vector<KvLayout> layouts;
+    size_t most = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      size_t e = 0;
+      layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
+      most = std::max(most, e);
+    }
+    auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+    auto image = kvtest::initialImage(mine, seed_, comm.rank(), extent);
+    kvtest::toMemory(kind_, buf.local(), image.data(), extent);
+    Fetcher f = Fetcher::create(buf, mine);
+    for (int r = 0; r < comm.size(); ++r)
+      ASSERT_EQ(f.layoutHash(r), kvcomm::layoutHash(layouts[static_cast<size_t>(r)]));
+    FetchBatch batch = kvtest::makeFetchBatch(seed_, comm.rank(), comm.size(), c.numBlocks, maxPairs, sources);
+    comm.barrier();  // every source is filled
+    run(f, batch);
+    kvtest::synchronize(kind_);
+    std::vector<uint8_t> got(extent);
+    kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+    kvtest::applyFetchOracle(image, layouts, comm.rank(), seed_, batch);
+    std::string diff = kvtest::describeMismatch(got, image, mine);
+    EXPECT_EQ(diff, "") << "case blockBytes " << c.blockBytes << " layers " << c.layers << " split " << c.split;
+    f.checkErrors();
+    comm.barrier();  // nobody refills a buffer a peer still reads
+  }
+
+  // This rank's layout for `c`, its extent, and a buffer size that covers every rank's extent.
+  KvLayout layoutOf(kvcomm::Communicator& comm, const FetchCase& c, size_t* extent, size_t* most) const {
+    *most = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      size_t e = 0;
+      kvtest::makeFetchLayout(c, seed_, r, &e);
+      *most = std::max(*most, e);
+    }
+    return kvtest::makeFetchLayout(c, seed_, comm.rank(), extent);
+  }
+
+  std::vector<FetchCase> cases() const {
+    std::vector<FetchCase> v = {
+        {16, 64, true, 512}, {656 * 16, 8, false, 128}, {64 << 10, 4, true, 32}, {2 << 20, 1, false, 8}};
+    std::mt19937_64 rng(seed_);
+    for (int i = 0; i < 3; ++i) {  // random ones: block sizes in 16-byte steps, any layer count up to 64
+      size_t bb = 16 * (1 + rng() % 512);
+      int layers = 1 + static_cast<int>(rng() % 64);
+      v.push_back({bb, layers, rng() % 2 == 0, 8 + rng() % 40});
+    }
+    return v;
+  }
+
+  std::vector<FetchPath> paths() const {
+    if (kind_ == MemoryKind::Host) return {FetchPath::Auto};
+    return {FetchPath::Kernel, FetchPath::CopyEngine, FetchPath::Auto};
+  }
+
+  MemoryKind kind_ = MemoryKind::Host;
+  uint64_t seed_ = 0;
+};
+
+TEST_P(Fetch, MatchesPerBlockOracleAcrossLayoutsAndPaths) {
+  auto comm = kvtest::tcpWorld();
+  for (const FetchCase& c : cases())
+    for (FetchPath path : paths()) {
+      kvcomm::FetchOptions o;
+      o.path = path;
+      o.copyEngineMinRunBytes = 3 * c.blockBytes;  // Auto mixes both engines
+      scenario(comm, c, 1000, 3, [&](Fetcher& f, const FetchBatch& b) {
+        kvcomm::FetchPlanInfo info = f.fetch(b.requests(), nullptr, o);
+        EXPECT_EQ(info.pairsIn, b.pairs());
+        EXPECT_LE(info.runsOut, (info.pairsIn - info.pairsSkipped) * f.layout(0).regions.size());
+        if (kind_ == MemoryKind::Host) {
+          EXPECT_EQ(info.path, FetchPath::Host);
+        } else if (path != FetchPath::Auto) {
+          EXPECT_EQ(info.path, path) << info.toString();
+        }
+      });
+    }
+}
+
+TEST_P(Fetch, PlanOnceSubmitTwiceAndPlanReportsCoalescing) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{4096, 2, true, 64};
+  scenario(comm, c, 30, 2, [&](Fetcher& f, const FetchBatch& b) {
+    kvcomm::FetchPlan plan = f.plan(b.requests());
+    EXPECT_EQ(plan.generation(), f.generation());
+    EXPECT_GT(plan.info().pairsIn, 0u);
+    f.submit(plan);
+    f.submit(plan);  // same bytes again
+  });
+  // One run of 10 consecutive blocks in 4 regions is 4 copies.
+  size_t extent = 0;
+  KvLayout mine = kvtest::makeFetchLayout(c, seed_, comm.rank(), &extent);
+  auto buf = SymmetricBuffer::create(comm, 1u << 22, 1u << 22, kind_);
+  Fetcher f = Fetcher::create(buf, mine);
+  std::vector<int64_t> src{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, dst{40, 41, 42, 43, 44, 45, 46, 47, 48, 49};
+  kvcomm::FetchRequest q{(comm.rank() + 1) % comm.size(), src.data(), dst.data(), src.size(), 0};
+  kvcomm::FetchPlan p = f.plan({q});
+  EXPECT_EQ(p.info().pairsIn, 10u);
+  EXPECT_EQ(p.info().runsOut, 4u) << p.info().toString();
+  EXPECT_EQ(p.info().bytes, 10u * 4 * 4096);
+}
+
+TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{1024, 3, true, 40};
+  scenario(comm, c, 200, 2, [&](Fetcher& f, const FetchBatch& b) {
+    for (size_t k = 0; k < b.ranks.size(); ++k) {
+      size_t n = b.src[k].size();
+      kvtest::Memory s(kind_, n * 8 + 8), d(kind_, n * 8 + 8);
+      kvtest::toMemory(kind_, s.data(), b.src[k].data(), n * 8);
+      kvtest::toMemory(kind_, d.data(), b.dst[k].data(), n * 8);
+      kvcomm::DeviceFetchBatch db;
+      db.srcBlocks = reinterpret_cast<const int64_t*>(s.data());
+      db.dstBlocks = reinterpret_cast<const int64_t*>(d.data());
+      db.srcRank = b.ranks[k];
+      db.count = n;
+      f.fetchDevice(db);
+      kvtest::synchronize(kind_);
+    }
+  });
+  // A bad id: CUDA copies the other pairs and reports the bad one; host refuses before copying anything.
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, c, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  kvtest::fillMemory(kind_, buf.local(), static_cast<uint8_t>(comm.rank() + 1), extent);  // every byte says whose
+  Fetcher f = Fetcher::create(buf, mine);
+  comm.barrier();
+  std::vector<int64_t> src{1, 2, 999}, dst{30, 31, 32};
+  std::vector<int32_t> ranks(3, (comm.rank() + 1) % comm.size());
+  kvtest::Memory s(kind_, 24), d(kind_, 24), r(kind_, 12);
+  kvtest::toMemory(kind_, s.data(), src.data(), 24);
+  kvtest::toMemory(kind_, d.data(), dst.data(), 24);
+  kvtest::toMemory(kind_, r.data(), ranks.data(), 12);
+  kvcomm::DeviceFetchBatch db{reinterpret_cast<const int64_t*>(s.data()), reinterpret_cast<const int64_t*>(d.data()),
+                              reinterpret_cast<const int32_t*>(r.data()), -1, 3};
+  if (kind_ == MemoryKind::Host) {
+    expectError([&] { f.fetchDevice(db); }, kvcomm::ErrorCode::InvalidArgument, {"pair 2", "999"});
+  } else {
+    f.fetchDevice(db);
+    kvtest::synchronize(kind_);
+    expectError([&] { f.checkErrors(); }, kvcomm::ErrorCode::InvalidArgument, {"pair 2", "block id 999"});
+  }
+  std::vector<uint8_t> got(extent);
+  kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+  const kvcomm::KvRegion& r0 = mine.regions[0];
+  const uint8_t source = static_cast<uint8_t>((comm.rank() + 1) % comm.size() + 1),
+                own = static_cast<uint8_t>(comm.rank() + 1);
+  bool landed = got[r0.offset + 30 * r0.blockStride] == source;
+  EXPECT_EQ(landed, kind_ == MemoryKind::Cuda) << "pair 0 " << (landed ? "landed" : "did not land");
+  EXPECT_EQ(got[r0.offset + 32 * r0.blockStride], own) << "the bad pair wrote its destination";
+  comm.barrier();
+}
+
+TEST_P(Fetch, PolledFetchReportsBytesAndCompletes) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{8192, 4, false, 64};
+  scenario(comm, c, 500, 3, [&](Fetcher& f, const FetchBatch& b) {
+    kvcomm::FetchOperation op = f.start(b.requests());
+    kvcomm::FetchStatus s = op.wait(10000);
+    ASSERT_EQ(s.state, kvcomm::FetchState::Done) << s.error;
+    EXPECT_EQ(s.bytesDone, s.bytesTotal);
+    size_t kept = 0;
+    for (size_t k = 0; k < b.src.size(); ++k)
+      for (size_t i = 0; i < b.src[k].size(); ++i) kept += b.src[k][i] != -1 && b.dst[k][i] != -1;
+    EXPECT_EQ(s.bytesTotal, kept * 4 * 8192);
+    EXPECT_TRUE(s.failedBlocks.empty());
+    EXPECT_EQ(op.test().state, kvcomm::FetchState::Done);
+  });
+  if (kind_ == MemoryKind::Host) {
+    // Paced: 4 MiB at 16 MiB/s takes about 250 ms; a wait shorter than that returns InProgress and cancels nothing.
+    size_t extent = 0, most = 0;
+    KvLayout mine = layoutOf(comm, FetchCase{1 << 20, 1, false, 16}, &extent, &most);
+    auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+    Fetcher f = Fetcher::create(buf, mine);
+    std::vector<int64_t> src{0, 1, 2, 3}, dst{8, 9, 10, 11};
+    kvcomm::FetchOptions o;
+    o.maxBytesPerSecond = 16u << 20;
+    kvcomm::FetchOperation op = f.start({{(comm.rank() + 1) % comm.size(), src.data(), dst.data(), 4, 0}}, o);
+    kvcomm::FetchStatus early = op.wait(30);
+    EXPECT_EQ(early.state, kvcomm::FetchState::InProgress);
+    EXPECT_LT(early.bytesDone, early.bytesTotal);
+    kvcomm::FetchStatus done = op.wait(5000);
+    EXPECT_EQ(done.state, kvcomm::FetchState::Done) << done.error;
+    EXPECT_EQ(done.bytesDone, 4u << 20);
+    comm.barrier();
+  }
+}
+
+TEST_P(Fetch, CollectiveFormIsABlockAllToAll) {
+  auto comm = kvtest::tcpWorld();
+  for (const FetchCase& c : {FetchCase{16 << 10, 2, false, 64}, FetchCase{64 << 10, 1, true, 32}})
+    scenario(comm, c, 60, comm.size(), [&](Fetcher& f, const FetchBatch& b) {
+      for (int step = 0; step < 3; ++step) f.fetchAll(b.requests());  // idempotent: sources are never written
+    });
+}
+
+TEST_P(Fetch, StaleAfterGrowUntilRefresh) {
+  auto comm = kvtest::tcpWorld();
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, {4096, 2, false, 16}, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, 64u << 20, most, kind_);
+  Fetcher f = Fetcher::create(buf, mine);
+  std::vector<int64_t> src{0}, dst{9};
+  kvcomm::FetchRequest q{(comm.rank() + 1) % comm.size(), src.data(), dst.data(), 1, 0};
+  kvcomm::FetchPlan plan = f.plan({q});
+  buf.grow(most + (4u << 20));
+  expectError([&] { f.plan({q}); }, kvcomm::ErrorCode::InvalidArgument, {"stale", "refresh"});
+  expectError([&] { f.submit(plan); }, kvcomm::ErrorCode::InvalidArgument, {"stale"});
+  f.refresh();
+  EXPECT_EQ(f.generation(), buf.generation());
+  f.fetch({q});
+  expectError([&] { f.submit(plan); }, kvcomm::ErrorCode::InvalidArgument, {"stale"});  // plans stay old
+  kvtest::synchronize(kind_);
+  comm.barrier();
+}
+
+TEST_P(Fetch, PathsThatCannotRunAreRefusedLoudly) {
+  auto comm = kvtest::tcpWorld();
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, {4096, 1, false, 8}, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  Fetcher f = Fetcher::create(buf, mine);
+  std::vector<int64_t> src{0}, dst{5};
+  kvcomm::FetchRequest q{(comm.rank() + 1) % comm.size(), src.data(), dst.data(), 1, 0};
+  kvcomm::FetchOptions o;
+  o.path = kind_ == MemoryKind::Host ? FetchPath::Kernel : FetchPath::Host;
+  expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::Unsupported, {"path"});
+  {
+    ScopedEnv bad("KVCOMM_FETCH_PATH", "teleport");
+    expectError([&] { f.fetch({q}); }, kvcomm::ErrorCode::InvalidArgument,
+                {"KVCOMM_FETCH_PATH", "teleport", "accepted"});
+  }
+  {
+    ScopedEnv demand("KVCOMM_FETCH_PATH", kind_ == MemoryKind::Host ? "copy" : "host");
+    expectError([&] { f.fetch({q}); }, kvcomm::ErrorCode::Unsupported, {"path"});
+  }
+  kvtest::synchronize(kind_);
+  comm.barrier();
+}
+
+TEST_P(Fetch, CreateRefusesIncompatibleOrUnbackedLayoutsOnEveryRank) {
+  auto comm = kvtest::tcpWorld();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto buf = SymmetricBuffer::create(comm, 8u << 20, 4u << 20, kind_);
+  KvLayout l;
+  l.regions.push_back({0, 4096, 0, 64});
+  l.regions.push_back({1u << 20, comm.rank() == 1 ? 2048u : 4096u, 4096, 64});
+  expectError([&] { Fetcher::create(buf, l); }, kvcomm::ErrorCode::InvalidArgument, {"region 1 of rank 1", "2048"});
+  KvLayout beyond;
+  beyond.regions.push_back({comm.rank() == 1 ? (6u << 20) : 0u, 4096, 0, 16});  // rank 1: not backed (grow first)
+  expectError([&] { Fetcher::create(buf, beyond); }, kvcomm::ErrorCode::InvalidArgument,
+              {"rank 1", "not wholly backed"});
+  comm.barrier();
+}
+
+TEST_P(Fetch, WorksOnAdoptedEngineMemory) {
+  auto comm = kvtest::tcpWorld();
+  kvtest::EngineCache cache(kind_, 64u << 20);
+  const size_t g = cache.granularity();
+  const size_t first = (1u << 20) / g * g + g, second = 16u << 20, secondBytes = (512u << 10) / g * g + g;
+  cache.commit(0, first);
+  cache.commit(second, secondBytes);
+  auto buf = SymmetricBuffer::adopt(comm, cache.base(), 64u << 20, kind_);
+  buf.commit({{0, first}, {second, secondBytes}});
+  // Two regions in two committed ranges (a gap between them, like two layers of an engine's cache).
+  KvLayout l;
+  l.regions.push_back({4096, 4096, 8192, 32});
+  l.regions.push_back({second + 128, 4096, 4096, 32});
+  for (size_t j = 0; j < 2; ++j)
+    for (size_t b = 0; b < 32; ++b) {
+      auto v = kvtest::blockContent(seed_, comm.rank(), j, static_cast<int64_t>(b), 4096);
+      kvtest::toMemory(kind_, cache.base() + l.regions[j].offset + b * l.regions[j].blockStride, v.data(), 4096);
+    }
+  Fetcher f = Fetcher::create(buf, l);
+  comm.barrier();
+  const int src = (comm.rank() + 1) % comm.size();
+  std::vector<int64_t> s{3, 4, 5, 0}, d{20, 21, 22, 31};
+  f.fetch({{src, s.data(), d.data(), s.size(), f.layoutHash(src)}});
+  kvtest::synchronize(kind_);
+  for (size_t j = 0; j < 2; ++j)
+    for (size_t i = 0; i < s.size(); ++i) {
+      std::vector<uint8_t> got(4096);
+      kvtest::fromMemory(kind_, got.data(), cache.base() + l.regions[j].offset + d[i] * l.regions[j].blockStride, 4096);
+      EXPECT_EQ(got, kvtest::blockContent(seed_, src, j, s[i], 4096)) << "region " << j << " pair " << i;
+    }
+  comm.barrier();
+  f = Fetcher();
+  buf.close();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Fetch, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
+
+}  // namespace
