@@ -172,6 +172,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o) {
                 1,
                 rowBytes,
                 rowBytes,
+                buf.capacity(),
                 kvcomm::commonAlignment(reinterpret_cast<uintptr_t>(recv + slotPart), record, rowBytes),
                 0};
     ins.replicas = buf.deviceHandle();
