@@ -290,9 +290,10 @@ typedef struct {
 
 typedef enum {
   kvcommDeviceErrorNone = 0,
-  kvcommDeviceErrorSlotOutOfRange = 1, /**< a slot's row would land outside the backed part; not written */
-  kvcommDeviceErrorBarrierTimeout = 2, /**< a barrier wait expired; the peer never arrived */
-  kvcommDeviceErrorBlockOutOfRange = 3 /**< a fetch named a block id outside its layout; that pair was not copied */
+  kvcommDeviceErrorSlotOutOfRange = 1,  /**< a slot's row would land outside the backed part; not written */
+  kvcommDeviceErrorBarrierTimeout = 2,  /**< a barrier wait expired; the peer never arrived */
+  kvcommDeviceErrorBlockOutOfRange = 3, /**< a fetch named a block id outside its layout; that pair was not copied */
+  kvcommDeviceErrorPeerFailed = 4       /**< a barrier wait stopped: the communicator was aborted or a member died */
 } kvcommDeviceErrorKind_t;
 
 /** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields

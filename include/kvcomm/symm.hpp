@@ -31,6 +31,10 @@ struct Range {
   size_t bytes = 0;
 };
 
+namespace detail {
+class BufferUse;
+}
+
 /// Symmetric memory on a communicator (or a subgroup of it).
 ///
 /// Call order (every call marked collective is made by every member, in the same order):
@@ -43,6 +47,15 @@ struct Range {
 ///
 /// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false): a SymmetricBuffer gives no
 /// access to their memory.
+///
+/// Threads: the collective calls (grow, commit, release) are made by one thread at a time (a second thread's call
+/// while one is in flight throws InvalidArgumentError). Publishers and fetchers using the buffer on other threads
+/// are safe against them: an operation in flight finishes first, later ones see the new backed state. close() may be
+/// called from any thread: it waits only for host operations through the mappings in flight (never for peers), a
+/// collective call in flight on another thread ends first and the memory is released then; every later call on the
+/// buffer, and on publishers and fetchers built on it, throws InvalidArgumentError ("the buffer is closed"). Getters
+/// are safe from any thread. Kernels already launched are the caller's to order: synchronise their streams before
+/// release() or close().
 class KVCOMM_API SymmetricBuffer {
  public:
   /// Reserves `capacity` bytes of address space for this rank's memory and one window per same-host member, maps
@@ -119,8 +132,9 @@ class KVCOMM_API SymmetricBuffer {
   struct Impl;
 
  private:
-  friend class Publisher;  // keeps its own handle on the buffer
-  friend class Fetcher;    // likewise
+  friend class Publisher;          // keeps its own handle on the buffer
+  friend class Fetcher;            // likewise
+  friend class detail::BufferUse;  // operations through the mappings (src/symm/buffer_use.hpp)
   explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
   SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
   std::shared_ptr<Impl> impl_;

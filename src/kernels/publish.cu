@@ -52,7 +52,6 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
   const Index cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
   const Index tokens = static_cast<Index>(p.numTokens);
   const Index total = static_cast<Index>(p.numSources) * tokens * cols;
-  const uint64_t blockLimit = p.capacity / (t.blockStride ? t.blockStride : 1);
   for (Index base = tid; base < total; base += threads * kUnroll) {
     V v[kUnroll];
     uint64_t dst[kUnroll];
@@ -75,10 +74,8 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (col[u] < 0 || slot[u] < 0) continue;  // past the end, or padding
-      // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
-      bool inRange = static_cast<uint64_t>(slot[u]) / t.blockSize <= blockLimit;
-      dst[u] = inRange ? slotDestination(slot[u], t.offset, t.blockSize, t.blockStride, t.rowStride) : 0;
-      if (!inRange || !rowBacked(p, dst[u], t.rowBytes)) {
+      // Every step checked: no slot or stride wraps into the buffer, and a row never leaves its tensor's region.
+      if (!rowDestination(p, t, slot[u], &dst[u])) {
         if (col[u] == 0)
           recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>((base + u * threads) / cols),
                             slot[u], tensor, p.replicas.rank, -1, -1);

@@ -27,6 +27,9 @@ struct BarrierDeviceHandle {
   uint64_t* epochs;                       ///< [kMaxBarrierLanes] this rank's epoch per lane
   uint32_t* arrivals;                     ///< [kMaxBarrierLanes] block arrivals of fused kernels
   DeviceErrorRecord* error;
+  /// The group's health flag, mapped for this code (nullptr: not watched): non-zero once the communicator was aborted
+  /// or a member died. Waits poll it and stop, recording a PeerFailed error, instead of running into the timeout.
+  const uint32_t* health;
   uint64_t timeoutNs;  ///< bound on every wait
   int32_t rank;
   int32_t size;
@@ -62,6 +65,18 @@ KVCOMM_DEVICE_INLINE uint64_t loadRelaxedSystem(const uint64_t* p) {
   return v;
 }
 
+/// 32-bit relaxed load at system scope (the host-written health flag).
+KVCOMM_DEVICE_INLINE uint32_t loadRelaxedSystem32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// Whether the group failed (abort, or a member's death), as the host announced it in b.health.
+KVCOMM_DEVICE_INLINE bool barrierGroupFailed(const BarrierDeviceHandle& b) {
+  return b.health != nullptr && loadRelaxedSystem32(b.health) != 0;
+}
+
 /// Atomic add with acquire-release semantics at GPU scope; returns the old value.
 KVCOMM_DEVICE_INLINE uint32_t addAcqRelGpu(uint32_t* p, uint32_t v) {
   uint32_t old;
@@ -81,12 +96,18 @@ KVCOMM_DEVICE_INLINE void barrierSignal(const BarrierDeviceHandle& b, int lane, 
 }
 
 /// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
-/// records a BarrierTimeout naming rank, peer and lane and returns false. Polls with relaxed loads and acquires once.
+/// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
+/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with relaxed loads (the
+/// health flag, in host memory, every 64 polls) and acquires once.
 KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
   const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
   if (loadRelaxedSystem(flag) < epoch) {
     uint64_t start = globalTimerNs();
-    while (loadRelaxedSystem(flag) < epoch) {
+    for (uint32_t spin = 1; loadRelaxedSystem(flag) < epoch; ++spin) {
+      if ((spin & 63) == 0 && barrierGroupFailed(b)) {
+        recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
+        return false;
+      }
       if (globalTimerNs() - start > b.timeoutNs) {
         recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
         return false;
