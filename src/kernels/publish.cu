@@ -67,7 +67,7 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
       col[u] = c - row * cols;
       Index source = row / tokens;
       Index i = row - source * tokens;
-      src[u] = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+      src[u] = t.src + static_cast<uint64_t>(source) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
       if (col[u] < fullCols) v[u] = reinterpret_cast<const V*>(src[u])[col[u]];
       slot[u] = loadSlot(p, static_cast<int>(source), i);
     }
