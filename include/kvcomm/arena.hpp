@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/symm.hpp"
 

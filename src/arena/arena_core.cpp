@@ -61,7 +61,8 @@ std::string plural(size_t n, const char* word) {
 
 std::vector<WireRegion> toWire(const KvLayout& layout) {
   std::vector<WireRegion> out;
-  for (const KvRegion& r : layout.regions) out.push_back(WireRegion{r.offset, r.blockBytes, r.blockStride, r.numBlocks});
+  for (const KvRegion& r : layout.regions)
+    out.push_back(WireRegion{r.offset, r.blockBytes, r.blockStride, r.numBlocks});
   return out;
 }
 
@@ -77,7 +78,8 @@ KvLayout fromWire(const std::vector<WireRegion>& regions, uint64_t version) {
 size_t layoutExtent(const KvLayout& layout, size_t limit, const char* call) {
   KVCOMM_CHECK_ARG(layout.regions.size() <= kMaxRegions, call, "a layout of ", layout.regions.size(),
                    " regions (an arena's layout has at most ", kMaxRegions, ")");
-  validateLayout(layout, limit, [](uint64_t, uint64_t) { return true; }, call);
+  validateLayout(
+      layout, limit, [](uint64_t, uint64_t) { return true; }, call);
   uint64_t end = 0;
   for (size_t j = 0; j < layout.regions.size(); ++j)
     end = std::max<uint64_t>(end, layout.regions[j].offset + regionExtent(layout.regions[j], call, j));
@@ -207,8 +209,8 @@ std::string ArenaCore::busyReason() const {
   std::string pids;
   for (const auto& kv : leases_) pids += cat(pids.empty() ? "" : ", ", kv.second.pid);
   return cat("arena ", hexId(id_), " is busy: ", plural(leases_.size(), "lease"),
-             leases_.empty() ? "" : cat(" (importer pids ", pids, ")"), " and ",
-             plural(pins_.size(), "operation"), " in flight; importers must close() their imports and operations end "
+             leases_.empty() ? "" : cat(" (importer pids ", pids, ")"), " and ", plural(pins_.size(), "operation"),
+             " in flight; importers must close() their imports and operations end "
              "(or pass a wait bound) before its memory can be released");
 }
 
@@ -254,8 +256,8 @@ ArenaGrowth ArenaCore::grow(size_t newBytes, const KvLayout* layout, int64_t tim
       out.failures.push_back(cat("pid ", lease.pid, ": exporting the new chunks failed: ", e.what()));
       continue;
     }
-    g.grown = GrownBody{id_, leaseId, generation_, mem_->bytes(), layout_.version, 0,
-                        static_cast<uint32_t>(set.metas.size())};
+    g.grown = GrownBody{
+        id_, leaseId, generation_, mem_->bytes(), layout_.version, 0, static_cast<uint32_t>(set.metas.size())};
     g.regions = toWire(layout_);
     msgs.push_back(outMessage(g));
     appendPieces(msgs, id_, leaseId, set);
@@ -340,8 +342,8 @@ std::unique_ptr<ArenaPin::Impl> ArenaCore::pin(size_t offset, size_t bytes, cons
   std::lock_guard<std::mutex> lock(mu_);
   checkUsable(call);
   size_t end = 0;
-  KVCOMM_CHECK_ARG(bytes > 0 && !__builtin_add_overflow(offset, bytes, &end) && end <= mem_->bytes(), call, "[",
-                   offset, ", +", bytes, ") is not inside the arena's ", mem_->bytes(), " bytes");
+  KVCOMM_CHECK_ARG(bytes > 0 && !__builtin_add_overflow(offset, bytes, &end) && end <= mem_->bytes(), call, "[", offset,
+                   ", +", bytes, ") is not inside the arena's ", mem_->bytes(), " bytes");
   auto p = std::make_unique<ArenaPin::Impl>();
   p->host = shared_from_this();
   p->id = nextPin_++;
@@ -450,8 +452,6 @@ void ArenaCore::admit(const std::shared_ptr<Session>& session, const Message& re
       why = cat("exporting arena ", hexId(id_), " failed: ", e.what());
       msgs.clear();
     }
-  } else {
-    why = cat("arena ", hexId(id_), " of pid ", getpid(), ": ", why);
   }
   if (!why.empty()) {
     KVCOMM_DEBUG("arena import refused to pid ", session->peerPid(), ": ", why);

@@ -151,8 +151,8 @@ ImportedMemory::~ImportedMemory() {
 void ImportedMemory::map(const std::vector<PieceMeta>& metas, std::vector<Fd>& fds, size_t newEnd) {
   const char* call = "arena import (mapping the owner's pieces)";
   KVCOMM_CHECK_ARG(base_ != nullptr, call, "the import is closed");
-  KVCOMM_CHECK_ARG(newEnd <= capacity_ && newEnd >= mapped_, call, "the owner announced ", newEnd,
-                   " bytes; mapped ", mapped_, " of a capacity of ", capacity_);
+  KVCOMM_CHECK_ARG(newEnd <= capacity_ && newEnd >= mapped_, call, "the owner announced ", newEnd, " bytes; mapped ",
+                   mapped_, " of a capacity of ", capacity_);
   if (ipc_) {
     KVCOMM_CHECK_ARG(metas.empty() && fds.empty(), call, "pieces sent for legacy IPC memory");
     mapped_ = newEnd;
@@ -164,8 +164,8 @@ void ImportedMemory::map(const std::vector<PieceMeta>& metas, std::vector<Fd>& f
   for (const PieceMeta& m : metas) {
     KVCOMM_CHECK_ARG(m.offset == at && m.bytes > 0 && m.bytes <= newEnd - at && m.offset % gran_ == 0 &&
                          m.bytes % gran_ == 0 && m.chunkOffset % gran_ == 0,
-                     call, "piece [", m.offset, ", +", m.bytes, ") does not continue the mapping at ", at,
-                     " within ", newEnd, " bytes in granules of ", gran_);
+                     call, "piece [", m.offset, ", +", m.bytes, ") does not continue the mapping at ", at, " within ",
+                     newEnd, " bytes in granules of ", gran_);
     at += m.bytes;
   }
   KVCOMM_CHECK_ARG(at == newEnd, call, "the pieces cover up to ", at, ", the owner announced ", newEnd);

@@ -146,8 +146,7 @@ ArenaSession ArenaSession::connect(const std::string& address, const ArenaSessio
   detail::arena::Message reply;
   std::string why = detail::arena::decode(buf.data(), len, fds.size(), &reply);
   if (!why.empty())
-    KVCOMM_THROW(NetworkError, call, "malformed handshake answer from ", address, ": ",
-                 detail::arena::printable(why));
+    KVCOMM_THROW(NetworkError, call, "malformed handshake answer from ", address, ": ", detail::arena::printable(why));
   if (reply.type == detail::arena::MsgType::Refused)
     KVCOMM_THROW(NetworkError, call, "the arena server at ", address, " (pid ", cred.pid,
                  ") refused this process: ", detail::arena::printable(reply.reason));

@@ -9,8 +9,7 @@ namespace kvcomm::detail::arena {
 
 ArenaCapability CapabilityTable::issue(uint64_t arenaId, uint64_t generation, int pid, uint32_t uid, int64_t ttlMs) {
   KVCOMM_CHECK_ARG(pid > 0, "Arena::offer", "pid ", pid, " is not a process id");
-  KVCOMM_CHECK_ARG(ttlMs > 0 && ttlMs <= 86400000, "Arena::offer", "time to live ", ttlMs,
-                   " ms: pass 1 ms to one day");
+  KVCOMM_CHECK_ARG(ttlMs > 0 && ttlMs <= 86400000, "Arena::offer", "time to live ", ttlMs, " ms: pass 1 ms to one day");
   Clock::time_point now = Clock::now();
   expire(now);
   ArenaCapability c;
@@ -76,8 +75,8 @@ std::string CapabilityTable::take(const uint8_t token[16], uint64_t presentedGen
     return cat("token refused: issued for generation ", e.generation, ", presented for generation ",
                presentedGeneration);
   if (e.generation != currentGeneration) {
-    std::string why = cat("issued at generation ", e.generation, " but the arena is at generation ",
-                          currentGeneration, " (it grew or shrank since); ask the owner for a new one");
+    std::string why = cat("issued at generation ", e.generation, " but the arena is at generation ", currentGeneration,
+                          " (it grew or shrank since); ask the owner for a new one");
     live_.erase(it);
     spend(t, why);
     return cat("token refused: ", why);

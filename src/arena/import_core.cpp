@@ -132,14 +132,12 @@ void ImportCore::check(const char* call) const {
 
 std::unique_ptr<ArenaPin::Impl> ImportCore::pin(size_t offset, size_t bytes, const char* call) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ownerGone_)
-    KVCOMM_THROW(NetworkError, call, "arena ", hexId(arenaId_), ": ", lostReason_);
+  if (ownerGone_) KVCOMM_THROW(NetworkError, call, "arena ", hexId(arenaId_), ": ", lostReason_);
   KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", hexId(arenaId_), " is closed");
-  if (state_ == State::Closing)
-    KVCOMM_THROW(Aborted, call, "the import of arena ", hexId(arenaId_), " is closing");
+  if (state_ == State::Closing) KVCOMM_THROW(Aborted, call, "the import of arena ", hexId(arenaId_), " is closing");
   size_t end = 0;
-  KVCOMM_CHECK_ARG(bytes > 0 && !__builtin_add_overflow(offset, bytes, &end) && end <= bytes_, call, "[", offset,
-                   ", +", bytes, ") is not inside the ", bytes_, " bytes mapped");
+  KVCOMM_CHECK_ARG(bytes > 0 && !__builtin_add_overflow(offset, bytes, &end) && end <= bytes_, call, "[", offset, ", +",
+                   bytes, ") is not inside the ", bytes_, " bytes mapped");
   auto p = std::make_unique<ArenaPin::Impl>();
   p->host = shared_from_this();
   p->id = nextPin_++;

@@ -142,8 +142,8 @@ std::string decodeBody(const uint8_t* p, size_t left, size_t nfds, Message* m) {
         uint64_t end = 0;
         if (pm.bytes == 0 || pm.chunkBytes == 0 || __builtin_add_overflow(pm.offset, pm.bytes, &end) ||
             end > kMaxCapacity || __builtin_add_overflow(pm.chunkOffset, pm.bytes, &end) || end > pm.chunkBytes)
-          return cat("piece at offset ", pm.offset, " (", pm.bytes, " bytes, chunk offset ", pm.chunkOffset,
-                     " of a ", pm.chunkBytes, "-byte chunk) is malformed");
+          return cat("piece at offset ", pm.offset, " (", pm.bytes, " bytes, chunk offset ", pm.chunkOffset, " of a ",
+                     pm.chunkBytes, "-byte chunk) is malformed");
       }
       return "";
     }
@@ -210,7 +210,8 @@ std::string decode(const uint8_t* data, size_t len, size_t nfds, Message* out) {
   std::memcpy(&h, data, sizeof(h));
   if (h.magic != kMagic) return "bad magic (not an arena session)";
   if (h.version != kVersion) return cat("arena protocol version ", h.version, " (this process speaks ", kVersion, ")");
-  if (h.length != len - kHeaderBytes) return cat("header says ", h.length, " body bytes, ", len - kHeaderBytes, " came");
+  if (h.length != len - kHeaderBytes)
+    return cat("header says ", h.length, " body bytes, ", len - kHeaderBytes, " came");
   if (h.type < static_cast<uint16_t>(MsgType::Hello) || h.type > static_cast<uint16_t>(MsgType::Bye))
     return cat("unknown message type ", h.type);
   out->type = static_cast<MsgType>(h.type);

@@ -129,8 +129,8 @@ void Reactor::acceptAll() {
       continue;
     }
     if (cred.uid != geteuid()) {
-      refuse(std::move(conn), cat("uid ", cred.uid, " is not allowed: arena sessions need this server's uid ",
-                                  geteuid()));
+      refuse(std::move(conn),
+             cat("uid ", cred.uid, " is not allowed: arena sessions need this server's uid ", geteuid()));
       continue;
     }
     size_t total = 0, pending = 0;
@@ -194,15 +194,17 @@ void Reactor::run() {
     Clock::time_point now = Clock::now();
     for (auto& s : snapshot) {
       s->service();
-      if (!s->finished() && s->role() == Session::Role::Server && !s->established() &&
-          now >= s->handshakeDeadline()) {
-        refused_.fetch_add(1);
+      if (!s->finished() && s->role() == Session::Role::Server && !s->established() && now >= s->handshakeDeadline()) {
         s->lose("no hello within the handshake deadline");
       }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      std::erase_if(sessions_, [](const std::shared_ptr<Session>& s) { return s->finished(); });
+      std::erase_if(sessions_, [&](const std::shared_ptr<Session>& s) {
+        if (!s->finished()) return false;
+        if (s->role() == Session::Role::Server && !s->established()) refused_.fetch_add(1);  // dropped in handshake
+        return true;
+      });
       snapshot = sessions_;
     }
 

@@ -127,8 +127,8 @@ std::shared_ptr<ImportCore> Session::import(const ArenaCapability& cap, const Im
   int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : requestTimeoutMs_;
   if (!cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return p.done; })) {
     pendingImports_.erase(seq);  // a grant arriving later is released by the session thread
-    KVCOMM_THROW(Timeout, call, "the owner (", peerName(), ") did not answer the import of arena ",
-                 hexId(cap.arenaId), " within ", ms, " ms");
+    KVCOMM_THROW(Timeout, call, "the owner (", peerName(), ") did not answer the import of arena ", hexId(cap.arenaId),
+                 " within ", ms, " ms");
   }
   PendingImport done = std::move(p);
   pendingImports_.erase(seq);
@@ -521,6 +521,9 @@ void Session::lose(const std::string& reason) {
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ArenaCore>> leases;
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportCore>> imports;
   std::deque<OutMessage> dropped;
+  // The descriptors close before anyone is told the session ended: whoever waited for that sees them gone.
+  sock_.reset();
+  pidfd_.reset();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (lost_) return;
@@ -541,11 +544,10 @@ void Session::lose(const std::string& reason) {
   }
   collecting_ = Collecting{};
   dropped.clear();
-  sock_.reset();
-  pidfd_.reset();
   KVCOMM_DEBUG("arena session with ", peerName(), " ended: ", reason);
   for (auto& [key, weak] : leases)
-    if (auto arena = weak.lock()) arena->dropLease(key.second, cat("importer ", peerName(), " is gone: ", reason), this);
+    if (auto arena = weak.lock())
+      arena->dropLease(key.second, cat("importer ", peerName(), " is gone: ", reason), this);
   for (auto& [key, weak] : imports)
     if (auto imp = weak.lock()) imp->ownerLost(cat("the owner (", peerName(), ") is gone: ", reason));
 }

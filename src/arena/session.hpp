@@ -163,8 +163,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::vector<uint8_t>> inbox_;
   uint32_t nextSeq_ = 1;
   std::map<uint32_t, PendingImport> pendingImports_;
-  std::map<uint32_t, bool> pendingCloses_;  // seq -> acknowledged
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ArenaCore>> leases_;   // owner side: (arena, lease)
+  std::map<uint32_t, bool> pendingCloses_;                                      // seq -> acknowledged
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ArenaCore>> leases_;    // owner side: (arena, lease)
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportCore>> imports_;  // importer side
 };
 
