@@ -105,7 +105,8 @@ kvcomm::ArenaCapability recvCapability(kvcomm::ArenaSession& s, int64_t timeoutM
 void sendLayout(kvcomm::ArenaSession& s, const kvcomm::KvLayout& layout);
 kvcomm::KvLayout recvLayout(kvcomm::ArenaSession& s, int64_t timeoutMs = 20000);
 
-/// Open descriptors and /proc/self/maps lines of this process.
+/// Open descriptors and /proc/self/maps lines of this process (under AddressSanitizer, whose allocator maps memory
+/// as it goes: the memfd mappings only).
 int fds();
 int mappings();
 /// Free bytes of the current CUDA device (0 for host memory or without CUDA).

@@ -101,6 +101,7 @@ TEST_P(ArenaKinds, SeveralClientsAtOnce) {
       ArenaSession s = srv.accept(20000);
       threads.emplace_back([&good, k, s = std::move(s)]() mutable {
         try {
+          if (!useDevice(k, 0)) return;  // CUDA arenas are made on the calling thread's device
           // Each client says which tag and layout it uses; the server serves both directions for it.
           int64_t i = std::stoll(recvText(s));
           kvcomm::KvLayout layout = testLayout(8 + 4 * static_cast<size_t>(i), 64 * static_cast<size_t>(i));
