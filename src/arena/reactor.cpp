@@ -205,6 +205,8 @@ void Reactor::run() {
         if (s->role() == Session::Role::Server && !s->established()) refused_.fetch_add(1);  // dropped in handshake
         return true;
       });
+      // Sessions that ended before the application accepted them are not handed out.
+      std::erase_if(acceptQueue_, [](const std::shared_ptr<Session>& s) { return s->finished(); });
       snapshot = sessions_;
     }
 
