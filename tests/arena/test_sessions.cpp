@@ -2,6 +2,7 @@
 // both directions byte for byte, several clients at once, growth while imported, capabilities (forged, replayed,
 // expired, stale, stolen by another process or another uid), hostile connections, filesystem addresses, legacy IPC.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 
 #include "arena/exchange.hpp"
 #include "arena/harness.hpp"
+#include "arena/protocol.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/error.hpp"
 
@@ -400,9 +402,31 @@ TEST(ArenaServerSafety, IdleAndHostileConnectionsDoNotStallTheServer) {
       }
       socks.push_back(fd);  // the rest stay idle
     }
+    // A hello that names another pid than the socket's (a forged identity, or another PID namespace) is refused.
+    bool refusedHello = false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the idle ones are dropped: handshakes have room
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    for (int attempt = 0; attempt < 200 && connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0; ++attempt)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the listen queue drains as the server refuses
+    kvcomm::detail::arena::Message hello;
+    hello.type = kvcomm::detail::arena::MsgType::Hello;
+    hello.hello = {getpid() + 1, static_cast<uint32_t>(geteuid()), 0};
+    auto bytes = kvcomm::detail::arena::encode(hello);
+    if (send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+      pollfd p{fd, POLLIN, 0};
+      std::vector<uint8_t> reply(4096);
+      ssize_t n = poll(&p, 1, 3000) == 1 ? recv(fd, reply.data(), reply.size(), 0) : -1;
+      kvcomm::detail::arena::Message m;
+      refusedHello = n > 0 && kvcomm::detail::arena::decode(reply.data(), static_cast<size_t>(n), 0, &m).empty() &&
+                     m.type == kvcomm::detail::arena::MsgType::Refused &&
+                     m.reason.find("belongs to pid " + std::to_string(getpid())) != std::string::npos;
+      std::fprintf(stderr, "[attacker] a hello naming another pid: %s\n",
+                   refusedHello ? ("refused: " + m.reason).c_str() : "not refused");
+    }
+    close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    for (int fd : socks) close(fd);
-    return true;
+    for (int s : socks) close(s);
+    return refusedHello;
   };
   auto late = [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2200));
