@@ -16,12 +16,6 @@ namespace kvcomm::detail::arena {
 
 namespace {
 
-std::string hexId(uint64_t id) {
-  char b[24];
-  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(id));
-  return b;
-}
-
 // The arenas of this process by id, for Import requests. Leaked on purpose: arenas may be destroyed during static
 // destruction.
 struct Registry {
@@ -117,13 +111,13 @@ ArenaCore::~ArenaCore() {
     CudaContextScope scope(mem_ ? mem_->context() : nullptr);
     mem_.reset();
   } catch (const std::exception& e) {
-    KVCOMM_WARN("releasing arena ", hexId(id_), ": ", e.what());
+    KVCOMM_WARN("releasing arena ", arenaName(id_), ": ", e.what());
     mem_.reset();
   }
 }
 
 void ArenaCore::checkUsable(const char* call) const {
-  KVCOMM_CHECK_ARG(!freed_, call, "arena ", hexId(id_), " was freed");
+  KVCOMM_CHECK_ARG(!freed_, call, "arena ", arenaName(id_), " was freed");
 }
 
 void* ArenaCore::data() const {
@@ -178,7 +172,7 @@ std::vector<int> ArenaCore::importers() const {
 }
 size_t ArenaCore::liveCapabilities() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return const_cast<CapabilityTable&>(caps_).live();
+  return caps_.live();
 }
 bool ArenaCore::freed() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -208,7 +202,7 @@ bool ArenaCore::waitFor(std::unique_lock<std::mutex>& lock, int64_t waitMs, Pred
 std::string ArenaCore::busyReason() const {
   std::string pids;
   for (const auto& kv : leases_) pids += cat(pids.empty() ? "" : ", ", kv.second.pid);
-  return cat("arena ", hexId(id_), " is busy: ", plural(leases_.size(), "lease"),
+  return cat("arena ", arenaName(id_), " is busy: ", plural(leases_.size(), "lease"),
              leases_.empty() ? "" : cat(" (importer pids ", pids, ")"), " and ", plural(pins_.size(), "operation"),
              " in flight; importers must close() their imports and operations end "
              "(or pass a wait bound) before its memory can be released");
@@ -403,11 +397,11 @@ void ArenaCore::release() noexcept {
     try {
       s->enqueue(outMessage(m));
     } catch (const std::exception& e) {
-      KVCOMM_WARN("Arena: telling pid ", lease.pid, " that arena ", hexId(id_), " is released failed: ", e.what());
+      KVCOMM_WARN("Arena: telling pid ", lease.pid, " that arena ", arenaName(id_), " is released failed: ", e.what());
     }
   }
   if (!leases_.empty())
-    KVCOMM_INFO("arena ", hexId(id_), " released with ", plural(leases_.size(), "lease"),
+    KVCOMM_INFO("arena ", arenaName(id_), " released with ", plural(leases_.size(), "lease"),
                 "; the importers keep the memory until they close their imports");
   leases_.clear();
 }
@@ -416,7 +410,7 @@ void ArenaCore::admit(const std::shared_ptr<Session>& session, const Message& re
   std::lock_guard<std::mutex> lock(mu_);
   std::string why;
   if (freed_ || released_)
-    why = cat("arena ", hexId(id_), " was ", freed_ ? "freed" : "released");
+    why = cat("arena ", arenaName(id_), " was ", freed_ ? "freed" : "released");
   else
     why = caps_.take(request.import.token, request.import.generation, generation_, session->peerPid(),
                      session->peerUid());
@@ -449,7 +443,7 @@ void ArenaCore::admit(const std::shared_ptr<Session>& session, const Message& re
       msgs.push_back(outMessage(g));
       appendPieces(msgs, id_, leaseId, set);
     } catch (const std::exception& e) {
-      why = cat("exporting arena ", hexId(id_), " failed: ", e.what());
+      why = cat("exporting arena ", arenaName(id_), " failed: ", e.what());
       msgs.clear();
     }
   }
@@ -477,7 +471,7 @@ void ArenaCore::dropLease(uint64_t leaseId, const std::string& why, const Sessio
   if (it == leases_.end()) return;
   std::shared_ptr<Session> holder = it->second.session.lock();
   if (holder && holder.get() != from) return;  // only the session that holds a lease may end it
-  KVCOMM_INFO("arena ", hexId(id_), ": lease ", leaseId, " of pid ", it->second.pid, " ended: ", why);
+  KVCOMM_INFO("arena ", arenaName(id_), ": lease ", leaseId, " of pid ", it->second.pid, " ended: ", why);
   leases_.erase(it);
   cv_.notify_all();
 }

@@ -95,7 +95,7 @@ class ArenaCore : public PinHost, public std::enable_shared_from_this<ArenaCore>
   std::unique_ptr<OwnerMemory> mem_;
   KvLayout layout_;
   uint64_t generation_ = 1;
-  CapabilityTable caps_;
+  mutable CapabilityTable caps_;  // live() drops expired tokens
   std::map<uint64_t, Lease> leases_;
   uint64_t nextLease_ = 1;
   std::map<uint64_t, PinRange> pins_;

@@ -9,16 +9,6 @@
 
 namespace kvcomm::detail::arena {
 
-namespace {
-
-std::string hexId(uint64_t id) {
-  char b[24];
-  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(id));
-  return b;
-}
-
-}  // namespace
-
 ImportCore::ImportCore(std::shared_ptr<SessionLink> link, const GrantBody& grant, KvLayout layout,
                        std::unique_ptr<ImportedMemory> mem, OwnerLoss policy, void* ctx, int ownerPid)
     : link_(std::move(link)),
@@ -61,7 +51,7 @@ std::shared_ptr<SessionLink> ImportCore::finishLocked(bool notify) noexcept {
     CudaContextScope scope(ctx_);
     mem_->release();
   } catch (const std::exception& e) {
-    KVCOMM_WARN("closing the import of arena ", hexId(arenaId_), ": ", e.what());
+    KVCOMM_WARN("closing the import of arena ", arenaName(arenaId_), ": ", e.what());
     mem_->release();
   }
   state_ = State::Closed;
@@ -72,7 +62,7 @@ std::shared_ptr<SessionLink> ImportCore::finishLocked(bool notify) noexcept {
     try {
       link_->session->enqueue(outMessage(m));  // the owner drops the lease; nobody waits for its acknowledgement
     } catch (const std::exception& e) {
-      KVCOMM_WARN("telling the owner of arena ", hexId(arenaId_), " that the import closed failed: ", e.what());
+      KVCOMM_WARN("telling the owner of arena ", arenaName(arenaId_), " that the import closed failed: ", e.what());
     }
   }
   ownerNotified_ = true;
@@ -125,16 +115,16 @@ size_t ImportCore::operations() const {
 void ImportCore::check(const char* call) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (ownerGone_)
-    KVCOMM_THROW(NetworkError, call, "arena ", hexId(arenaId_), ": ", lostReason_,
+    KVCOMM_THROW(NetworkError, call, "arena ", arenaName(arenaId_), ": ", lostReason_,
                  state_ == State::Closed ? "" : " (the mapping stays readable until close())");
-  KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", hexId(arenaId_), " is closed");
+  KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", arenaName(arenaId_), " is closed");
 }
 
 std::unique_ptr<ArenaPin::Impl> ImportCore::pin(size_t offset, size_t bytes, const char* call) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ownerGone_) KVCOMM_THROW(NetworkError, call, "arena ", hexId(arenaId_), ": ", lostReason_);
-  KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", hexId(arenaId_), " is closed");
-  if (state_ == State::Closing) KVCOMM_THROW(Aborted, call, "the import of arena ", hexId(arenaId_), " is closing");
+  if (ownerGone_) KVCOMM_THROW(NetworkError, call, "arena ", arenaName(arenaId_), ": ", lostReason_);
+  KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", arenaName(arenaId_), " is closed");
+  if (state_ == State::Closing) KVCOMM_THROW(Aborted, call, "the import of arena ", arenaName(arenaId_), " is closing");
   size_t end = 0;
   KVCOMM_CHECK_ARG(bytes > 0 && !__builtin_add_overflow(offset, bytes, &end) && end <= bytes_, call, "[", offset, ", +",
                    bytes, ") is not inside the ", bytes_, " bytes mapped");
@@ -191,8 +181,9 @@ void ImportCore::close(int64_t timeoutMs) {
     if (timeoutMs < 0)
       cv_.wait(lock, drained);
     else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs), drained))
-      KVCOMM_THROW(Timeout, call, pins_.size(), " operation(s) on arena ", hexId(arenaId_), " still in flight after ",
-                   timeoutMs, " ms; the import stays closing (new pins are refused) until they end");
+      KVCOMM_THROW(Timeout, call, pins_.size(), " operation(s) on arena ", arenaName(arenaId_),
+                   " still in flight after ", timeoutMs,
+                   " ms; the import stays closing (new pins are refused) until they end");
   }
   bool tell = !ownerNotified_ && !ownerGone_;
   ownerNotified_ = true;  // told below, and waited for
@@ -242,7 +233,7 @@ Message ImportCore::applyGrowth(const GrownBody& grown, const std::vector<WireRe
     ack.growAck.ok = 1;
   } catch (const std::exception& e) {
     ack.reason = e.what();
-    KVCOMM_WARN("mapping the growth of arena ", hexId(arenaId_), " to generation ", grown.generation,
+    KVCOMM_WARN("mapping the growth of arena ", arenaName(arenaId_), " to generation ", grown.generation,
                 " failed: ", e.what());
   }
   return ack;
@@ -259,7 +250,7 @@ void ImportCore::ownerLost(const std::string& why) {
     if (policy_ == OwnerLoss::Release && state_ != State::Closed && pins_.empty()) link = finishLocked(false);
     cv_.notify_all();
   }
-  KVCOMM_INFO("arena ", hexId(arenaId_), ": ", why);
+  KVCOMM_INFO("arena ", arenaName(arenaId_), ": ", why);
   if (link && link->session) link->session->removeImport(arenaId_, leaseId_);
 }
 

@@ -1,5 +1,6 @@
 #include "arena/protocol.hpp"
 
+#include <cstdio>
 #include <cstring>
 
 #include "common/check.hpp"
@@ -38,6 +39,12 @@ const char* msgTypeName(MsgType t) {
       return "Bye";
   }
   return "unknown";
+}
+
+std::string arenaName(uint64_t id) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(id));
+  return b;
 }
 
 std::string printable(const std::string& text) {

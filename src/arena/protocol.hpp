@@ -156,6 +156,9 @@ std::string decode(const uint8_t* data, size_t len, size_t nfds, Message* out);
 /// The canonical bytes of `m` (its type's fields; counts taken from the arrays).
 std::vector<uint8_t> encode(const Message& m);
 
+/// An arena id as errors and logs show it ("0x0123456789abcdef").
+std::string arenaName(uint64_t id);
+
 /// `text` with bytes outside printable ASCII replaced by '?' (peer text shown in errors and logs).
 std::string printable(const std::string& text);
 

@@ -18,12 +18,6 @@ namespace kvcomm::detail::arena {
 
 namespace {
 
-std::string hexId(uint64_t id) {
-  char b[24];
-  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(id));
-  return b;
-}
-
 Message leaseMessage(MsgType type, uint32_t seq, uint64_t arenaId, uint64_t leaseId) {
   Message m;
   m.type = type;
@@ -127,15 +121,15 @@ std::shared_ptr<ImportCore> Session::import(const ArenaCapability& cap, const Im
   int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : requestTimeoutMs_;
   if (!cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return p.done; })) {
     pendingImports_.erase(seq);  // a grant arriving later is released by the session thread
-    KVCOMM_THROW(Timeout, call, "the owner (", peerName(), ") did not answer the import of arena ", hexId(cap.arenaId),
-                 " within ", ms, " ms");
+    KVCOMM_THROW(Timeout, call, "the owner (", peerName(), ") did not answer the import of arena ",
+                 arenaName(cap.arenaId), " within ", ms, " ms");
   }
   PendingImport done = std::move(p);
   pendingImports_.erase(seq);
   lock.unlock();
   if (done.result) return done.result;
   if (done.code == ErrorCode::InvalidArgument && done.error.rfind("kvcomm ", 0) != 0)
-    KVCOMM_THROW(InvalidArgument, call, peerName(), " refused the capability for arena ", hexId(cap.arenaId), ": ",
+    KVCOMM_THROW(InvalidArgument, call, peerName(), " refused the capability for arena ", arenaName(cap.arenaId), ": ",
                  done.error);
   throwFormatted(done.code, done.error);
 }
@@ -151,7 +145,7 @@ void Session::closeLease(uint64_t arenaId, uint64_t leaseId, Clock::time_point d
   pendingCloses_.erase(seq);
   if (!acked)
     KVCOMM_WARN("ArenaImport::close: the owner (", peerName(), ") did not acknowledge the end of lease ", leaseId,
-                " of arena ", hexId(arenaId), " in time; it is dropped when the session ends");
+                " of arena ", arenaName(arenaId), " in time; it is dropped when the session ends");
 }
 
 void Session::sendUser(const void* data, size_t bytes) {
@@ -296,7 +290,7 @@ void Session::dispatch(Message& m, std::vector<Fd>& fds) {
       Message d;
       d.type = MsgType::Deny;
       d.seq = m.seq;
-      d.reason = cat("no arena ", hexId(m.import.arenaId), " in pid ", getpid(),
+      d.reason = cat("no arena ", arenaName(m.import.arenaId), " in pid ", getpid(),
                      ": it was freed or released, or never existed");
       enqueue(outMessage(d));
       return;
