@@ -11,9 +11,9 @@ command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is needed (libFuzzer)"
 CC=clang CXX=clang++ KVCOMM_BUILD_DIR=$dir ./scripts/build.sh -DKVCOMM_BUILD_FUZZERS=ON -DKVCOMM_CUDA=OFF \
   -DKVCOMM_WERROR=OFF -DKVCOMM_BUILD_TESTS=OFF -DKVCOMM_BUILD_TOOLS=OFF -DKVCOMM_BUILD_PERF=OFF
 for name in $(cat "$dir/fuzz/fuzzers.txt"); do
-  corpus=$dir/fuzz/corpus/$name
+  corpus=$dir/fuzz/corpus/$name  # a copy of the checked-in seeds: libFuzzer adds what it finds there
   mkdir -p "$corpus"
-  "$dir/fuzz/fuzz_${name}_replay" --write-seeds "$corpus"
+  cp -r "fuzz/corpus/$name/." "$corpus"
   echo "== fuzz_$name for $secs s"
   "$dir/fuzz/fuzz_$name" -max_total_time="$secs" -print_final_stats=1 "$corpus"
 done

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/symm.hpp"
@@ -63,7 +64,7 @@ static_assert(sizeof(ArenaIpcHandle) == 64, "ArenaIpcHandle is the 64-byte CUipc
 /// A reference on (arena, range) held by an operation in flight (a copy, a transfer, a registered memory region).
 /// While it exists the owner cannot free or shrink that memory, and an importer's close() waits for it. Move-only;
 /// released by release() or destruction.
-class ArenaPin {
+class KVCOMM_API ArenaPin {
  public:
   ArenaPin();
   ~ArenaPin();
@@ -96,7 +97,7 @@ struct ArenaGrowth {
 };
 
 /// Memory this process owns, described by a KV layout, exportable to other local processes.
-class Arena {
+class KVCOMM_API Arena {
  public:
   /// Allocates the layout's extent (rounded up to the granularity) and reserves `options.capacity` bytes of address
   /// space for growth. Throws InvalidArgumentError for a malformed layout (see Fetcher: positive sizes, stride >=
@@ -197,7 +198,7 @@ struct ImportOptions {
 };
 
 /// Another process's arena mapped into this one. Holds a lease on it until close().
-class ArenaImport {
+class KVCOMM_API ArenaImport {
  public:
   /// Opens a legacy CUDA IPC handle (the whole of it: `layout`'s extent must fit in the owner's allocation). No
   /// lease: the owner learns nothing of this import, and a dead owner is not detected. The memory cannot be
@@ -267,7 +268,7 @@ struct ArenaSessionOptions {
 /// One connection between two processes (a client and an ArenaServer). Either side may offer its arenas to the
 /// other and import the other's; small application messages travel on it too. Leases live on their session: when it
 /// ends (either process closes it or dies), the owner reclaims them and the importer's owner is gone.
-class ArenaSession {
+class KVCOMM_API ArenaSession {
  public:
   /// Connects to the server at `address` ("@name": abstract Unix socket; otherwise a filesystem path), waiting for
   /// it to appear until the timeout. The server must run as the same uid (checked with SO_PEERCRED on both sides).
@@ -334,7 +335,7 @@ struct ArenaServerOptions {
 /// Where clients meet a server: one thread serves every connection (non-blocking; credentials checked before
 /// anything is read; handshakes bounded; connections capped), so an idle or hostile local connection cannot stall
 /// the others.
-class ArenaServer {
+class KVCOMM_API ArenaServer {
  public:
   /// Listens on `address`: "@name" for an abstract Unix socket, a filesystem path (its directory must be mode 0700
   /// and owned by this user; a stale socket file is replaced), or "" for a fresh abstract name (see address()).

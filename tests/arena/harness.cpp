@@ -1,20 +1,22 @@
 #include "arena/harness.hpp"
 
+#include <dirent.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
-#include "common/memory.hpp"
 #include "kvcomm/capabilities.hpp"
 
 #ifdef KVCOMM_HAVE_CUDA
@@ -22,6 +24,23 @@
 #endif
 
 namespace kvtest::arena {
+
+namespace {
+
+// Deterministic bytes: byte i depends on (seed, stream, i / 8) only, so a longer stream starts with a shorter one.
+std::vector<uint8_t> pattern(uint64_t seed, uint64_t stream, size_t n) {
+  std::vector<uint8_t> out(n);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + stream * 0xD1B54A32D192ED03ull + (i / 8 + 1) * 0x94D049BB133111EBull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(out.data() + i, &z, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+}  // namespace
 
 pid_t spawn(const std::function<bool()>& body) {
   std::fflush(stdout);
@@ -174,12 +193,12 @@ size_t extentOf(const kvcomm::KvLayout& layout) {
 }
 
 std::vector<uint8_t> blockContent(uint64_t blockSeed, size_t region, size_t block, size_t bytes) {
-  return kvtest::pattern(blockSeed, region * 1000003 + block, bytes);
+  return pattern(blockSeed, region * 1000003 + block, bytes);
 }
 
 std::vector<uint8_t> image(const kvcomm::KvLayout& layout, size_t bytes, uint64_t seed,
                            const std::function<uint64_t(size_t, size_t)>& blockSeed) {
-  std::vector<uint8_t> out = kvtest::pattern(seed, 999, bytes);
+  std::vector<uint8_t> out = pattern(seed, 999, bytes);
   for (size_t r = 0; r < layout.regions.size(); ++r) {
     const kvcomm::KvRegion& g = layout.regions[r];
     size_t stride = g.blockStride ? g.blockStride : g.blockBytes;
@@ -195,8 +214,17 @@ std::vector<uint8_t> image(const kvcomm::KvLayout& layout, size_t bytes, uint64_
 
 std::vector<uint8_t> readRaw(kvcomm::MemoryKind kind, const void* p, size_t n) {
   std::vector<uint8_t> out(n);
-  kvtest::fromMemory(kind, out.data(), p, n);
+  if (kind == kvcomm::MemoryKind::Host) {
+    if (n) std::memcpy(out.data(), p, n);
+    return out;
+  }
+#ifdef KVCOMM_HAVE_CUDA
+  cudaError_t e = cudaMemcpy(out.data(), p, n, cudaMemcpyDefault);
+  if (e != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy: ") + cudaGetErrorString(e));
   return out;
+#else
+  throw std::runtime_error("no CUDA in this build");
+#endif
 }
 
 void sendText(kvcomm::ArenaSession& s, const std::string& text) {
@@ -239,7 +267,12 @@ kvcomm::KvLayout recvLayout(kvcomm::ArenaSession& s, int64_t timeoutMs) {
 }
 
 int fds() {
-  return kvtest::countFds();
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory's own descriptor
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -259,7 +292,10 @@ int mappings() {
   for (std::string line; std::getline(f, line);) n += line.find("/memfd:") != std::string::npos;
   return n;
 #else
-  return kvtest::countMappings();
+  std::ifstream f("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(f, line);) ++n;
+  return n;
 #endif
 }
 

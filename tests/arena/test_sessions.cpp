@@ -17,7 +17,6 @@
 
 #include "arena/exchange.hpp"
 #include "arena/harness.hpp"
-#include "arena/protocol.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/error.hpp"
 
@@ -408,20 +407,29 @@ TEST(ArenaServerSafety, IdleAndHostileConnectionsDoNotStallTheServer) {
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     for (int attempt = 0; attempt < 200 && connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0; ++attempt)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the listen queue drains as the server refuses
-    kvcomm::detail::arena::Message hello;
-    hello.type = kvcomm::detail::arena::MsgType::Hello;
-    hello.hello = {getpid() + 1, static_cast<uint32_t>(geteuid()), 0};
-    auto bytes = kvcomm::detail::arena::encode(hello);
-    if (send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+    // The wire form, written by hand as an attacker would (src/arena/protocol.hpp): a 16-byte header (magic "KVAR",
+    // version 1, type 1 = Hello, sequence, body length) and the body (pid, uid, 8 reserved bytes).
+    struct {
+      uint32_t magic = 0x5241564b;
+      uint16_t version = 1, type = 1;
+      uint32_t seq = 0, length = 16;
+      int32_t pid;
+      uint32_t uid;
+      uint64_t reserved = 0;
+    } hello;
+    hello.pid = getpid() + 1;
+    hello.uid = static_cast<uint32_t>(geteuid());
+    if (send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(hello))) {
       pollfd p{fd, POLLIN, 0};
-      std::vector<uint8_t> reply(4096);
+      std::vector<char> reply(4096);
       ssize_t n = poll(&p, 1, 3000) == 1 ? recv(fd, reply.data(), reply.size(), 0) : -1;
-      kvcomm::detail::arena::Message m;
-      refusedHello = n > 0 && kvcomm::detail::arena::decode(reply.data(), static_cast<size_t>(n), 0, &m).empty() &&
-                     m.type == kvcomm::detail::arena::MsgType::Refused &&
-                     m.reason.find("belongs to pid " + std::to_string(getpid())) != std::string::npos;
+      uint16_t type = 0;
+      if (n >= 16) std::memcpy(&type, reply.data() + 6, sizeof(type));
+      std::string reason = n > 16 ? std::string(reply.data() + 16, static_cast<size_t>(n) - 16) : "";
+      refusedHello =
+          type == 3 /* Refused */ && reason.find("belongs to pid " + std::to_string(getpid())) != std::string::npos;
       std::fprintf(stderr, "[attacker] a hello naming another pid: %s\n",
-                   refusedHello ? ("refused: " + m.reason).c_str() : "not refused");
+                   refusedHello ? ("refused: " + reason).c_str() : "not refused");
     }
     close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
