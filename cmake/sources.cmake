@@ -1,4 +1,5 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> capi).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> arena ->
+# capi).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -30,6 +31,16 @@ set(KVCOMM_SOURCES
     src/fetch/planner.cpp
     src/fetch/peer_transport.cpp
     src/fetch/fetcher.cpp
+    src/arena/protocol.cpp
+    src/arena/capability_table.cpp
+    src/arena/arena_memory.cpp
+    src/arena/session.cpp
+    src/arena/reactor.cpp
+    src/arena/arena_core.cpp
+    src/arena/import_core.cpp
+    src/arena/arena.cpp
+    src/arena/arena_import.cpp
+    src/arena/arena_server.cpp
     src/capi/error.cpp
     src/capi/bootstrap.cpp
     src/capi/communicator.cpp
@@ -47,7 +58,8 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/barrier.cu
     src/kernels/fetch.cu
     src/fetch/device_copy.cpp
-    src/ops/device_memory.cpp)
+    src/ops/device_memory.cpp
+    src/arena/cuda_support.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
@@ -59,7 +71,8 @@ set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
     src/kernels/no_cuda.cpp
     src/fetch/no_cuda.cpp
-    src/ops/no_cuda.cpp)
+    src/ops/no_cuda.cpp
+    src/arena/no_cuda.cpp)
 
 # Stand-in for the NCCL transport where NCCL is not part of the build (CUDA or not).
 set(KVCOMM_NO_NCCL_SOURCES

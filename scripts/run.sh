@@ -2,7 +2,8 @@
 # The main job: installs what it needs, builds, then on whatever backend is present (the CUDA backend on GPUs, host
 # memory without), under mpirun: kvcomm-info (communicator, layout, topology, capabilities), kvcomm-demo (one
 # publish + barrier step and one fetch, each verified byte for byte), the publish benchmark against gather+insert
-# and the fetch benchmark against per-block copies, copy-engine batches and MPI / NCCL send/recv.
+# and the fetch benchmark against per-block copies, copy-engine batches and MPI / NCCL send/recv; then the arena
+# example (a KV block server and its clients, without MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -27,3 +28,9 @@ mpirun "${flags[@]}" -np "$np" "$b/perf/perf_publish" --json "$b/perf-publish.js
 echo; echo "== fetch benchmark (JSON: $b/perf-fetch.jsonl)"
 rm -f "$b/perf-fetch.jsonl"
 mpirun "${flags[@]}" -np "$np" "$b/perf/perf_fetch" --json "$b/perf-fetch.jsonl"
+
+# ---- arena example (examples/arena_kv): a KV block server and four clients, both directions of ownership, on GPUs
+# (server on GPU 0, clients spread over every GPU) or host memory; every client checks every byte.
+echo; echo "== arena example: KV block server + 4 clients (examples/arena_kv)"
+./scripts/build.sh -DKVCOMM_BUILD_TOOLS=ON --target example_arena_server --target example_arena_client
+examples/arena_kv/run.sh "$b"

@@ -20,6 +20,7 @@ enum class ErrorCode {
   Timeout,          ///< A bounded wait expired (peer never arrived, root unreachable).
   Aborted,          ///< The operation was stopped because the object is closing.
   InternalError,    ///< A kvcomm invariant broke: a bug; please report it.
+  Busy,             ///< The object is in use (an arena with leases or operations in flight); nothing was changed.
 };
 
 /// Short name of an error code ("InvalidArgument", ...).

@@ -59,7 +59,8 @@ typedef enum {
   kvcommTimeout = 7,         /**< a bounded wait expired */
   kvcommAborted = 8,         /**< stopped because the object is closing */
   kvcommInternalError = 9,   /**< a kvcomm invariant broke (a bug), or an unexpected C++ exception */
-  kvcommNumResults = 10
+  kvcommBusy = 10,           /**< the object is in use (leases or operations in flight); nothing was changed */
+  kvcommNumResults = 11
 } kvcommResult_t;
 
 /** Short name of a result ("InvalidArgument", ...); "Unknown" for values outside the enum. Never NULL. */

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kvcomm/api.hpp"
+#include "kvcomm/arena.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"

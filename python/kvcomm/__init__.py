@@ -34,6 +34,7 @@ from ._bootstrap import (
 )
 from ._errors import (
     AbortedError,
+    BusyError,
     CudaError,
     Error,
     ErrorCode,
@@ -91,7 +92,7 @@ def use_local_device(local_rank: int) -> int:
 
 
 __all__ = [
-    "AbortedError", "Axis", "Barrier", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
+    "AbortedError", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
     "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
     "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "Layout", "MemoryKind", "NetworkError",
     "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",

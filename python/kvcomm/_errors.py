@@ -74,6 +74,12 @@ class InternalError(Error):
     code = ErrorCode.InternalError
 
 
+class BusyError(Error):
+    """The object is in use (an arena with leases or operations in flight); nothing was changed."""
+
+    code = ErrorCode.Busy
+
+
 ERROR_CLASSES: Dict["_kvcomm.ErrorCode", Type[Error]] = {
     cls.code: cls
     for cls in (
@@ -86,6 +92,7 @@ ERROR_CLASSES: Dict["_kvcomm.ErrorCode", Type[Error]] = {
         TimeoutError,
         AbortedError,
         InternalError,
+        BusyError,
     )
 }
 

@@ -56,7 +56,8 @@ void bindErrors(nb::module_& m) {
       .value("RemoteError", ErrorCode::RemoteError)
       .value("Timeout", ErrorCode::Timeout)
       .value("Aborted", ErrorCode::Aborted)
-      .value("InternalError", ErrorCode::InternalError);
+      .value("InternalError", ErrorCode::InternalError)
+      .value("Busy", ErrorCode::Busy);
   m.def(
       "_register_error_class",
       [](ErrorCode code, nb::handle cls) {

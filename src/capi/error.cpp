@@ -45,6 +45,8 @@ kvcommResult_t toResult(ErrorCode code) noexcept {
       return kvcommAborted;
     case ErrorCode::InternalError:
       return kvcommInternalError;
+    case ErrorCode::Busy:
+      return kvcommBusy;
   }
   return kvcommInternalError;
 }
@@ -148,6 +150,8 @@ const char* kvcommGetErrorString(kvcommResult_t result) {
       return "Aborted";
     case kvcommInternalError:
       return "InternalError";
+    case kvcommBusy:
+      return "Busy";
     case kvcommNumResults:
       break;
   }

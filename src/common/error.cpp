@@ -26,6 +26,8 @@ const char* errorCodeName(ErrorCode code) noexcept {
       return "Aborted";
     case ErrorCode::InternalError:
       return "InternalError";
+    case ErrorCode::Busy:
+      return "Busy";
   }
   return "Unknown";
 }

@@ -75,6 +75,28 @@ void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size
     KVCOMM_THROW(NetworkError, "sendmsg(SCM_RIGHTS)", n < 0 ? std::strerror(errno) : "short send");
 }
 
+bool trySendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds) {
+  iovec iov{const_cast<void*>(payload), len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * nfds));
+  if (nfds > 0) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;  // nothing was sent: retry when writable
+  if (n != static_cast<ssize_t>(len))
+    KVCOMM_THROW(NetworkError, "sendmsg(SCM_RIGHTS)", n < 0 ? std::strerror(errno) : "short send");
+  return true;
+}
+
 std::vector<Fd> recvWithFds(int sock, void* payload, size_t* len, size_t maxFds) {
   iovec iov{payload, *len};
   msghdr msg{};

@@ -126,4 +126,9 @@ void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size
 /// throws NetworkError. Returns the received fds; `*len` is the payload length.
 std::vector<Fd> recvWithFds(int sock, void* payload, size_t* len, size_t maxFds);
 
+/// sendWithFds for event loops: never blocks. Returns false, having sent nothing, when the socket cannot take the
+/// message now (EAGAIN: the peer's queue is full); the caller retries when the socket polls writable. Throws
+/// NetworkError on any other failure (the peer closed the connection, ...).
+bool trySendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds);
+
 }  // namespace kvcomm::detail

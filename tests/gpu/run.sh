@@ -38,6 +38,13 @@ if [ "$what" != perf ]; then
   step "unit tests"
   timeout 300 "$build/tests/unit/kvcomm_unit_tests" --gtest_brief=1 2>&1 | tail -15 | tee "$OUT/unit.txt" || status=1
 
+  step "arena tests (processes; CUDA: server on GPU 0, clients on every GPU) and the arena example"
+  timeout 600 "$build/tests/arena/kvcomm_arena_tests" --gtest_color=no 2>&1 | tee "$OUT/arena.txt" | \
+    grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|^\[arena\]|only (before|after)" | head -80
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout 120 examples/arena_kv/run.sh "$build" 2>&1 | tee "$OUT/arena_example.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
   for bin in kvcomm_mpi_tests kvcomm_gpu_tests; do
     step "$bin (mpirun -np $np, CUDA backend where a GPU is present)"
     # The TP2/PCP2 CUDA cases need 4 ranks: they run in the 4-rank step below, not here.
@@ -60,7 +67,8 @@ if [ "$what" != perf ]; then
 
   # A GPU is present, so every CUDA case must have run: a skipped one fails the script (its reason is in the log).
   step "skipped CUDA cases"
-  tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" || status=1
+  tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" "$OUT/arena.txt" ||
+    status=1
 
   step "C ABI test and C example (mpirun -np 4, host memory)"
   timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_test" 2>&1 | tee "$OUT/capi.txt" | tail -3

@@ -387,7 +387,7 @@ def test_version_and_error_classes():
     assert issubclass(kvcomm.InvalidArgumentError, (kvcomm.Error, ValueError))
     assert issubclass(kvcomm.TimeoutError, TimeoutError) and issubclass(kvcomm.NetworkError, ConnectionError)
     for name in ("InvalidArgument", "Unsupported", "SystemError", "CudaError", "NetworkError", "RemoteError",
-                 "Timeout", "Aborted", "InternalError"):
+                 "Timeout", "Aborted", "InternalError", "Busy"):
         code = getattr(kvcomm.ErrorCode, name)
         cls = kvcomm._errors.ERROR_CLASSES[code]
         assert cls.code == code and issubclass(cls, kvcomm.Error)

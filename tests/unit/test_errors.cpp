@@ -48,6 +48,7 @@ TEST(Errors, RankScopeNestsAndRestores) {
 TEST(Errors, CodeNames) {
   EXPECT_STREQ(kvcomm::errorCodeName(kvcomm::ErrorCode::Timeout), "Timeout");
   EXPECT_STREQ(kvcomm::errorCodeName(kvcomm::ErrorCode::RemoteError), "RemoteError");
+  EXPECT_STREQ(kvcomm::errorCodeName(kvcomm::ErrorCode::Busy), "Busy");
 }
 
 }  // namespace
