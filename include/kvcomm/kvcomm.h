@@ -273,6 +273,8 @@ typedef struct {
   size_t blockSize;   /**< tokens per block */
   size_t blockStride; /**< bytes between blocks (0: blockSize * rowStride) */
   size_t rowStride;   /**< bytes between rows of a block (0: rowBytes) */
+  size_t limitBytes;  /**< bytes the tensor may address from offset (0: up to the capacity); rows past it are refused */
+  size_t srcBytes;    /**< bytes readable at src (0: not stated); a call whose rows reach past it is refused */
 } kvcommCacheTensor;
 
 /** Options of kvcommPublisherCreate; kvcommPublisherOptionsInit fills the C++ defaults. */

@@ -17,6 +17,7 @@
 #include "kvcomm/fetch.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/device_memory.hpp"
+#include "symm/buffer_use.hpp"
 
 namespace kvcomm {
 
@@ -284,6 +285,7 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
                    "the plan is empty or was made by another fetcher");
   impl_->checkCurrent(plan.impl_->generation, "Fetcher::submit");
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, "Fetcher::submit");  // open, and steady while the copies are made
   impl_->submitLocked(*plan.impl_->out, stream);
 }
 
@@ -292,6 +294,7 @@ FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream s
   detail::RankScope scope(impl_->rank());
   detail::PlanOutput plan = impl_->makePlan(requests, options);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, "Fetcher::fetch");
   impl_->submitLocked(plan, stream);
   return plan.info;
 }
@@ -315,6 +318,7 @@ void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
   f.srcRanks = batch.srcRanks;
   f.srcRank = batch.srcRank;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, call);
   if (impl_->kind == MemoryKind::Cuda)
     detail::launchFetch(f, stream);
   else
@@ -345,6 +349,7 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
   impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
   if (planned.ok()) {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    detail::BufferUse use(impl_->buf, call);
     impl_->submitLocked(plan, stream);
   }
   impl_->barrier.barrier(stream, 0);  // nobody overwrites a source block a peer still reads
@@ -366,7 +371,13 @@ struct FetchOperation::Impl {
     if (finished) return last;
     bool done = false;
     std::string error;
-    op->poll(blocksDone, &done, &error);
+    try {
+      detail::BufferUse use(owner->buf, "FetchOperation::test");  // copies on the host go through the mappings
+      op->poll(blocksDone, &done, &error);
+    } catch (const InvalidArgumentError& e) {  // the buffer was closed: the rest of the operation fails
+      done = true;
+      error = e.what();
+    }
     FetchStatus s;
     s.bytesTotal = plan->info.bytes;
     for (size_t i = 0; i < plan->runs.size(); ++i)
@@ -426,6 +437,7 @@ FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const F
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, "Fetcher::start");
   if (impl_->kind == MemoryKind::Cuda && stream)
     KVCOMM_CHECK_ARG(!impl_->copier->capturing(stream), "Fetcher::start", "a polled fetch cannot be captured");
   op->op = impl_->peer->start(plan, std::move(runs), options, stream);
