@@ -89,6 +89,9 @@ TEST_P(Faults, DestinationsThatWouldWrapAreRefusedAndWriteNothing) {
       {{src.data(), 0, 64, 0, 1, max / 2 + 1, 64}, 2, "block * blockStride wraps"},
       {{src.data(), 0, 64, 4096, 1, 64, 64}, INT64_MAX, "a huge slot"},
       {{src.data(), 0, 64, 8192, 2, 1u << 20, max / 2 + 1}, 1, "(slot % blockSize) * rowStride wraps"},
+      // (blockSize - 1) * rowStride + rowBytes wraps to 32 and passed the old check; slot 1 then lands 32 bytes
+      // before the tensor's offset, in the previous region.
+      {{src.data(), 0, 64, 8192, 2, 4096, max - 31}, 1, "a row stride that wraps back below the offset"},
   };
   for (const Case& c : cases) {
     auto slots = slotsOf({c.slot});
