@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -47,7 +48,7 @@ struct BarrierOptions {
 ///
 /// Threads: one thread at a time per lane; different lanes may be driven from different threads. deviceHandle(),
 /// lanes() and kind() are safe from any thread.
-class Barrier {
+class KVCOMM_API Barrier {
  public:
   /// Collective over `comm`: allocates and zeroes the signal area on every member.
   static Barrier create(Communicator comm, const BarrierOptions& options = {});

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
@@ -37,7 +38,7 @@ struct MemberInfo {
 };
 
 /// Per-member host identity, GPU and RDMA devices, and the P2P access matrix among same-host GPUs.
-struct Topology {
+struct KVCOMM_API Topology {
   std::vector<MemberInfo> members;
   /// p2p[a * size + b]: member a's GPU can access member b's GPU directly (same host, same GPU or CUDA peer access).
   std::vector<uint8_t> p2p;
@@ -78,7 +79,7 @@ GroupHealth& healthOf(const Communicator& comm);
 /// collectives in the same order, which concurrent calls would not keep). Different communicators, also of one
 /// world, may be used from different threads at once. abort(), healthy(), failedRank(), rank(), size(),
 /// topology() and id() are safe from any thread at any time.
-class Communicator {
+class KVCOMM_API Communicator {
  public:
   /// Builds the world communicator from a bootstrap (collective over the bootstrap's ranks). The process's current
   /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
@@ -145,7 +146,7 @@ struct LayoutCoord {
 enum class Axis { TP, PCP, PP, DP };
 
 /// The TP, PCP, PP and DP groups of this rank.
-struct Layout {
+struct KVCOMM_API Layout {
   LayoutSpec spec;
   LayoutCoord coord;
   Communicator tp;   ///< members sharing (dp, pp, pcp); rank = tp coordinate

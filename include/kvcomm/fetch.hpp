@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/fetch.hpp"
 #include "kvcomm/device_error.hpp"
@@ -37,7 +38,7 @@ struct KvLayout {
 };
 
 /// FNV-1a hash of a layout (regions and version): what requests and peers compare.
-uint64_t layoutHash(const KvLayout& layout);
+KVCOMM_API uint64_t layoutHash(const KvLayout& layout);
 
 /// What moves a fetch's bytes.
 enum class FetchPath {
@@ -48,7 +49,7 @@ enum class FetchPath {
   Host,        ///< CPU copies (host-memory buffers)
 };
 /// "auto", "kernel", "copy", "host".
-const char* fetchPathName(FetchPath path);
+KVCOMM_API const char* fetchPathName(FetchPath path);
 
 /// Blocks to pull from one source member, in host memory. Pair i copies source block srcBlocks[i] (in the source's
 /// layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on either
@@ -75,7 +76,7 @@ struct FetchOptions {
 };
 
 /// What a plan does (FetchPlan::info(), returned by fetch()).
-struct FetchPlanInfo {
+struct KVCOMM_API FetchPlanInfo {
   size_t pairsIn = 0;                ///< block pairs named by the requests
   size_t pairsSkipped = 0;           ///< pairs with -1 (padding)
   size_t runsOut = 0;                ///< copies after coalescing (a run: consecutive blocks on both sides, one region)
@@ -89,7 +90,7 @@ struct FetchPlanInfo {
 };
 
 /// A validated, coalesced batch for one Fetcher, reusable while the buffer's generation does not change.
-class FetchPlan {
+class KVCOMM_API FetchPlan {
  public:
   FetchPlan();
   ~FetchPlan();
@@ -133,7 +134,7 @@ struct FetchStatus {
 
 /// A polled fetch (Fetcher::start). Destroying it, or its Fetcher, waits until nothing can still write the
 /// destination: memory is never released while a copy may still land in it.
-class FetchOperation {
+class KVCOMM_API FetchOperation {
  public:
   FetchOperation();
   ~FetchOperation();
@@ -186,7 +187,7 @@ struct FetcherOptions {
 /// another thread are safe against host-memory copies in progress (they wait for each other). After the buffer is
 /// closed, every submission throws InvalidArgumentError ("the buffer is closed") and a polled operation in progress
 /// fails.
-class Fetcher {
+class KVCOMM_API Fetcher {
  public:
   static Fetcher create(SymmetricBuffer& buffer, const KvLayout& layout, const FetcherOptions& options = {});
 

@@ -29,6 +29,11 @@
 extern "C" {
 #endif
 
+/* Every function declared here is exported from libkvcomm (built with hidden visibility; see kvcomm/api.hpp). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ---- version -------------------------------------------------------------------------------------------------- */
 
 #ifndef KVCOMM_VERSION_MAJOR
@@ -544,6 +549,10 @@ kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
 kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed);
 /** Makes CUDA device localRank % deviceCount current on this thread; *device = its ordinal, or -1 without a GPU. */
 kvcommResult_t kvcommUseLocalDevice(int localRank, int* device);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -58,7 +59,7 @@ enum class PublishMode {
   Direct,    ///< stores into peers' memory through symmetric mappings, then a release/acquire barrier
   Fallback,  ///< AllGather of the rows (NCCL on GPUs, kvcomm's bootstrap on host memory) and a local insert
 };
-const char* publishModeName(PublishMode mode);
+KVCOMM_API const char* publishModeName(PublishMode mode);
 
 /// Options of Publisher::create.
 struct PublisherOptions {
@@ -99,7 +100,7 @@ struct PublisherOptions {
 ///
 /// Threads: one thread at a time per publisher. The buffer's grow/commit/release may run on other threads: a
 /// publish sees the backed state before or after the change, never a mix.
-class Publisher {
+class KVCOMM_API Publisher {
  public:
   /// Collective over the buffer's group.
   static Publisher create(SymmetricBuffer& buffer, const PublisherOptions& options = {});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
@@ -22,7 +23,7 @@ enum class MemoryKind {
 };
 
 /// "cuda" / "host" / "auto".
-const char* memoryKindName(MemoryKind kind);
+KVCOMM_API const char* memoryKindName(MemoryKind kind);
 
 /// A byte range relative to a buffer's base.
 struct Range {
@@ -55,7 +56,7 @@ class BufferUse;
 /// buffer, and on publishers and fetchers built on it, throws InvalidArgumentError ("the buffer is closed"). Getters
 /// are safe from any thread. Kernels already launched are the caller's to order: synchronise their streams before
 /// release() or close().
-class SymmetricBuffer {
+class KVCOMM_API SymmetricBuffer {
  public:
   /// Reserves `capacity` bytes of address space for this rank's memory and one window per same-host member, maps
   /// the first `initialBytes` (rounded up to the granularity) everywhere. Collective; every member must pass the

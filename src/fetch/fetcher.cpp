@@ -127,8 +127,9 @@ struct Fetcher::Impl {
   std::vector<detail::FetchTransport*> route;  // by rank: the transport that reaches it (nullptr: none)
   std::vector<uint8_t> reachable;
   std::vector<std::string> why;
-  Barrier barrier;  // fetchAll, when every member is reachable here
-  std::mutex mu;    // one submission at a time (staging, copier)
+  Barrier barrier;             // fetchAll, when every member is reachable here
+  std::mutex mu;               // one submission at a time (staging, copier, scratch)
+  detail::PlanOutput scratch;  // plans of fetch()/fetchAll(), made and submitted at once: reused, never reallocated
 
   ~Impl() {
     if (copier) copier->drain();  // nothing in flight may outlive the tables and staging
@@ -159,6 +160,12 @@ struct Fetcher::Impl {
   }
 
   detail::PlanOutput makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o) const {
+    detail::PlanOutput out;
+    makePlan(requests, o, out);
+    return out;
+  }
+
+  void makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o, detail::PlanOutput& out) const {
     checkCurrent(generation, "fetch (plan)");
     detail::PlanInput in;
     in.table = &table;
@@ -168,7 +175,7 @@ struct Fetcher::Impl {
     in.path = resolvePath(o);
     in.copyEngineMinRunBytes =
         o.copyEngineMinRunBytes ? o.copyEngineMinRunBytes : static_cast<uint64_t>(env::fetchCopyEngineMinBytes());
-    return detail::planFetch(requests, in);
+    detail::planFetch(requests, in, out);
   }
 
   void submitLocked(const detail::PlanOutput& plan, Stream stream) {
@@ -292,11 +299,11 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
 FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream stream, const FetchOptions& options) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::fetch", "empty fetcher");
   detail::RankScope scope(impl_->rank());
-  detail::PlanOutput plan = impl_->makePlan(requests, options);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  detail::BufferUse use(impl_->buf, "Fetcher::fetch");
-  impl_->submitLocked(plan, stream);
-  return plan.info;
+  impl_->makePlan(requests, options, impl_->scratch);
+  detail::BufferUse use(impl_->buf, "Fetcher::fetch");  // after planning: it read the buffer's generation itself
+  impl_->submitLocked(impl_->scratch, stream);
+  return impl_->scratch.info;
 }
 
 void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
@@ -340,15 +347,15 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
                      "into it); use fetchDevice() with ids in device memory");
   // A bad request on this rank must not leave the others waiting at the barriers: run both, then throw.
   detail::Outcome planned;
-  detail::PlanOutput plan;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::PlanOutput& plan = impl_->scratch;
   try {
-    plan = impl_->makePlan(requests, options);
+    impl_->makePlan(requests, options, plan);
   } catch (...) {
     planned = detail::Outcome::fromCurrentException();
   }
   impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
   if (planned.ok()) {
-    std::lock_guard<std::mutex> lock(impl_->mu);
     detail::BufferUse use(impl_->buf, call);
     impl_->submitLocked(plan, stream);
   }

@@ -51,7 +51,7 @@ void hostPublish(const PublishLaunch& p) {
         const PublishTensorDesc& t = p.t[k];
         uint64_t dst = 0;
         rowDestination(p, t, slot, &dst);  // true: every row was checked above
-        const char* src = t.src + static_cast<uint64_t>(s) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+        const char* src = t.src + static_cast<uint64_t>(s) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
         for (int r = 0; r < p.replicas.size; ++r)
           if (p.replicas.isMapped(r)) std::memcpy(p.replicas.peer(r) + dst, src, t.rowBytes);
       }

@@ -16,7 +16,8 @@ inline constexpr int kMaxPublishTensors = 4;
 
 /// One cache tensor of a publish (or insert) launch; all values in bytes.
 struct PublishTensorDesc {
-  const char* src;  // row (source s, token i) at src + s * sourceStride + i * srcStride
+  const char* src;        // row (source s, token i) at src + s * sourceStride + i * srcStride
+  uint64_t sourceStride;  // bytes between sources' rows (insert: one source per rank); 0 with one source
   uint64_t srcStride;
   uint64_t rowBytes;
   uint64_t offset;  // destination base in the buffer
@@ -36,7 +37,7 @@ struct PublishLaunch {
   PublishTensorDesc t[kMaxPublishTensors];
   SymmDeviceHandle replicas;
   const void* slots;      // slot of (source s, token i) at slots + s * sourceStride + i * slotBytes
-  uint64_t sourceStride;  // bytes between sources (insert: one per rank); 0 with one source
+  uint64_t sourceStride;  // bytes between sources' slots (insert: one source per rank); 0 with one source
   int64_t numTokens;
   int32_t numSources;
   int32_t slot64;  // 1: int64 slots, 0: int32

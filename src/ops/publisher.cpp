@@ -169,9 +169,38 @@ struct Publisher::Impl {
     detail::checkHealthy(buf.communicator(), call);
   }
 
-  // Gather+insert: pack (slots as int64, rows back to back), gather every rank's record, insert all locally.
+  // Gather+insert: gather every rank's slots and rows, insert them all locally with one kernel. Rows already back to
+  // back (the usual case) are gathered straight from the caller's buffers by grouped AllGathers (no pack copy);
+  // otherwise they are packed into one record per rank first.
   void publishFallback(const detail::PublishLaunch& p, Stream stream, const char* call) {
     size_t T = static_cast<size_t>(p.numTokens);
+    bool contiguous = kind == MemoryKind::Cuda && transport->gathersParts();
+    for (int k = 0; k < p.numTensors; ++k) contiguous = contiguous && p.t[k].srcStride == p.t[k].rowBytes;
+    if (contiguous) {
+      const size_t n = static_cast<size_t>(buf.size()), slotBytes = p.slot64 ? 8 : 4;
+      std::vector<detail::FallbackTransport::Part> parts{{p.slots, T * slotBytes}};
+      for (int k = 0; k < p.numTensors; ++k) parts.push_back({p.t[k].src, T * p.t[k].rowBytes});
+      const char* all = transport->gatherParts(parts, stream);
+      detail::PublishLaunch ins = p;
+      ins.replicas = localOnly;
+      ins.slots = all;
+      ins.sourceStride = T * slotBytes;
+      ins.numSources = buf.size();
+      size_t at = align16(n * T * slotBytes);
+      for (int k = 0; k < p.numTensors; ++k) {
+        ins.t[k].src = all + at;
+        ins.t[k].sourceStride = T * p.t[k].rowBytes;
+        ins.t[k].srcStride = p.t[k].rowBytes;
+        ins.t[k].vec =
+            commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), T * p.t[k].rowBytes, p.t[k].rowBytes,
+                            p.t[k].offset, p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
+        at += align16(n * T * p.t[k].rowBytes);
+      }
+      detail::BufferUse use(buf, call);  // the buffer may have been closed, or grown, while the rows were gathered
+      ins.backed = use.backedBitmap();
+      detail::launchPublish(ins, stream, nullptr, 0);
+      return;
+    }
     detail::PackLaunch pack{};
     size_t at = align16(T * sizeof(int64_t));
     for (int k = 0; k < p.numTensors; ++k) {
@@ -200,6 +229,7 @@ struct Publisher::Impl {
     ins.sourceStride = record;
     for (int k = 0; k < p.numTensors; ++k) {
       ins.t[k].src = all + pack.partOffset[k];
+      ins.t[k].sourceStride = record;
       ins.t[k].srcStride = p.t[k].rowBytes;
       ins.t[k].vec = commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), record, p.t[k].rowBytes, p.t[k].offset,
                                      p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));

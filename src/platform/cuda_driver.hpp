@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/check.hpp"
+#include "common/internal_api.hpp"
 
 namespace kvcomm::detail {
 
@@ -54,16 +55,16 @@ enum class CudaFeature {
 };
 
 /// The process's driver table, loaded on first use; never throws.
-const CudaDriver& cudaDriver();
+KVCOMM_INTERNAL_API const CudaDriver& cudaDriver();
 
 /// Throws Unsupported naming `call` and the reason when the driver is not usable, or lacks an entry point `feature`
 /// needs (naming it).
-const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature = CudaFeature::Core);
+KVCOMM_INTERNAL_API const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature = CudaFeature::Core);
 
 /// "CUDA_ERROR_X: description".
-std::string cuResultText(CUresult r);
+KVCOMM_INTERNAL_API std::string cuResultText(CUresult r);
 
-[[noreturn]] void throwCu(const char* expr, CUresult r, const char* file, int line);
+[[noreturn]] KVCOMM_INTERNAL_API void throwCu(const char* expr, CUresult r, const char* file, int line);
 
 }  // namespace kvcomm::detail
 

@@ -190,6 +190,17 @@ FdServer::FdServer() : pid_(getpid()), refusals_("fd server") {
   thread_.detach();
 }
 
+Token FdServer::offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
+                      std::shared_ptr<const ExportSet> set) {
+  return tokens_.offer(bufferId, generation, requesterRank, pid, uid, std::move(set));
+}
+void FdServer::retire(uint64_t bufferId, uint64_t generation) {
+  tokens_.retire(bufferId, generation);
+}
+size_t FdServer::liveTokens() {
+  return tokens_.live();
+}
+
 void FdServer::serve() {
   Acceptor& acceptor = *acceptor_;
   PendingHandshakes pending(sizeof(FdRequest), true, &refusals_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/fd.hpp"
+#include "common/internal_api.hpp"
 #include "common/listener.hpp"
 #include "symm/memory_backend.hpp"
 
@@ -85,18 +86,16 @@ class TokenTable {
 /// hostile connections never delay a rendezvous.
 class FdServer {
  public:
-  static FdServer& instance();
+  KVCOMM_INTERNAL_API static FdServer& instance();
   /// Abstract socket name (without the leading NUL).
   const std::string& name() const { return name_; }
   /// Issues a one-use token for `requesterRank` (process `pid`, user `uid`) to fetch `set`.
-  Token offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
-              std::shared_ptr<const ExportSet> set) {
-    return tokens_.offer(bufferId, generation, requesterRank, pid, uid, std::move(set));
-  }
+  KVCOMM_INTERNAL_API Token offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
+                                  std::shared_ptr<const ExportSet> set);
   /// Expires every token of (bufferId, generation); the fds close once no token refers to them.
-  void retire(uint64_t bufferId, uint64_t generation) { tokens_.retire(bufferId, generation); }
+  KVCOMM_INTERNAL_API void retire(uint64_t bufferId, uint64_t generation);
   /// Tokens still live (tests).
-  size_t liveTokens() { return tokens_.live(); }
+  KVCOMM_INTERNAL_API size_t liveTokens();
   /// Connections refused so far (tests).
   uint64_t refusedConnections() const { return refusals_.count(); }
 
@@ -117,8 +116,9 @@ class FdServer {
 /// Fetches the set behind `token` from the server `serverName`. Throws NetworkError carrying the server's reason
 /// when refused (forged, replayed or expired token; wrong process) — no fd is kept then. `stopIf` (optional) runs
 /// at least every 100 ms while waiting and may throw to give up early (an aborted or broken group).
-ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId, uint64_t generation,
-                   int requesterRank, int64_t timeoutMs, const std::function<void()>& stopIf = {});
+KVCOMM_INTERNAL_API ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId,
+                                       uint64_t generation, int requesterRank, int64_t timeoutMs,
+                                       const std::function<void()>& stopIf = {});
 
 /// Sends `payload` with `fds` attached (SCM_RIGHTS) as one SOCK_SEQPACKET message.
 void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds);

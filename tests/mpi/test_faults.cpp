@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/memory.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

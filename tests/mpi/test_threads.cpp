@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/memory.hpp"
 #include "kvcomm/error.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

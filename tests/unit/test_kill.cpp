@@ -15,14 +15,14 @@
 #include <thread>
 #include <vector>
 
-#include "common/memory.hpp"
-#include "common/processes.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
+#include "support/memory.hpp"
+#include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

@@ -20,13 +20,13 @@
 
 #include "comm/tcp_mesh.hpp"
 #include "comm/wire.hpp"
-#include "common/memory.hpp"
-#include "common/processes.hpp"
 #include "common/socket.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/symm.hpp"
+#include "support/memory.hpp"
+#include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/processes.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/symm.hpp"
+#include "support/processes.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "common/processes.hpp"
+#include "support/processes.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>

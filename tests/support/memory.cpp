@@ -1,4 +1,4 @@
-#include "common/memory.hpp"
+#include "support/memory.hpp"
 
 #include <dirent.h>
 #include <sys/mman.h>
