@@ -16,6 +16,7 @@
 
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
@@ -236,6 +237,9 @@ void Faults::callsAfterClose(const char* direct) {
   auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
   auto pub = Publisher::create(buf);
   unsetenv("KVCOMM_DIRECT");
+  kvcomm::KvLayout layout;
+  layout.regions.push_back({0, 4096, 0, 16});
+  auto fetcher = kvcomm::Fetcher::create(buf, layout);
   kvtest::Memory src(kind_, 4096);
   auto dev = slotsOf({world.rank()});
   CacheTensor t{src.data(), 0, 64, 0, 1, 0, 0};
@@ -256,6 +260,14 @@ void Faults::callsAfterClose(const char* direct) {
   closed([&] { pub.signal(); }, "signal");
   closed([&] { pub.wait(); }, "wait");
   closed([&] { buf.grow(2u << 20); }, "grow");
+  int64_t one = 1, two = 2;
+  kvcomm::FetchRequest req{};
+  req.srcRank = (world.rank() + 1) % world.size();
+  req.srcBlocks = &one;
+  req.dstBlocks = &two;
+  req.count = 1;
+  req.srcLayoutHash = fetcher.layoutHash(req.srcRank);
+  closed([&] { fetcher.fetch({req}); }, "fetch");
   closed([&] { (void)buf.deviceHandle(); }, "deviceHandle");
   EXPECT_EQ(buf.peerTable(), nullptr);
   EXPECT_EQ(buf.backedBitmap(), nullptr);
