@@ -3,8 +3,10 @@
 # apt-get as root, sudo otherwise. The CUDA toolkit is optional (/usr/local/cuda): without nvcc kvcomm builds its
 # host backend only.
 set -euo pipefail
+# clang and its runtime libraries (libFuzzer) build the fuzz targets (scripts/fuzz.sh); GCC's sanitizer runtimes come
+# with build-essential (scripts/sanitize.sh).
 pkgs=(build-essential cmake git libgtest-dev googletest libopenmpi-dev openmpi-bin libibverbs-dev iproute2
-      clang-format python3 python3-venv python3-dev)
+      clang-format python3 python3-venv python3-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

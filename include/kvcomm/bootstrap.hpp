@@ -49,7 +49,11 @@ class TcpMesh;
 
 /// Bootstrap over TCP. Rank 0 listens at the address in the unique id; other ranks connect to it (retrying until
 /// the timeout), present the id's magic, protocol version and nonce, and learn every rank's address. Afterwards all
-/// traffic goes point to point.
+/// traffic goes point to point, over a mesh whose progress thread also watches every member's liveness (see
+/// Communicator). The root reads the hellos of all connections concurrently, each within 1 s, so idle or hostile
+/// connections never delay a rank; a stale id presented to a formed group is refused at once.
+///
+/// Threads: allgather() and barrier() are collective, one thread at a time; rank() and size() from any thread.
 class KVCOMM_API TcpBootstrap : public Bootstrap {
  public:
   /// Creates a new id whose root listens on `ifname` (default: KVCOMM_SOCKET_IFNAME, else the first non-loopback
@@ -79,6 +83,7 @@ class KVCOMM_API TcpBootstrap : public Bootstrap {
 };
 
 /// Bootstrap over the engine's own process group: the engine supplies an allgather (e.g. over torch.distributed).
+/// Threads: the callback is called from the thread that calls allgather(), one at a time.
 class KVCOMM_API CallbackBootstrap : public Bootstrap {
  public:
   /// Gathers `bytesPerRank` bytes from every rank: `send` is this rank's contribution, `recv` receives

@@ -181,6 +181,12 @@ struct FetcherOptions {
 ///      (a plan made at an older generation is refused as stale).
 /// The source's bytes must be final before the fetch reads them (e.g. after a barrier); the fetcher does not order
 /// the source's writes (fetchAll does: it starts and ends with a barrier).
+///
+/// Threads and lifetimes: submissions (fetch, submit, fetchDevice, start) may come from several threads; they are
+/// serialised. refresh() and fetchAll() are collective: one thread at a time. The buffer's grow/commit/release on
+/// another thread are safe against host-memory copies in progress (they wait for each other). After the buffer is
+/// closed, every submission throws InvalidArgumentError ("the buffer is closed") and a polled operation in progress
+/// fails.
 class KVCOMM_API Fetcher {
  public:
   static Fetcher create(SymmetricBuffer& buffer, const KvLayout& layout, const FetcherOptions& options = {});

@@ -57,7 +57,7 @@ typedef enum {
   kvcommNetworkError = 5,    /**< a socket or transport failed, or a peer went away */
   kvcommRemoteError = 6,     /**< another rank reported a failure during a collective step */
   kvcommTimeout = 7,         /**< a bounded wait expired */
-  kvcommAborted = 8,         /**< stopped because the object is closing */
+  kvcommAborted = 8,         /**< stopped because the communicator was aborted (kvcommCommAbort) */
   kvcommInternalError = 9,   /**< a kvcomm invariant broke (a bug), or an unexpected C++ exception */
   kvcommBusy = 10,           /**< the object is in use (leases or operations in flight); nothing was changed */
   kvcommNumResults = 11
@@ -138,6 +138,12 @@ kvcommResult_t kvcommCommSize(kvcommComm_t comm, int* size);
 kvcommResult_t kvcommCommWorldRank(kvcommComm_t comm, int rank, int* worldRank);
 /** Identity of the group (equal on every member, different for each split). */
 kvcommResult_t kvcommCommId(kvcommComm_t comm, uint64_t* id);
+/** Stops the group on this rank (kvcomm::Communicator::abort, like ncclCommAbort): every call on it, and on the
+ *  objects built on it, that is waiting (in any thread) or made later returns kvcommAborted. Local; any thread. */
+kvcommResult_t kvcommCommAbort(kvcommComm_t comm);
+/** *healthy = 0 once the communicator was aborted or a member is known dead (every member learns of a death within
+ *  5 s), else 1; *failedRank = the first member known dead, or -1 (either pointer may be NULL). Any thread. */
+kvcommResult_t kvcommCommHealth(kvcommComm_t comm, int* healthy, int* failedRank);
 /** MPI_Comm_split semantics (collective): members with the same color form a group ordered by (key, rank). A negative
  *  color takes part but gets no communicator: *out is set to NULL. */
 kvcommResult_t kvcommCommSplit(kvcommComm_t comm, int color, int key, kvcommComm_t* out);
@@ -279,6 +285,8 @@ typedef struct {
   size_t blockSize;   /**< tokens per block */
   size_t blockStride; /**< bytes between blocks (0: blockSize * rowStride) */
   size_t rowStride;   /**< bytes between rows of a block (0: rowBytes) */
+  size_t limitBytes;  /**< bytes the tensor may address from offset (0: up to the capacity); rows past it are refused */
+  size_t srcBytes;    /**< bytes readable at src (0: not stated); a call whose rows reach past it is refused */
 } kvcommCacheTensor;
 
 /** Options of kvcommPublisherCreate; kvcommPublisherOptionsInit fills the C++ defaults. */

@@ -9,7 +9,8 @@
 namespace kvcomm {
 
 /// Bootstrap whose collectives are MPI_Allgather/MPI_Barrier on a duplicate of `comm` (so kvcomm's traffic never
-/// matches the application's messages). MPI must stay initialised while the bootstrap lives.
+/// matches the application's messages). MPI must stay initialised while the bootstrap lives. Threads: one thread
+/// at a time calls it (and MPI must be initialised with the thread level the application uses MPI at).
 class KVCOMM_API MpiBootstrap : public Bootstrap {
  public:
   explicit MpiBootstrap(MPI_Comm comm = MPI_COMM_WORLD);

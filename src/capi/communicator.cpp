@@ -65,6 +65,18 @@ kvcommResult_t kvcommCommId(kvcommComm_t comm, uint64_t* id) {
   });
 }
 
+kvcommResult_t kvcommCommAbort(kvcommComm_t comm) {
+  return guard("kvcommCommAbort", [&] { get(comm, "kvcommCommAbort").abort(); });
+}
+
+kvcommResult_t kvcommCommHealth(kvcommComm_t comm, int* healthy, int* failedRank) {
+  return guard("kvcommCommHealth", [&] {
+    auto& c = get(comm, "kvcommCommHealth");
+    if (healthy) *healthy = c.healthy() ? 1 : 0;
+    if (failedRank) *failedRank = c.failedRank();
+  });
+}
+
 kvcommResult_t kvcommCommSplit(kvcommComm_t comm, int color, int key, kvcommComm_t* out) {
   return guard("kvcommCommSplit", [&] {
     auto& c = get(comm, "kvcommCommSplit");

@@ -39,6 +39,8 @@ std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, int
     c.blockSize = t.blockSize;
     c.blockStride = t.blockStride;
     c.rowStride = t.rowStride;
+    c.limitBytes = t.limitBytes;
+    c.srcBytes = t.srcBytes;
   }
   return out;
 }

@@ -36,10 +36,10 @@ SockAddr idAddress(const IdWire& w) {
 }
 
 namespace {
-std::string commonRefusal(const Hello& h, const Nonce& nonce) {
+std::string commonRefusal(const Hello& h, const Nonce& nonce, const char* listener) {
   if (h.magic != kWireMagic) return "bad magic (not a kvcomm peer)";
   if (h.version != kProtocolVersionWire)
-    return cat("protocol version mismatch: this rank speaks ", h.version, ", the listener speaks ",
+    return cat("protocol version mismatch: this rank speaks ", h.version, ", ", listener, " speaks ",
                kProtocolVersionWire);
   if (h.nonce != nonce) return "nonce mismatch: the unique id belongs to another group (stale or forged id)";
   return "";
@@ -47,7 +47,7 @@ std::string commonRefusal(const Hello& h, const Nonce& nonce) {
 }  // namespace
 
 std::string rootHelloRefusal(const Hello& h, const Nonce& nonce, int size, const std::vector<bool>& joined) {
-  std::string why = commonRefusal(h, nonce);
+  std::string why = commonRefusal(h, nonce, "the root");
   if (!why.empty()) return why;
   if (h.kind != static_cast<uint32_t>(HelloKind::Root)) return "mesh connection before the group formed";
   if (h.size != size) return cat("size mismatch: rank ", h.rank, " says size ", h.size, ", the root says ", size);
@@ -59,7 +59,7 @@ std::string rootHelloRefusal(const Hello& h, const Nonce& nonce, int size, const
 }
 
 std::string meshHelloRefusal(const Hello& h, const Nonce& nonce, int size) {
-  std::string why = commonRefusal(h, nonce);
+  std::string why = commonRefusal(h, nonce, "this group");
   if (!why.empty()) return why;
   if (h.kind == static_cast<uint32_t>(HelloKind::Root))
     return "the group is already formed (a stale unique id, or a rank joined twice)";

@@ -17,6 +17,7 @@
 #include "kvcomm/fetch.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/device_memory.hpp"
+#include "symm/buffer_use.hpp"
 
 namespace kvcomm {
 
@@ -291,6 +292,7 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
                    "the plan is empty or was made by another fetcher");
   impl_->checkCurrent(plan.impl_->generation, "Fetcher::submit");
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, "Fetcher::submit");  // open, and steady while the copies are made
   impl_->submitLocked(*plan.impl_->out, stream);
 }
 
@@ -299,6 +301,7 @@ FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream s
   detail::RankScope scope(impl_->rank());
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->makePlan(requests, options, impl_->scratch);
+  detail::BufferUse use(impl_->buf, "Fetcher::fetch");  // after planning: it read the buffer's generation itself
   impl_->submitLocked(impl_->scratch, stream);
   return impl_->scratch.info;
 }
@@ -322,6 +325,7 @@ void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
   f.srcRanks = batch.srcRanks;
   f.srcRank = batch.srcRank;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, call);
   if (impl_->kind == MemoryKind::Cuda)
     detail::launchFetch(f, stream);
   else
@@ -351,7 +355,10 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
     planned = detail::Outcome::fromCurrentException();
   }
   impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
-  if (planned.ok()) impl_->submitLocked(plan, stream);
+  if (planned.ok()) {
+    detail::BufferUse use(impl_->buf, call);
+    impl_->submitLocked(plan, stream);
+  }
   impl_->barrier.barrier(stream, 0);  // nobody overwrites a source block a peer still reads
   planned.rethrow();
   return plan.info;
@@ -431,6 +438,7 @@ FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const F
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::BufferUse use(impl_->buf, "Fetcher::start");
   if (impl_->kind == MemoryKind::Cuda && stream)
     KVCOMM_CHECK_ARG(!impl_->copier->capturing(stream), "Fetcher::start", "a polled fetch cannot be captured");
   op->op = impl_->peer->start(plan, std::move(runs), options, stream);

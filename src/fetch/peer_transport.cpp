@@ -14,6 +14,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "symm/buffer_use.hpp"
 
 namespace kvcomm::detail {
 
@@ -120,7 +121,15 @@ class HostOp : public TransportOp {
         slice.src += b0;
         slice.dst += b0;
         slice.blocks = std::min(perSlice, run.blocks - b0);
-        for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
+        try {
+          // The buffer stays mapped while a slice lands (close() and release() on other threads wait for it); a
+          // buffer closed meanwhile fails the rest of the operation.
+          BufferUse use(*ctx_.buffer, "fetch (polled)");
+          for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
+        } catch (const Error& e) {
+          failure = e.what();
+          break;
+        }
         copied += static_cast<uint64_t>(slice.blocks) * t.blockBytesSum;
         {
           std::lock_guard<std::mutex> lock(mu_);

@@ -230,6 +230,18 @@ static void testCollectives(kvcommComm_t world, int rank, int size) {
   OK(kvcommCommSend(tcp, &token, sizeof(token), (rank + 1) % size, 5));
   OK(kvcommCommRecv(tcp, &got, sizeof(got), (rank + size - 1) % size, 5));
   CHECK(got == ((rank + size - 1) % size) * 7, "ring recv %d", got);
+  /* Health and abort: healthy while every member lives; after an abort (local) every call returns kvcommAborted. */
+  int healthy = -1, failed = -2;
+  OK(kvcommCommHealth(tcp, &healthy, &failed));
+  CHECK(healthy == 1 && failed == -1, "health %d, failed rank %d", healthy, failed);
+  kvcommComm_t doomed = NULL;
+  OK(kvcommCommSplit(tcp, 0, rank, &doomed));
+  OK(kvcommCommAbort(doomed));
+  OK(kvcommCommHealth(doomed, &healthy, NULL));
+  CHECK(healthy == 0, "an aborted communicator says it is healthy");
+  FAILS(kvcommCommBarrier(doomed), kvcommAborted, "aborted");
+  OK(kvcommCommDestroy(doomed));
+  OK(kvcommCommBarrier(tcp)); /* the parent is not aborted */
   OK(kvcommCommDestroy(tcp));
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: build with CUDA, run every test on the CUDA backend (unit tests, mpirun -np 2
 # suites, CUDA graph tests), then the benchmarks. Logs, tables and JSON go to $OUT (default /tmp/kvcomm-gpu).
-#   tests/gpu/run.sh [tests|perf|all]
+#   tests/gpu/run.sh [tests|perf|all|sanitize]
+# sanitize (not part of all): the CUDA suites under compute-sanitizer (memcheck, racecheck, synccheck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -30,6 +31,26 @@ echo "built"
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" -x NCCL_NVLS_ENABLE
      -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x KVCOMM_LOG_LEVEL)
 export KVCOMM_LOG_LEVEL=${KVCOMM_LOG_LEVEL:-warn}
+
+if [ "$what" = sanitize ]; then
+  # API-error reports are off: capabilities() probes with driver calls that are expected to fail (cuMemCreate with a
+  # fabric handle, cuMemRetainAllocationHandle on non-VMM pointers, cudaFuncGetAttributes without a kernel image).
+  cs=(compute-sanitizer --report-api-errors no --error-exitcode 1 --print-limit 20)
+  command -v compute-sanitizer >/dev/null || cs[0]=/usr/local/cuda/bin/compute-sanitizer
+  for tool in memcheck racecheck synccheck; do
+    step "compute-sanitizer --tool $tool: kvcomm_gpu_tests and the CUDA cases of kvcomm_mpi_tests ($np ranks)"
+    timeout 900 "${mpi[@]}" "${cs[@]}" --tool "$tool" "$build/tests/mpi/kvcomm_gpu_tests" --gtest_color=no 2>&1 | \
+      tee "$OUT/sanitize_${tool}_gpu.txt" | grep -E "ERROR SUMMARY|^\[ *(PASSED|FAILED) |Failure" | head -20
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    timeout 900 "${mpi[@]}" "${cs[@]}" --tool "$tool" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_color=no \
+      '--gtest_filter=*/cuda:-*Pcp*/cuda:*SizesAndLayouts*' 2>&1 | tee "$OUT/sanitize_${tool}_mpi.txt" | \
+      grep -E "ERROR SUMMARY|^\[ *(PASSED|FAILED) |Failure" | head -20
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
+  echo; echo "=== status $status"
+  (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log 2>/dev/null)
+  exit $status
+fi
 
 if [ "$what" != perf ]; then
   step "capabilities and topology (kvcomm-info, $np ranks)"

@@ -16,6 +16,7 @@
 
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
@@ -66,6 +67,10 @@ class Faults : public ::testing::TestWithParam<MemoryKind> {
   uint64_t seed_ = 0;
 };
 
+// Host memory only: the CPU stores through the mappings, so these race with grow/close on other threads; device
+// stores are ordered by their stream instead (the caller synchronises before release or close).
+class HostFaults : public Faults {};
+
 // The case: strides that wrap modulo 2^64 (rowStride = 2^64 - 4096, blockStride = 2^64 - 1, offset 4096,
 // slot 1) used to pass validation and write 64 bytes at offset 0 of every replica. Every wrapping computation is
 // refused now, and no replica changes.
@@ -89,6 +94,9 @@ TEST_P(Faults, DestinationsThatWouldWrapAreRefusedAndWriteNothing) {
       {{src.data(), 0, 64, 0, 1, max / 2 + 1, 64}, 2, "block * blockStride wraps"},
       {{src.data(), 0, 64, 4096, 1, 64, 64}, INT64_MAX, "a huge slot"},
       {{src.data(), 0, 64, 8192, 2, 1u << 20, max / 2 + 1}, 1, "(slot % blockSize) * rowStride wraps"},
+      // (blockSize - 1) * rowStride + rowBytes wraps to 32 and passed the old check; slot 1 then lands 32 bytes
+      // before the tensor's offset, in the previous region.
+      {{src.data(), 0, 64, 8192, 2, 4096, max - 31}, 1, "a row stride that wraps back below the offset"},
   };
   for (const Case& c : cases) {
     auto slots = slotsOf({c.slot});
@@ -233,6 +241,9 @@ void Faults::callsAfterClose(const char* direct) {
   auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
   auto pub = Publisher::create(buf);
   unsetenv("KVCOMM_DIRECT");
+  kvcomm::KvLayout layout;
+  layout.regions.push_back({0, 4096, 0, 16});
+  auto fetcher = kvcomm::Fetcher::create(buf, layout);
   kvtest::Memory src(kind_, 4096);
   auto dev = slotsOf({world.rank()});
   CacheTensor t{src.data(), 0, 64, 0, 1, 0, 0};
@@ -253,6 +264,14 @@ void Faults::callsAfterClose(const char* direct) {
   closed([&] { pub.signal(); }, "signal");
   closed([&] { pub.wait(); }, "wait");
   closed([&] { buf.grow(2u << 20); }, "grow");
+  int64_t one = 1, two = 2;
+  kvcomm::FetchRequest req{};
+  req.srcRank = (world.rank() + 1) % world.size();
+  req.srcBlocks = &one;
+  req.dstBlocks = &two;
+  req.count = 1;
+  req.srcLayoutHash = fetcher.layoutHash(req.srcRank);
+  closed([&] { fetcher.fetch({req}); }, "fetch");
   closed([&] { (void)buf.deviceHandle(); }, "deviceHandle");
   EXPECT_EQ(buf.peerTable(), nullptr);
   EXPECT_EQ(buf.backedBitmap(), nullptr);
@@ -264,8 +283,7 @@ void Faults::callsAfterClose(const char* direct) {
 // close() from another thread while this one keeps publishing (host memory: the CPU writes through the mappings,
 // into every replica): the publishing thread gets an error, never a fault. (Direct mode: a fallback publish is a
 // collective, which a close on one rank alone would leave its peers waiting in.)
-TEST_P(Faults, CloseFromAnotherThreadWhilePublishing) {
-  if (kind_ == MemoryKind::Cuda) GTEST_SKIP() << "host-memory stores only: device stores are ordered by the stream";
+TEST_P(HostFaults, CloseFromAnotherThreadWhilePublishing) {
   setenv("KVCOMM_DIRECT", "1", 1);
   auto world = kvtest::tcpWorld();
   auto buf = SymmetricBuffer::create(world, 4u << 20, 4u << 20, kind_);
@@ -298,8 +316,7 @@ TEST_P(Faults, CloseFromAnotherThreadWhilePublishing) {
 
 // grow() on one thread while another publishes into the backed prefix (the bitmap and the range map change under
 // the publisher): no race (TSan runs this suite), no refused row, exact bytes.
-TEST_P(Faults, GrowOnOneThreadWhileAnotherPublishes) {
-  if (kind_ == MemoryKind::Cuda) GTEST_SKIP() << "host-memory stores only: device stores are ordered by the stream";
+TEST_P(HostFaults, GrowOnOneThreadWhileAnotherPublishes) {
   auto world = kvtest::tcpWorld();
   auto buf = SymmetricBuffer::create(world, 64u << 20, 1u << 20, kind_);
   auto pub = Publisher::create(buf);
@@ -372,6 +389,7 @@ TEST_P(Faults, AbortStopsAWaitingBarrier) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Faults, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
+INSTANTIATE_TEST_SUITE_P(Host, HostFaults, ::testing::Values(MemoryKind::Host), kvtest::kindName);
 
 // Fallback publishers on two communicators of one world, each driven by its own thread: no deadlock (the one-mesh
 // lock is gone), exact bytes.

@@ -57,6 +57,7 @@ struct Outcome {
   int32_t steps;
   int32_t fdsBaseline;
   int32_t fdsAfter;
+  int32_t erred;  // out[0] only: survivors that have their error
   int64_t errorNs;
   char what[240];
 };
@@ -164,6 +165,10 @@ void killDuring(Op op, int victim, int delayMs) {
         std::snprintf(me.what, sizeof(me.what), "%s", e.what());
         errored = true;
       }
+      // Keep this survivor's objects alive until every survivor has its error: the teardown of one (its
+      // connections closing) must not be what tells the others.
+      __atomic_add_fetch(&out[0].erred, 1, __ATOMIC_ACQ_REL);
+      kvtest::waitFor([&] { return __atomic_load_n(&out[0].erred, __ATOMIC_ACQUIRE) >= kRanks - 1; }, 10000);
     }
     me.fdsAfter = kvtest::countFds();
     return errored && me.fdsAfter == me.fdsBaseline;

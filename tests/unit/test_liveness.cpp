@@ -110,6 +110,10 @@ TEST(Liveness, SurvivorsWaitingInACollectiveErrorWithinFiveSeconds) {
       rep[rank].errorNs = nowNs();
       rep[rank].code = static_cast<int32_t>(e.code()) + 1;
       std::snprintf(rep[rank].what, sizeof(rep[rank].what), "%s", e.what());
+      // Survivors keep their communicator open after their own error (an engine would, to report or retry): a
+      // survivor's exit must not be what tells the next one. Leave once every survivor has its error.
+      __atomic_add_fetch(&rep[0].subHealthy, 1, __ATOMIC_ACQ_REL);
+      kvtest::waitFor([&] { return __atomic_load_n(&rep[0].subHealthy, __ATOMIC_ACQUIRE) >= kRanks - 1; }, 10000);
       // The dead rank's neighbour may see its connection close a moment before the liveness verdict arrives.
       kvtest::waitFor([&] { return !comm.healthy(); }, 5000);
       return e.code() == kvcomm::ErrorCode::NetworkError && !comm.healthy() && comm.failedRank() == victim;

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The sanitizer jobs of CI: the library and its test binaries built with AddressSanitizer + UndefinedBehaviorSanitizer
+# and with ThreadSanitizer (GCC, host backend only: KVCOMM_CUDA=OFF), each running the unit suite (every test of
+# kvcomm_unit_tests, CTest label "unit") and the MPI suites at 4 and 8 ranks (the mpi.host.np4 and mpi.layout.np8
+# cases, through tests/mpi/run_mpi_test.sh), and under ASan the arena tests' host cases. Any report fails the job.
+#   scripts/sanitize.sh [asan] [tsan]        (default: both)
+# Build directories: ${KVCOMM_BUILD_DIR:-build}-asan and -tsan. Only third-party runtimes are suppressed, in the
+# files of tests/sanitizers/ (each entry says why).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+base=${KVCOMM_BUILD_DIR:-build}
+jobs=("$@")
+[ ${#jobs[@]} -eq 0 ] && jobs=(asan tsan)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Open MPI keeps its components loaded, so that leak and race stacks through them can be matched by library name.
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+common=(-DKVCOMM_CUDA=OFF -DKVCOMM_BUILD_TESTS=ON -DKVCOMM_BUILD_TOOLS=OFF -DKVCOMM_BUILD_PERF=OFF
+        -DKVCOMM_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+targets=(--target kvcomm_unit_tests --target kvcomm_mpi_tests --target kvcomm_arena_tests)
+status=0
+
+# The 4-rank filter of mpi.host.np4 (tests/mpi/CMakeLists.txt), plus what a sanitizer leaves out.
+np4filter='-*/cuda:*LegacyCudaIpcFallback/host'
+
+mpiOk() {  # exit status of run_mpi_test.sh: 0 passed, 77 passed with skipped cases (listed above)
+  [ "$1" = 0 ] || [ "$1" = 77 ]
+}
+
+run() {  # job dir extra-mpi-filter
+  local job=$1 dir=$2 skip=$3 rc=0
+  echo "== $job: unit suite"
+  ctest --test-dir "$dir" -L unit -j 2 --output-on-failure --timeout 600 || rc=1
+  echo "== $job: MPI suite, 4 ranks"
+  "$root/tests/mpi/run_mpi_test.sh" 4 "$dir/tests/mpi/kvcomm_mpi_tests" --gtest_color=no --gtest_brief=1 \
+    "--gtest_filter=$np4filter$skip"
+  mpiOk $? || rc=1
+  echo "== $job: MPI suite, 8 ranks (Layout)"
+  "$root/tests/mpi/run_mpi_test.sh" 8 "$dir/tests/mpi/kvcomm_mpi_tests" --gtest_color=no --gtest_brief=1 \
+    --gtest_filter='Layout*'
+  mpiOk $? || rc=1
+  if [ "$job" = asan ]; then
+    # Arenas between processes: free/shrink while busy, pins outliving their handles, kills and 1,000 cycles must
+    # never touch freed memory (host cases; the CUDA ones run on the GPU machine).
+    echo "== $job: arena tests (host)"
+    "$dir/tests/arena/kvcomm_arena_tests" --gtest_brief=1 --gtest_filter='*/host:ArenaServerSafety.*:ArenaLifetimes.*' ||
+      rc=1
+  fi
+  return $rc
+}
+
+for job in "${jobs[@]}"; do
+  start=$SECONDS
+  case $job in
+    asan)
+      dir=$base-asan
+      KVCOMM_BUILD_DIR=$dir ./scripts/build.sh "${targets[@]}" "${common[@]}" -DKVCOMM_ENABLE_ASAN=ON \
+        -DKVCOMM_ENABLE_UBSAN=ON -DKVCOMM_ENABLE_TSAN=OFF || { status=1; continue; }
+      # Slow unwinding: leak stacks reach through Open MPI's frames (no frame pointers) to the library that leaked.
+      ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:detect_stack_use_after_return=1" \
+      LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0" \
+      UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        run asan "$dir" "" || status=1
+      ;;
+    tsan)
+      dir=$base-tsan
+      KVCOMM_BUILD_DIR=$dir ./scripts/build.sh "${targets[@]}" "${common[@]}" -DKVCOMM_ENABLE_TSAN=ON \
+        -DKVCOMM_ENABLE_ASAN=OFF -DKVCOMM_ENABLE_UBSAN=OFF || { status=1; continue; }
+      # The publish size matrix (up to 190 MB of rows per replica) moves data, it does not race: ASan covers it, and
+      # under TSan it alone would take most of the job's time.
+      TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp:second_deadlock_stack=1:history_size=4" \
+        run tsan "$dir" ":*MatchesGatherInsertOracleAcrossSizesAndLayouts*" || status=1
+      ;;
+    *)
+      echo "sanitize.sh: unknown job '$job' (asan, tsan)"; exit 2 ;;
+  esac
+  echo "== $job: $((SECONDS - start)) s, status so far $status"
+done
+exit $status
