@@ -83,6 +83,10 @@ const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature) {
       need(reinterpret_cast<const void*>(d.cuMemGetAllocationPropertiesFromHandle),
            "cuMemGetAllocationPropertiesFromHandle", "adopting an engine's memory");
       break;
+    case CudaFeature::GpuDirectRdma:
+      need(reinterpret_cast<const void*>(d.cuMemGetHandleForAddressRange), "cuMemGetHandleForAddressRange",
+           "RDMA registration of GPU memory (dma-buf)");
+      break;
     case CudaFeature::Core:
       break;
   }

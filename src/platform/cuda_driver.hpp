@@ -26,7 +26,8 @@ namespace kvcomm::detail {
 // feature that needs it says so (requireCudaDriver(call, feature)). Error texts fall back to the number.
 #define KVCOMM_CU_OPTIONAL_FUNCS(X)                                                                            \
   X(cuGetErrorName) X(cuGetErrorString) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)      \
-  X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle)
+  X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemGetHandleForAddressRange)         \
+  X(cuFlushGPUDirectRDMAWrites)
 // clang-format on
 
 struct CudaDriver {
@@ -46,9 +47,10 @@ struct CudaDriver {
 
 /// What a caller needs of the driver beyond the required entry points.
 enum class CudaFeature {
-  Core,         ///< the required entry points only
-  LegacyIpc,    ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
-  AdoptMemory,  ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
+  Core,           ///< the required entry points only
+  LegacyIpc,      ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
+  AdoptMemory,    ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
+  GpuDirectRdma,  ///< cuMemGetHandleForAddressRange (dma-buf export of GPU memory for RDMA registration)
 };
 
 /// The process's driver table, loaded on first use; never throws.

@@ -14,7 +14,8 @@ int main() {
   const std::pair<const char*, kvcomm::detail::CudaFeature> features[] = {
       {"core", kvcomm::detail::CudaFeature::Core},
       {"legacy-ipc", kvcomm::detail::CudaFeature::LegacyIpc},
-      {"adopt", kvcomm::detail::CudaFeature::AdoptMemory}};
+      {"adopt", kvcomm::detail::CudaFeature::AdoptMemory},
+      {"gpudirect-rdma", kvcomm::detail::CudaFeature::GpuDirectRdma}};
   for (auto [name, feature] : features) {
     try {
       kvcomm::detail::requireCudaDriver("probe", feature);
