@@ -16,8 +16,8 @@ DescriptorHead makeHead(uint32_t caps) {
   const FetchTestHooks& t = fetchTestHooks();
   DescriptorHead h{};
   h.magic = kDescriptorMagic;
-  h.version = t.version ? t.version : kFetchProtocolVersion;
-  h.minVersion = t.minVersion ? t.minVersion : kFetchMinProtocolVersion;
+  h.version = t.overrideVersion ? t.version : kFetchProtocolVersion;
+  h.minVersion = t.overrideVersion ? t.minVersion : kFetchMinProtocolVersion;
   h.caps = caps & ~t.withhold;
   h.descriptorBytes = sizeof(RemoteDescriptor);
   return h;

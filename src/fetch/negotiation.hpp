@@ -79,9 +79,10 @@ std::vector<Route> chooseRoutes(const RouteInput& in, std::vector<std::string>* 
 
 /// Test hooks (unit tests of negotiation): advertise another version range, or withhold capabilities.
 struct FetchTestHooks {
-  uint16_t version = 0;     ///< 0: kFetchProtocolVersion
-  uint16_t minVersion = 0;  ///< 0: kFetchMinProtocolVersion
-  uint32_t withhold = 0;    ///< FetchCap bits not offered (descriptor and TCP hello reply)
+  bool overrideVersion = false;  ///< advertise [minVersion, version] instead of this build's range
+  uint16_t version = 0;
+  uint16_t minVersion = 0;
+  uint32_t withhold = 0;  ///< FetchCap bits not offered (descriptor and TCP hello reply)
 };
 FetchTestHooks& fetchTestHooks();
 

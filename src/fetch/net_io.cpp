@@ -1,11 +1,16 @@
 #include "fetch/net_io.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+
+#include "common/check.hpp"
 
 namespace kvcomm::detail {
 
@@ -83,6 +88,31 @@ const char* ioResultText(IoResult r) {
       return "socket error";
   }
   return "?";
+}
+
+Fd connectOnce(const SockAddr& addr, int64_t timeoutMs, std::string* why) {
+  Fd fd(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) {
+    *why = cat("socket: ", std::strerror(errno));
+    return Fd();
+  }
+  int err = ::connect(fd.get(), addr.sa(), addr.len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    IoResult r = waitFor(fd.get(), POLLOUT, after(timeoutMs), nullptr);
+    if (r == IoResult::Timeout) {
+      *why = cat("connect to ", addr.toString(), ": no answer in ", timeoutMs, " ms");
+      return Fd();
+    }
+    socklen_t len = sizeof(err);
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  if (err != 0) {
+    *why = cat("connect to ", addr.toString(), ": ", std::strerror(err));
+    return Fd();
+  }
+  int one = 1;
+  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
 }
 
 IoResult waitReadable(int fd, int64_t ms, const std::atomic<bool>* stop) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fd.hpp"
+#include "common/socket.hpp"
 #include "fetch/segments.hpp"
 
 namespace kvcomm::detail {
@@ -32,6 +34,10 @@ IoResult sendSegments(int fd, SegmentCursor& cursor, const char* base, uint64_t 
                       const std::atomic<bool>* stop, int* err);
 IoResult recvSegments(int fd, SegmentCursor& cursor, char* base, uint64_t limit, int64_t stallMs,
                       const std::atomic<bool>* stop, int* err, uint64_t* received);
+
+/// One connection attempt to a server that should be listening (a fetch server exists from Fetcher::create on):
+/// refused or unreachable fails at once, a silent peer after `timeoutMs`. Returns an invalid Fd with *why.
+Fd connectOnce(const SockAddr& addr, int64_t timeoutMs, std::string* why);
 
 /// Waits until `fd` is readable (data or EOF) or `ms` elapse (< 0: forever), checking `stop`.
 IoResult waitReadable(int fd, int64_t ms, const std::atomic<bool>* stop);

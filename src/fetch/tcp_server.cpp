@@ -80,7 +80,8 @@ TcpServer::~TcpServer() {
   if (acceptor_.joinable()) acceptor_.join();
   {
     std::lock_guard<std::mutex> lock(connsMu_);
-    for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);  // cuts blocking I/O; handlers see stop_ too
+    for (auto& c : conns_)
+      if (c->fd) ::shutdown(c->fd.get(), SHUT_RDWR);  // cuts blocking I/O; handlers see stop_ too
   }
   reap(true);
 }
@@ -157,7 +158,10 @@ void TcpServer::acceptLoop() {
       } catch (const std::exception& e) {
         KVCOMM_WARN("fetch server: connection ended: ", e.what());
       }
-      ::shutdown(raw->fd.get(), SHUT_RDWR);
+      {
+        std::lock_guard<std::mutex> lock(connsMu_);  // the destructor shuts descriptors down under this lock
+        raw->fd.reset();                             // closed now, not when the acceptor reaps the thread
+      }
       --open_;
       raw->done = true;
     });

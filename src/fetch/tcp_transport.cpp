@@ -28,7 +28,7 @@ constexpr size_t kSlotBytes = 4u << 20;     // pinned slots of CUDA destinations
 
 struct Channel {
   Fd fd;
-  uint64_t uses = 0;
+  bool pooled = false;                   // taken from the pool: the server may have closed it while it was idle
   std::unique_ptr<HostStaging> staging;  // CUDA destinations
 };
 
@@ -125,6 +125,7 @@ class TcpTransport : public FetchTransport {
       if (!p.idle.empty()) {
         auto ch = std::move(p.idle.back());
         p.idle.pop_back();
+        ch->pooled = true;
         return ch;
       }
     }
@@ -139,7 +140,9 @@ class TcpTransport : public FetchTransport {
     const RemoteDescriptor& d = ctx_.descs[static_cast<size_t>(rank)];
     const std::string who = describePeer(ctx_, rank);
     auto ch = std::make_unique<Channel>();
-    ch->fd = connectTcp(d.tcp, deadlineIn(ctx_.netTimeoutMs), cat("the fetch server of rank ", rank));
+    std::string no;
+    ch->fd = connectOnce(d.tcp, ctx_.netTimeoutMs, &no);
+    if (!ch->fd) KVCOMM_THROW(NetworkError, "fetch (tcp connect)", who, ": ", no, " (is it alive?)");
     WireHello h{};
     h.magic = kWireHelloMagic;
     h.version = kFetchProtocolVersion;
@@ -307,7 +310,8 @@ std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
   const NetContext& c = t_.ctx();
   const LayoutTable& t = *c.table;
   const int fd = ch.fd.get();
-  const bool reused = ch.uses++ > 0;
+  const bool stale = ch.pooled;  // first use after idling in the pool
+  ch.pooled = false;
   const std::string who = describePeer(c, b.rank);
   std::vector<WireRun> src(b.count), dst(b.count);
   for (size_t i = 0; i < b.count; ++i) {
@@ -336,7 +340,7 @@ std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
   WireReply head{};
   if (r == IoResult::Ok) r = readExact(fd, &head, sizeof(head), c.netTimeoutMs, c.netTimeoutMs, &stop_, &err);
   if (r != IoResult::Ok) {
-    *retryable = reused && (r == IoResult::Closed || r == IoResult::Error);
+    *retryable = stale && (r == IoResult::Closed || r == IoResult::Error);
     return ioFailure(r, "before its reply");
   }
   std::string why = decodeReply(&head, sizeof(head), &head);
