@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fetch_hostile.hpp"
 #include "common/fetch_oracle.hpp"
 #include "common/memory.hpp"
 #include "common/processes.hpp"
@@ -87,66 +88,19 @@ class ServerFixture {
   std::unique_ptr<TcpServer> server_;
 };
 
-// A raw client speaking (or abusing) the wire protocol.
-class RawClient {
- public:
-  explicit RawClient(const SockAddr& a) : fd_(connectTcp(a, deadlineIn(2000), "test server")) {}
-  int fd() const { return fd_.get(); }
-  void send(const void* p, size_t n) { sendAll(fd_.get(), p, n, deadlineIn(2000), "test server"); }
-  template <typename T>
-  void sendStruct(const T& v) {
-    send(&v, sizeof(v));
-  }
-  // Reads exactly n bytes; false on EOF or timeout.
-  bool recv(void* p, size_t n, int ms = 2000) {
-    try {
-      recvAll(fd_.get(), p, n, deadlineIn(ms), "test server");
-      return true;
-    } catch (const kvcomm::Error&) {
-      return false;
-    }
-  }
-  // True once the server closed the connection (EOF) within `ms`.
-  bool closedByPeer(int ms = 2000) {
-    char c;
-    auto t0 = Clock::now();
-    while (secondsSince(t0) * 1000 < ms) {
-      ssize_t n = ::recv(fd_.get(), &c, 1, MSG_DONTWAIT);
-      if (n == 0) return true;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return false;
-  }
-  WireHelloReply hello(uint64_t regionId = 0xabcdef, uint64_t groupId = 0x1234,
-                       uint16_t version = kFetchProtocolVersion, uint16_t minVersion = kFetchMinProtocolVersion) {
-    WireHello h{kWireHelloMagic, version, minVersion, kCapDirect | kCapTcp, 0, regionId, groupId};
-    sendStruct(h);
-    WireHelloReply r{};
-    EXPECT_TRUE(recv(&r, sizeof(r)));
-    return r;
-  }
-  // Sends a request; returns the reply header (and the error text or payload).
-  WireReply request(const WireRequest& q, const std::vector<WireRun>& runs, std::vector<char>* payload = nullptr,
-                    std::string* error = nullptr) {
-    sendStruct(q);
-    if (!runs.empty()) send(runs.data(), runs.size() * sizeof(WireRun));
-    WireReply r{};
-    if (!recv(&r, sizeof(r))) return WireReply{};
-    if (r.status != 0) {
-      std::string text(r.errorBytes, '\0');
-      if (r.errorBytes) recv(text.data(), r.errorBytes);
-      if (error) *error = text;
-    } else if (payload) {
-      payload->resize(r.payloadBytes);
-      if (r.payloadBytes) recv(payload->data(), r.payloadBytes);
-    }
-    return r;
-  }
+using kvtest::RawFetchClient;
 
- private:
-  Fd fd_;
-};
+kvtest::FetchTarget target(ServerFixture& f) {
+  kvtest::FetchTarget t;
+  t.addr = f.addr();
+  t.regionId = 0xabcdef;
+  t.groupId = 0x1234;
+  t.generation = 5;
+  t.layoutHash = 0x77;
+  t.minBlocks = f.memory().minBlocks;
+  t.blockBytesSum = ServerFixture::kBlock;
+  return t;
+}
 
 WireRequest req(uint32_t runs, uint64_t generation = 5, uint64_t hash = 0x77) {
   static uint64_t id = 0;
@@ -159,7 +113,7 @@ void waitIdle(TcpServer& s, int keep = 0) {
 }
 
 // One valid read of `n` blocks from `first`, checked byte for byte.
-void expectValidRead(ServerFixture& f, RawClient& c, int64_t first, int64_t n) {
+void expectValidRead(ServerFixture& f, RawFetchClient& c, int64_t first, int64_t n) {
   std::vector<char> got;
   WireReply r = c.request(req(1), {{first, n}}, &got);
   ASSERT_EQ(r.status, 0);
@@ -176,8 +130,8 @@ TEST(TcpFetchServer, ThousandMalformedRequestsCostNoDescriptorAndNoMemoryAndVali
   std::atomic<int> validReads{0}, validFailures{0};
   // A well-behaved client keeps reading (and checking) throughout.
   std::thread valid([&] {
-    RawClient c(f.addr());
-    c.hello();
+    RawFetchClient c(f.addr());
+    c.hello(0xabcdef, 0x1234);
     std::mt19937_64 rng(7);
     while (!stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave the (2) cores to the hostile clients
@@ -190,102 +144,8 @@ TEST(TcpFetchServer, ThousandMalformedRequestsCostNoDescriptorAndNoMemoryAndVali
       ++validReads;
     }
   });
-  // Kinds: 0 bad hello magic, 1 wrong region, 2 version mismatch, 3 bad request magic, 4 zero runs, 5 oversize run
-  // count, 6 out of range, 7 negative id, 8 huge count, 9 stale generation, 10 other layout, 11 oversize reply,
-  // 12 truncated header, 13 truncated runs, 14 stalled request.
-  auto one = [&](int k) {
-    RawClient c(f.addr());
-    std::string err;
-    switch (k) {
-      case 0: {
-        WireHello h{0xdeadbeef, 1, 1, 0, 0, 0, 0};
-        c.sendStruct(h);
-        WireHelloReply r{};
-        EXPECT_TRUE(c.recv(&r, sizeof(r)));
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Malformed));
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      }
-      case 1:
-        EXPECT_EQ(c.hello(0x999).status, static_cast<int32_t>(WireStatus::WrongRegion));
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      case 2:
-        EXPECT_EQ(c.hello(0xabcdef, 0x1234, 9, 9).status, static_cast<int32_t>(WireStatus::VersionMismatch));
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      default:
-        break;
-    }
-    ASSERT_EQ(c.hello().status, 0);
-    WireReply r{};
-    switch (k) {
-      case 3: {
-        WireRequest q = req(1);
-        q.magic = 0x11111111;
-        r = c.request(q, {{0, 1}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Malformed)) << err;
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      }
-      case 4:
-        r = c.request(req(0), {}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Malformed)) << err;
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      case 5:  // claims a million runs: refused from the header alone, nothing allocated for them
-        r = c.request(req(1000000), {}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Oversize)) << err;
-        EXPECT_TRUE(c.closedByPeer());
-        return;
-      case 6:
-        r = c.request(req(2), {{0, 1}, {(1 << 18) - 1, 2}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::OutOfRange)) << err;
-        break;
-      case 7:
-        r = c.request(req(1), {{-3, 1}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::OutOfRange)) << err;
-        break;
-      case 8:
-        r = c.request(req(1), {{1, INT64_MAX}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::OutOfRange)) << err;
-        break;
-      case 9:
-        r = c.request(req(1, 4), {{0, 1}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Stale)) << err;
-        break;
-      case 10:
-        r = c.request(req(1, 5, 0x78), {{0, 1}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::LayoutMismatch)) << err;
-        break;
-      case 11:  // 512 MiB in range of the layout, above the reply cap: refused before any byte is read
-        r = c.request(req(1), {{0, 1 << 17}}, nullptr, &err);
-        EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Oversize)) << err;
-        break;
-      case 12: {
-        WireRequest q = req(1);
-        c.send(&q, 10);
-        return;  // closed mid-header
-      }
-      case 13: {
-        WireRequest q = req(4);
-        c.sendStruct(q);
-        WireRun run{0, 1};
-        c.sendStruct(run);
-        return;  // closed mid-runs
-      }
-      case 14: {
-        WireRequest q = req(1);
-        c.send(&q, 10);
-        EXPECT_TRUE(c.closedByPeer(2000));  // dropped after the request deadline
-        return;
-      }
-      default:
-        return;
-    }
-    EXPECT_NE(err, "");
-    expectValidRead(f, c, 3, 5);  // the connection survives a well-formed bad request
-  };
+  const kvtest::FetchTarget t = target(f);
+  auto one = [&](int k) { EXPECT_EQ(kvtest::sendMalformed(t, k, 2000), "") << kvtest::malformedKindName(k); };
   // Every kind in turn; a stalled request (dropped after the 300 ms deadline) one time in 100.
   auto kind = [](int i) { return i % 100 == 99 ? 14 : i % 14; };
   for (int i = 0; i < 150; ++i) one(kind(i));  // warm-up: thread stacks, allocator arenas
@@ -316,12 +176,12 @@ TEST(TcpFetchServer, ConnectionsBeyondTheCapAreRefusedBusy) {
   TcpServerOptions o;
   o.maxConnections = 3;
   ServerFixture f(64, 64, o);
-  std::vector<std::unique_ptr<RawClient>> held;
+  std::vector<std::unique_ptr<RawFetchClient>> held;
   for (int i = 0; i < 3; ++i) {
-    held.push_back(std::make_unique<RawClient>(f.addr()));
-    ASSERT_EQ(held.back()->hello().status, 0);
+    held.push_back(std::make_unique<RawFetchClient>(f.addr()));
+    ASSERT_EQ(held.back()->hello(0xabcdef, 0x1234).status, 0);
   }
-  RawClient extra(f.addr());
+  RawFetchClient extra(f.addr());
   WireHelloReply r{};
   ASSERT_TRUE(extra.recv(&r, sizeof(r)));  // refused before it says anything
   EXPECT_EQ(r.status, static_cast<int32_t>(WireStatus::Busy));
@@ -331,16 +191,16 @@ TEST(TcpFetchServer, ConnectionsBeyondTheCapAreRefusedBusy) {
   waitIdle(f.server());
   for (int i = 0; i < 200 && f.server().stats().open > 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  RawClient again(f.addr());
-  EXPECT_EQ(again.hello().status, 0);
+  RawFetchClient again(f.addr());
+  EXPECT_EQ(again.hello(0xabcdef, 0x1234).status, 0);
   expectValidRead(f, again, 0, 8);
   EXPECT_GE(f.server().stats().refused, 1u);
 }
 
 TEST(TcpFetchServer, ReleasedOrClosedMemoryIsNeverRead) {
   ServerFixture f(64, 64);
-  RawClient c(f.addr());
-  ASSERT_EQ(c.hello().status, 0);
+  RawFetchClient c(f.addr());
+  ASSERT_EQ(c.hello(0xabcdef, 0x1234).status, 0);
   expectValidRead(f, c, 10, 4);
   f.memory().unback({{12 * 4096, 4096}});  // block 12 released (as SymmetricBuffer::release would announce)
   std::string err;
