@@ -188,9 +188,7 @@ TEST(TcpFetchServer, ConnectionsBeyondTheCapAreRefusedBusy) {
   EXPECT_NE(std::string(r.reason).find("cap of 3"), std::string::npos) << r.reason;
   EXPECT_TRUE(extra.closedByPeer());
   held.pop_back();
-  waitIdle(f.server());
-  for (int i = 0; i < 200 && f.server().stats().open > 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  waitIdle(f.server(), 2);
   RawFetchClient again(f.addr());
   EXPECT_EQ(again.hello(0xabcdef, 0x1234).status, 0);
   expectValidRead(f, again, 0, 8);
