@@ -50,18 +50,27 @@ void consume(iovec* iov, int count, int* first, size_t n) {
   while (*first < count && iov[*first].iov_len == 0) ++*first;
 }
 
+// The I/O is tried first and polled for only when the socket has nothing (or no room): one system call per message
+// when data is there, which is what small fetches' latency is made of.
 IoResult readInto(int fd, iovec* iov, int count, int64_t firstMs, int64_t stallMs, const std::atomic<bool>* stop,
                   int* err, uint64_t* got) {
   int first = 0;
   consume(iov, count, &first, 0);
   auto deadline = after(firstMs < 0 ? stallMs : firstMs);
   while (first < count) {
-    IoResult w = waitFor(fd, POLLIN, deadline, stop);
-    if (w != IoResult::Ok) return w;
-    ssize_t n = ::readv(fd, iov + first, count - first);
+    if (stop && stop->load(std::memory_order_relaxed)) return IoResult::Stopped;
+    msghdr m{};
+    m.msg_iov = iov + first;
+    m.msg_iovlen = static_cast<size_t>(count - first);
+    ssize_t n = ::recvmsg(fd, &m, MSG_DONTWAIT);
     if (n == 0) return IoResult::Closed;
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        IoResult w = waitFor(fd, POLLIN, deadline, stop);
+        if (w != IoResult::Ok) return w;
+        continue;
+      }
+      if (errno == EINTR) continue;
       *err = errno;
       return errno == ECONNRESET ? IoResult::Closed : IoResult::Error;
     }
@@ -130,14 +139,18 @@ IoResult writeAll(int fd, iovec* iov, int count, int64_t stallMs, const std::ato
   consume(iov, count, &first, 0);
   auto deadline = after(stallMs);
   while (first < count) {
-    IoResult w = waitFor(fd, POLLOUT, deadline, stop);
-    if (w != IoResult::Ok) return w;
+    if (stop && stop->load(std::memory_order_relaxed)) return IoResult::Stopped;
     msghdr m{};
     m.msg_iov = iov + first;
     m.msg_iovlen = static_cast<size_t>(count - first);
     ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        IoResult w = waitFor(fd, POLLOUT, deadline, stop);
+        if (w != IoResult::Ok) return w;
+        continue;
+      }
+      if (errno == EINTR) continue;
       *err = errno;
       return errno == EPIPE || errno == ECONNRESET ? IoResult::Closed : IoResult::Error;
     }
@@ -148,11 +161,15 @@ IoResult writeAll(int fd, iovec* iov, int count, int64_t stallMs, const std::ato
 }
 
 IoResult sendSegments(int fd, SegmentCursor& cursor, const char* base, uint64_t limit, int64_t stallMs,
-                      const std::atomic<bool>* stop, int* err) {
+                      const std::atomic<bool>* stop, int* err, const void* head, size_t headBytes) {
   iovec iov[kIovBatch];
-  while (limit > 0) {
+  while (limit > 0 || headBytes > 0) {
     int count = 0;
     uint64_t off = 0, len = 0;
+    if (headBytes > 0) {  // the header leaves with the first segments
+      iov[count++] = {const_cast<void*>(head), headBytes};
+      headBytes = 0;
+    }
     while (count < kIovBatch && limit > 0 && cursor.take(limit, &off, &len)) {
       iov[count++] = {const_cast<char*>(base) + off, static_cast<size_t>(len)};
       limit -= len;

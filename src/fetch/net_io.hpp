@@ -28,10 +28,11 @@ IoResult writeAll(int fd, iovec* iov, int count, int64_t stallMs, const std::ato
                   bool more = false);
 
 /// Moves the bytes of a segment cursor between a socket and memory at `base`, up to kIovBatch segments per system
-/// call. `limit` stops after that many bytes (the cursor keeps its place).
+/// call. `limit` stops after that many bytes (the cursor keeps its place). sendSegments sends `headBytes` at `head`
+/// first, in the same system call as the first segments.
 inline constexpr int kIovBatch = 64;
 IoResult sendSegments(int fd, SegmentCursor& cursor, const char* base, uint64_t limit, int64_t stallMs,
-                      const std::atomic<bool>* stop, int* err);
+                      const std::atomic<bool>* stop, int* err, const void* head = nullptr, size_t headBytes = 0);
 IoResult recvSegments(int fd, SegmentCursor& cursor, char* base, uint64_t limit, int64_t stallMs,
                       const std::atomic<bool>* stop, int* err, uint64_t* received);
 

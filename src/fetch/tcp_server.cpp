@@ -257,10 +257,9 @@ void TcpServer::serve(Conn& c) {
     head.payloadBytes = payload;
     SegmentCursor cursor(mem_->regions.data(), mem_->regions.size(), runs, req.numRuns);
     if (mem_->kind == MemoryKind::Host) {
-      // The header leaves with the first segments (MSG_MORE): one packet for a small reply.
-      iovec v{&head, sizeof(head)};
-      if (writeAll(fd, &v, 1, stall, &stop_, &err, payload > 0) != IoResult::Ok) return;
-      if (sendSegments(fd, cursor, mem_->base, payload, stall, &stop_, &err) != IoResult::Ok) return;
+      // The header leaves with the first segments: one system call (and one packet) for a small reply.
+      if (sendSegments(fd, cursor, mem_->base, payload, stall, &stop_, &err, &head, sizeof(head)) != IoResult::Ok)
+        return;
     } else {
       if (!staging) staging = makeHostStaging(mem_->device, opt_.stagingSlotBytes, 2);
       if (!sendStruct(fd, &head, sizeof(head), stall, &stop_)) return;

@@ -37,6 +37,8 @@ expect 2 "--row-bytes 0 is out of range" perf/perf_publish --row-bytes 0
 expect 2 "--reps 'many' is not an integer" perf/perf_publish --reps many
 expect 2 "--reps 0 is out of range" perf/perf_fetch --reps 0
 expect 2 "--kind 'gpu' is not one of: cuda, host" perf/perf_fetch --kind gpu
+expect 2 "--net-rank needs --id-file" perf/perf_fetch --net-rank 0
+expect 2 "--net-rank 2 is out of range" perf/perf_fetch --net-rank 2 --id-file /tmp/x
 expect 2 "--sizes-gib item 0 is out of range" perf/perf_symm_rendezvous --sizes-gib 0
 expect 2 "--reps 99999999999999999999 is out of range" perf/perf_symm_rendezvous --reps 99999999999999999999
 # A layout that does not fit the rank count is known only under mpirun: reported once, before any group is formed.
