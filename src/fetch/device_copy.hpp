@@ -53,8 +53,9 @@ std::unique_ptr<DeviceCopier> makeDeviceCopier();
 
 /// Pinned host memory between the network and a CUDA buffer: `slots` buffers of `slotBytes`; copies between a slot
 /// and device memory are enqueued as one batch per call and tracked by an event per slot, so one slot is filled or
-/// sent while another's copy runs (double buffering). Created, used and destroyed on one thread, which it binds to
-/// the buffer's device. Destruction waits for every copy.
+/// sent while another's copy runs (double buffering). Creation binds the calling thread to the buffer's device;
+/// another thread that uses it (a pooled connection's next user) binds itself first (bindCudaDevice). One thread at a
+/// time. Destruction waits for every copy.
 class HostStaging {
  public:
   virtual ~HostStaging() = default;

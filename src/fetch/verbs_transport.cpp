@@ -80,12 +80,8 @@ std::string buildReads(const ReadPlanInput& in, std::vector<ReadWr>* out) {
 
 namespace {
 
-// Every member's fabric address and chunk keys: the part of connectAll/refreshAll that needs no device.
-struct Exchange {
-  std::vector<FabricAddress> addrs;
-  std::vector<std::vector<ChunkKey>> chunks;
-};
-
+// Every member's chunk keys (collective; members without a device send none): the part of connectAll/refreshAll
+// that needs no device.
 std::vector<std::vector<ChunkKey>> exchangeChunks(Communicator& comm, const std::vector<ChunkKey>& mine) {
   const int n = comm.size();
   std::vector<uint64_t> counts(static_cast<size_t>(n));
