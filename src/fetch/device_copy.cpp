@@ -232,8 +232,9 @@ class CudaHostStaging : public HostStaging {
     enqueueCopies(copies, stream_, "cudaMemcpyAsync (fetch staging, device to host)");
     events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(stream_);
   }
+  Stream ownStream() override { return reinterpret_cast<Stream>(stream_); }
   void toDevice(int i, const std::vector<CopyDesc>& copies, Stream stream) override {
-    cudaStream_t s = stream ? reinterpret_cast<cudaStream_t>(stream) : stream_;
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
     enqueueCopies(copies, s, "cudaMemcpyAsync (fetch staging, host to device)");
     events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(s);
   }

@@ -64,9 +64,11 @@ class HostStaging {
   virtual char* slot(int i) = 0;
   /// Device -> slot `i` (each desc's dst lies in the slot), on the staging's own stream; waitSlot(i) before reading.
   virtual void toHost(int i, const std::vector<CopyDesc>& copies) = 0;
-  /// Slot `i` -> device (each desc's src lies in the slot), on `stream` (nullptr: the staging's own stream), in
+  /// Slot `i` -> device (each desc's src lies in the slot), on `stream` (nullptr: the legacy default stream), in
   /// that stream's order; the slot may be refilled once slotDone(i).
   virtual void toDevice(int i, const std::vector<CopyDesc>& copies, Stream stream) = 0;
+  /// The staging's own non-blocking stream (polled fetches given no stream).
+  virtual Stream ownStream() = 0;
   virtual bool slotDone(int i) = 0;
   virtual void waitSlot(int i) = 0;
 };

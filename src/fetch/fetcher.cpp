@@ -73,7 +73,7 @@ namespace {
 // Region tables the kernels read: device memory for CUDA buffers, host memory otherwise; fixed addresses.
 class RegionTables {
  public:
-  RegionTables(MemoryKind kind, size_t entries) : kind_(kind), entries_(entries) {
+  RegionTables(MemoryKind kind, size_t entries) : kind_(kind) {
     if (kind_ == MemoryKind::Cuda)
       mem_ = static_cast<FetchRegionView*>(detail::deviceAlloc(entries * sizeof(FetchRegionView)));
     else
@@ -94,7 +94,6 @@ class RegionTables {
 
  private:
   MemoryKind kind_;
-  size_t entries_;
   FetchRegionView* mem_ = nullptr;
   std::vector<FetchRegionView> host_;
 };

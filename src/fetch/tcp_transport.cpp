@@ -202,7 +202,8 @@ TcpJob::TcpJob(TcpTransport& t, std::shared_ptr<const PlanOutput> plan, std::vec
   // Requests per source in plan order; a run longer than a request is cut into slices.
   std::map<int, std::vector<size_t>> bySource;
   for (size_t ri : runs_) bySource[plan_->runs[ri].rank].push_back(ri);
-  for (auto& [rank, list] : bySource) {
+  for (auto& [source, list] : bySource) {
+    const int rank = source;  // (a structured binding cannot be captured before C++20 compilers caught up)
     Batch cur{rank, pieces_.size(), 0, 0};
     auto close = [&] {
       if (cur.count) batches_.push_back(cur);
@@ -401,7 +402,9 @@ std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
       copies.push_back({c.local + off, st.slot(k) + at, static_cast<size_t>(len), 1, 0, 0});
       at += len;
     }
-    st.toDevice(k, copies, stream_);
+    // Stream-ordered fetches follow the caller's stream (nullptr: the legacy default stream); polled ones given no
+    // stream use the staging's own.
+    st.toDevice(k, copies, polled_ && !stream_ ? st.ownStream() : stream_);
     got += n;
     left -= n;
     slotPieces[k] = piecesWithin(got);
