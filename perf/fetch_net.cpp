@@ -133,21 +133,20 @@ double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
   return median(t);
 }
 
-// Medians of two operations timed in alternation (a, b, a, b, ...): on a shared machine both see the same load.
-std::pair<double, double> pairedMediansUs(const std::function<void()>& a, const std::function<void()>& b, int reps,
-                                          int warmup) {
-  for (int i = 0; i < warmup; ++i) a(), b();
-  std::vector<double> ta, tb;
-  auto time = [](const std::function<void()>& op) {
-    auto t0 = std::chrono::steady_clock::now();
-    op();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  };
-  for (int i = 0; i < reps; ++i) {
-    ta.push_back(time(a));
-    tb.push_back(time(b));
-  }
-  return {median(ta), median(tb)};
+// Medians of operations timed in rotation (a, b, c, a, b, c, ...): on a shared machine all see the same load.
+std::vector<double> rotatedMediansUs(const std::vector<std::function<void()>>& ops, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i)
+    for (auto& op : ops) op();
+  std::vector<std::vector<double>> t(ops.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t k = 0; k < ops.size(); ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      ops[k]();
+      t[k].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  std::vector<double> out;
+  for (auto& v : t) out.push_back(median(v));
+  return out;
 }
 
 struct NetCase {
@@ -226,7 +225,7 @@ int runNetwork(const NetOptions& o) {
     const bool withRdma = rdma[0] && rdma[1];
     Report rep("fetch across hosts (" + std::string(cuda ? "GPU" : "host") +
                    " memory; rank 0 pulls from rank 1 on another host / network namespace; us = wall-clock median "
-                   "per fetch until the bytes are in rank 0's memory, kvcomm and baseline timed in alternation; vs_raw "
+                   "per fetch until the bytes are in rank 0's memory, every variant timed in rotation; vs_raw "
                    "= raw_us / us, kvcomm's throughput as a "
                    "fraction of one plain TCP connection carrying the same bytes" +
                    (cuda ? " and a cudaMemcpy of them into GPU memory" : "") + ")",
@@ -263,17 +262,21 @@ int runNetwork(const NetOptions& o) {
             o.reps, 2);
       };
       auto f = kvcomm::Fetcher::create(buf, layout);
+      // The same over one connection per source (the default opens up to KVCOMM_FETCH_TCP_CONNECTIONS).
+      setenv("KVCOMM_FETCH_TCP_CONNECTIONS", "1", 1);
+      auto f1 = kvcomm::Fetcher::create(buf, layout);
+      unsetenv("KVCOMM_FETCH_TCP_CONNECTIONS");
       comm.barrier();
       if (me == 0) {
         if (f.transport(1) != kvcomm::FetchTransportKind::Tcp)
           throw std::runtime_error(std::string("rank 1 is reached by ") + kvcomm::fetchTransportName(f.transport(1)) +
                                    ", not tcp: run the two ranks on two hosts (or namespaces)");
-        auto fetchOnce = [&] {
+        auto fetchWith = [&](kvcomm::Fetcher& x) {
 #ifdef KVCOMM_HAVE_CUDA
-          f.fetch({q}, reinterpret_cast<kvcomm::Stream>(stream));
+          x.fetch({q}, reinterpret_cast<kvcomm::Stream>(stream));
           if (cuda) cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 #else
-          f.fetch({q});
+          x.fetch({q});
 #endif
         };
         auto rawOnce = [&] {
@@ -284,12 +287,14 @@ int runNetwork(const NetOptions& o) {
           if (cuda) cu(cudaMemcpy(devStage, stage, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 #endif
         };
-        auto [kv, base] = pairedMediansUs(fetchOnce, rawOnce, o.reps, 2);
+        std::vector<double> us = rotatedMediansUs({[&] { fetchWith(f); }, [&] { fetchWith(f1); }, rawOnce}, o.reps, 2);
+        const double kv = us[0], kv1 = us[1], base = us[2];
         auto row = [&](const std::string& op, double us, const std::string& ratio) {
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
                    op, fmt(us), fmt(bytes / us / 1e3, 3), ratio});
         };
         row("kvcomm fetch over TCP", kv, fmt(base / kv, 2));
+        row("kvcomm fetch over TCP, one connection", kv1, fmt(base / kv1, 2));
         row(cuda ? "baseline: plain TCP send/recv + cudaMemcpy" : "baseline: plain TCP send/recv", base, "1");
       }
       comm.barrier();
