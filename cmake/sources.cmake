@@ -5,11 +5,14 @@ set(KVCOMM_SOURCES
     src/common/env.cpp
     src/common/log.cpp
     src/common/socket.cpp
+    src/common/listener.cpp
     src/common/wait_reporter.cpp
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp
     src/comm/agreement.cpp
+    src/comm/health.cpp
+    src/comm/wire.cpp
     src/comm/tcp_mesh.cpp
     src/comm/tcp_bootstrap.cpp
     src/comm/communicator.cpp

@@ -1,10 +1,10 @@
 // libFuzzer target: the fetch server's decoding and re-validation of a request (and the hello, hello reply and
 // reply decoders), over bytes an attacker controls. The body and its invariants are in
-// tests/common/fetch_wire_fuzz.hpp (the unit tests run it over random inputs in every CI run).
+// tests/support/fetch_wire_fuzz.hpp (the unit tests run it over random inputs in every CI run).
 #include <cstddef>
 #include <cstdint>
 
-#include "common/fetch_wire_fuzz.hpp"
+#include "support/fetch_wire_fuzz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kvcomm::detail::fuzzFetchRequest(data, size);

@@ -23,8 +23,8 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "cli/args.hpp"
-#include "common/bench.hpp"
 #include "fetch_net.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/fetch.hpp"
@@ -50,12 +50,6 @@ struct Options {
   int computeIters = 20000;
   std::string json;
 };
-
-double maxOverRanks(double v) {
-  double out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
 
 // One benchmark case: `pairs` block pairs of `blockBytes` in `regions` regions; sources in the first half of the
 // blocks, destinations in the second; scattered ids, or runs of `run` consecutive blocks.
@@ -116,8 +110,8 @@ kvcomm::KvLayout makeLayout(const Case& c) {
     }                                                                                   \
   } while (0)
 
-// Median microseconds of `op` on `s`, events around it (what follows it on the stream sees the bytes).
-double eventMedianUs(const std::function<void()>& op, cudaStream_t s, int reps, int warmup) {
+// Microseconds of `op` on `s`, events around it (what follows it on the stream sees the bytes).
+kvbench::Stats eventUs(const std::function<void()>& op, cudaStream_t s, int reps, int warmup) {
   cudaEvent_t a, b;
   CU(cudaEventCreate(&a));
   CU(cudaEventCreate(&b));
@@ -135,10 +129,33 @@ double eventMedianUs(const std::function<void()>& op, cudaStream_t s, int reps, 
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  return kvbench::median(t);
+  return kvbench::stats(t);
 }
 
-void runGpu(kvcomm::Communicator& world, const Options& opt) {
+using kvbench::Column;
+using kvbench::Kind;
+
+// The GPU table's columns.
+std::vector<Column> gpuColumns() {
+  return {Column{"case", Kind::Text, "block sizes and how the ids are laid out"},
+          Column{"block_bytes", Kind::Int, "bytes of one block in one region"},
+          Column{"descriptors_in", Kind::Int, "block copies the request names: pairs x regions"},
+          Column{"runs_out", Kind::Int, "copies after coalescing (runs x regions); - where the path needs none"},
+          Column{"bytes", Kind::Int, "bytes moved per call"},
+          Column{"op", Kind::Text, "what was timed"},
+          Column{"reps", Kind::Int, "timed calls behind the statistics"},
+          Column{"us", Kind::Num, "median us per call, CUDA events around the call (host planning included)"},
+          Column{"p10_us", Kind::Num, "10th percentile"},
+          Column{"p90_us", Kind::Num, "90th percentile"},
+          Column{"GBps", Kind::Num, "bytes / median"},
+          Column{"frac_of_ceiling", Kind::Num,
+                 "ceiling median / this median; the ceiling is one contiguous copy-engine copy of the same bytes "
+                 "from the peer"},
+          Column{"plan_us", Kind::Num, "median host time kvcomm spent validating and coalescing"},
+          Column{"overlap", Kind::Num, "(fetch alone + compute alone) / both together: 2 = perfect overlap, 1 = none"}};
+}
+
+void runGpu(kvcomm::Communicator& world, const Options& opt, const kvbench::Placement& where) {
   const std::string& json = opt.json;
   const int me = world.rank();
   const int reps = opt.reps;
@@ -146,11 +163,10 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto ks = reinterpret_cast<kvcomm::Stream>(s);
-  kvbench::Report rep(
-      "fetch (rank 0 pulls from rank 1 over NVLink; us = median event-to-event per call, host "
-      "planning included; frac = ceiling_us / us, the ceiling being one contiguous copy-engine copy "
-      "of the same bytes)",
-      {"case", "block_bytes", "descriptors_in", "runs_out", "bytes", "op", "us", "GBps", "frac_of_ceiling", "plan_us"});
+  kvbench::Report rep("fetch (2 x GPU: rank 0 pulls blocks from rank 1 over NVLink, rank 1 idle)", gpuColumns(), where);
+  rep.note(
+      "Every variant moves the same bytes in the same run; warm-up 2-3 calls; the per-block baselines and the "
+      "100k-piece cases use a quarter of the repetitions.");
   std::vector<Case> cases = {
       {"contiguous runs of 1 MiB", 64u << 10, 1, quick ? 256u : 4096u, 16},
       {"scattered 64 KiB", 64u << 10, 1, quick ? 256u : 4096u, 0},
@@ -176,13 +192,16 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
       char* local = static_cast<char*>(buf.local());
       kvcomm::FetchRequest q{1, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
       const int r = c.pairs * c.regions > 20000 ? std::max(3, reps / 4) : reps;
-      double ceiling = eventMedianUs(
+      kvbench::Stats ceilingStats = eventUs(
           [&] { CU(cudaMemcpyAsync(local + bytesAll / 2, peer, bytes, cudaMemcpyDeviceToDevice, s)); }, s, r, 3);
-      auto row = [&](const std::string& op, double us, const std::string& runs, const std::string& plan) {
-        rep.row({c.name, std::to_string(c.blockBytes), std::to_string(pieces), runs, std::to_string(bytes), op, fmt(us),
-                 fmt(bytes / us / 1e3, 1), fmt(ceiling / us, 3), plan});
+      const double ceiling = ceilingStats.median;
+      auto row = [&](const std::string& op, const kvbench::Stats& t, const std::string& runs, const std::string& plan,
+                     const std::string& overlap = "-") {
+        rep.row({c.name, std::to_string(c.blockBytes), std::to_string(pieces), runs, std::to_string(bytes), op,
+                 std::to_string(t.reps), fmt(t.median), fmt(t.p10), fmt(t.p90), fmt(bytes / t.median / 1e3, 1),
+                 fmt(ceiling / t.median, 3), plan, overlap});
       };
-      row("ceiling: one contiguous cudaMemcpyAsync from the peer", ceiling, "1", "-");
+      row("ceiling: one contiguous cudaMemcpyAsync from the peer", ceilingStats, "1", "-");
       std::vector<void*> dsts;
       std::vector<const void*> srcs;
       std::vector<size_t> sizes;
@@ -194,7 +213,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
           sizes.push_back(c.blockBytes);
         }
       row("baseline: cudaMemcpyAsync per block",
-          eventMedianUs(
+          eventUs(
               [&] {
                 for (size_t k = 0; k < dsts.size(); ++k)
                   CU(cudaMemcpyAsync(dsts[k], srcs[k], sizes[k], cudaMemcpyDeviceToDevice, s));
@@ -205,7 +224,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       size_t zero = 0;
       row("baseline: one cudaMemcpyBatchAsync",
-          eventMedianUs(
+          eventUs(
               [&] {
                 CU(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &zero, 1, s));
               },
@@ -217,7 +236,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
         o.path = path;
         std::vector<double> plans;
         size_t runsOut = 0;
-        double us = eventMedianUs(
+        kvbench::Stats us = eventUs(
             [&] {
               auto info = f.fetch({q}, ks, o);
               plans.push_back(info.planMicros);
@@ -228,15 +247,15 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
             fmt(kvbench::median(plans)));
       }
       kvcomm::FetchPlan plan = f.plan({q});
-      row("kvcomm submit (plan reused, kernel)", eventMedianUs([&] { f.submit(plan, ks); }, s, r, 2),
-          std::to_string(plan.info().runsOut), "0");
+      row(std::string("kvcomm submit (plan reused, ") + kvcomm::fetchPathName(plan.info().path) + ")",
+          eventUs([&] { f.submit(plan, ks); }, s, r, 2), std::to_string(plan.info().runsOut), "0");
       int64_t *dSrc = nullptr, *dDst = nullptr;
       CU(cudaMalloc(&dSrc, c.pairs * 8));
       CU(cudaMalloc(&dDst, c.pairs * 8));
       CU(cudaMemcpy(dSrc, ids.src.data(), c.pairs * 8, cudaMemcpyHostToDevice));
       CU(cudaMemcpy(dDst, ids.dst.data(), c.pairs * 8, cudaMemcpyHostToDevice));
       kvcomm::DeviceFetchBatch db{dSrc, dDst, nullptr, 1, c.pairs};
-      row("kvcomm fetchDevice (ids on the GPU)", eventMedianUs([&] { f.fetchDevice(db, ks); }, s, r, 2), "-", "-");
+      row("kvcomm fetchDevice (ids on the GPU)", eventUs([&] { f.fetchDevice(db, ks); }, s, r, 2), "-", "-");
       // Overlap with a compute-bound kernel on another stream (the engine's work).
       if (c.name == "scattered 64 KiB") {
         cudaStream_t cs;
@@ -245,13 +264,14 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
         CU(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
         CU(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         const int iters = opt.computeIters;
-        double computeUs = eventMedianUs([&] { kvbench::launchCompute(sink, iters, s); }, s, r, 2);
-        row("compute kernel alone (the engine's work)", computeUs, "-", "-");
+        kvbench::Stats computeStats = eventUs([&] { kvbench::launchCompute(sink, iters, s); }, s, r, 2);
+        const double computeUs = computeStats.median;
+        row("compute kernel alone (the engine's work)", computeStats, "-", "-");
         for (kvcomm::FetchPath path : {kvcomm::FetchPath::Kernel, kvcomm::FetchPath::CopyEngine}) {
           kvcomm::FetchOptions o;
           o.path = path;
-          double alone = eventMedianUs([&] { f.fetch({q}, ks, o); }, s, r, 2);
-          double both = eventMedianUs(
+          const double alone = eventUs([&] { f.fetch({q}, ks, o); }, s, r, 2).median;
+          kvbench::Stats both = eventUs(
               [&] {
                 CU(cudaEventRecord(fork, s));
                 CU(cudaStreamWaitEvent(cs, fork));
@@ -261,10 +281,9 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
                 CU(cudaStreamWaitEvent(s, join));
               },
               s, r, 2);
-          rep.row({c.name, std::to_string(c.blockBytes), std::to_string(pieces), "-", std::to_string(bytes),
-                   std::string("fetch (") + kvcomm::fetchPathName(path) + ") + compute together (alone: fetch " +
-                       fmt(alone) + " us, compute " + fmt(computeUs) + " us)",
-                   fmt(both), "-", fmt((alone + computeUs) / both, 3) + " (sum/together)", "-"});
+          row(std::string("fetch (") + kvcomm::fetchPathName(path) + ") + compute together (alone: fetch " +
+                  fmt(alone) + " us, compute " + fmt(computeUs) + " us)",
+              both, "-", "-", fmt((alone + computeUs) / both.median, 3));
         }
         cudaEventDestroy(fork);
         cudaEventDestroy(join);
@@ -279,9 +298,20 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
 
   // The collective form: both ranks pull `pairs` scattered blocks from each other at once.
   kvbench::Report coll(
-      "fetchAll (2 ranks pull from each other at once) vs NCCL grouped send/recv of packed "
-      "blocks + unpack; us = max over ranks of the median; speedup = nccl_us / kvcomm_us",
-      {"block_bytes", "blocks_per_rank", "op", "us", "GBps_per_rank", "speedup"});
+      "fetchAll (2 x GPU pull from each other at once) vs NCCL grouped send/recv of packed blocks",
+      {Column{"block_bytes", Kind::Int, "bytes of one block"},
+       Column{"blocks_per_rank", Kind::Int, "blocks each rank pulls (scattered ids)"},
+       Column{"op", Kind::Text, "what was timed"}, Column{"reps", Kind::Int, "timed calls behind the statistics"},
+       Column{"us", Kind::Num,
+              "median us per call, the slowest rank's (events; ranks aligned by an "
+              "MPI barrier before each call)"},
+       Column{"p10_us", Kind::Num, "10th percentile"}, Column{"p90_us", Kind::Num, "90th percentile"},
+       Column{"GBps_per_rank", Kind::Num, "bytes each rank receives / median"},
+       Column{"speedup", Kind::Num, "NCCL median / kvcomm median"}},
+      where);
+  coll.note(
+      "NCCL: the source packs the blocks its peer asked for (ids exchanged ahead), ncclSend/ncclRecv grouped, "
+      "the receiver unpacks into its slots; kvcomm: fetchAll = barrier, pull, barrier.");
   for (size_t bb : {16u << 10, 64u << 10}) {
     Case c{"all-to-all", bb, 1, quick ? 256u : 2048u, 0};
     kvcomm::KvLayout layout = makeLayout(c);
@@ -293,7 +323,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
     const int peerRank = 1 - me;
     kvcomm::FetchRequest q{peerRank, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
     world.barrier();
-    auto timed = [&](const std::function<void()>& op) {
+    auto timed = [&](const std::function<void()>& op) -> kvbench::Stats {
       std::vector<double> t;
       cudaEvent_t a, b;
       CU(cudaEventCreate(&a));
@@ -310,13 +340,23 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
       }
       cudaEventDestroy(a);
       cudaEventDestroy(b);
-      return maxOverRanks(kvbench::median(t));
+      return kvbench::maxOverRanks(kvbench::stats(t));
     };
-    double kv = timed([&] { f.fetchAll({q}, ks); });
+    kvbench::Stats kv = timed([&] { f.fetchAll({q}, ks); });
     const double bytes = static_cast<double>(c.pairs * bb);
-    if (me == 0)
-      coll.row(
-          {std::to_string(bb), std::to_string(c.pairs), "kvcomm fetchAll", fmt(kv), fmt(bytes / kv / 1e3, 1), "-"});
+    auto crow = [&](const std::string& op, const kvbench::Stats& t, const std::string& speedup) {
+      if (me == 0)
+        coll.row({std::to_string(bb), std::to_string(c.pairs), op, std::to_string(t.reps), fmt(t.median), fmt(t.p10),
+                  fmt(t.p90), fmt(bytes / t.median / 1e3, 1), speedup});
+    };
+    crow("kvcomm fetchAll", kv, "-");
+    // The bound of this traffic: both ranks copy the same bytes from each other at once, one contiguous copy-engine
+    // copy each (no blocks, no barriers).
+    char* mine = static_cast<char*>(buf.local());
+    char* theirs = static_cast<char*>(buf.peer(peerRank));
+    crow("bound: both ranks one contiguous cudaMemcpyAsync from the peer at once",
+         timed([&] { CU(cudaMemcpyAsync(mine + bytesAll / 2, theirs, c.pairs * bb, cudaMemcpyDeviceToDevice, s)); }),
+         "-");
 #ifdef KVCOMM_PERF_NCCL
     ncclUniqueId id;
     if (me == 0) ncclGetUniqueId(&id);
@@ -336,7 +376,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
     CU(cudaMemcpy(dPeerSrc, peerSrc.data(), c.pairs * 8, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dDst, ids.dst.data(), c.pairs * 8, cudaMemcpyHostToDevice));
     char* local = static_cast<char*>(buf.local());
-    double nccl = timed([&] {
+    kvbench::Stats nccl = timed([&] {
       kvbench::launchPackBlocks(sendBuf, local, dPeerSrc, c.pairs, bb, bb, reinterpret_cast<CUstream_st*>(s));
       ncclGroupStart();
       ncclSend(sendBuf, c.pairs * bb, ncclUint8, peerRank, nc, s);
@@ -344,9 +384,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
       ncclGroupEnd();
       kvbench::launchUnpackBlocks(local, recvBuf, dDst, c.pairs, bb, bb, reinterpret_cast<CUstream_st*>(s));
     });
-    if (me == 0)
-      coll.row({std::to_string(bb), std::to_string(c.pairs), "NCCL grouped send/recv + pack/unpack", fmt(nccl),
-                fmt(bytes / nccl / 1e3, 1), fmt(nccl / kv, 2) + " (kvcomm)"});
+    crow("NCCL grouped send/recv + pack/unpack", nccl, fmt(nccl.median / kv.median, 2));
     ncclCommDestroy(nc);
     cudaFree(dPeerSrc);
     cudaFree(dDst);
@@ -369,7 +407,7 @@ void runGpu(kvcomm::Communicator& world, const Options& opt) {
 
 #endif  // KVCOMM_HAVE_CUDA
 
-double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
+kvbench::Stats wallUs(const std::function<void()>& op, int reps, int warmup) {
   for (int i = 0; i < warmup; ++i) op();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -377,17 +415,26 @@ double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
     op();
     t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
   }
-  return kvbench::median(t);
+  return kvbench::stats(t);
 }
 
-void runHost(kvcomm::Communicator& world, const Options& opt) {
+void runHost(kvcomm::Communicator& world, const Options& opt, const kvbench::Placement& where) {
   const std::string& json = opt.json;
   const int me = world.rank();
   const int reps = opt.reps;
-  kvbench::Report rep("fetch (" + std::to_string(world.size()) +
-                          " ranks, host memory; rank 0 pulls from rank 1; us = wall-clock median per call; "
-                          "speedup = baseline_us / kvcomm_us)",
-                      {"case", "block_bytes", "blocks", "bytes", "op", "us", "GBps", "speedup", "plan_us"});
+  using kvbench::Column;
+  using kvbench::Kind;
+  kvbench::Report rep(
+      "fetch (" + std::to_string(world.size()) + " ranks, host memory: rank 0 pulls from rank 1)",
+      {Column{"case", Kind::Text, "block sizes and how the ids are laid out"},
+       Column{"block_bytes", Kind::Int, "bytes of one block in one region"},
+       Column{"blocks", Kind::Int, "block copies: pairs x regions"}, Column{"bytes", Kind::Int, "bytes moved per call"},
+       Column{"op", Kind::Text, "what was timed"}, Column{"reps", Kind::Int, "timed calls behind the statistics"},
+       Column{"us", Kind::Num, "median wall-clock us per call"}, Column{"p10_us", Kind::Num, "10th percentile"},
+       Column{"p90_us", Kind::Num, "90th percentile"}, Column{"GBps", Kind::Num, "bytes / median"},
+       Column{"speedup", Kind::Num, "this baseline's median / kvcomm's median"},
+       Column{"plan_us", Kind::Num, "median host time kvcomm spent validating and coalescing"}},
+      where);
   for (const Case& c :
        {Case{"scattered 4 KiB", 4u << 10, 2, 2048, 0}, Case{"scattered 64 KiB", 64u << 10, 1, 1024, 0},
         Case{"runs of 16 x 64 KiB", 64u << 10, 1, 1024, 16}, Case{"1 block of 4 KiB", 4u << 10, 1, 1, 0}}) {
@@ -417,7 +464,7 @@ void runHost(kvcomm::Communicator& world, const Options& opt) {
             std::memcpy(local + layout.regions[j].offset + ids.dst[i] * c.blockBytes, pack.data() + at, c.blockBytes);
       }
     };
-    double mpiUs = 0;
+    kvbench::Stats mpiUs;
     {
       for (int i = 0; i < 2; ++i) mpi();
       std::vector<double> t;
@@ -427,14 +474,14 @@ void runHost(kvcomm::Communicator& world, const Options& opt) {
         mpi();
         t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
       }
-      mpiUs = kvbench::median(t);
+      mpiUs = kvbench::stats(t);
     }
     if (me == 0) {
       char* peer = static_cast<char*>(buf.peer(1));
       kvcomm::FetchRequest q{1, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
       std::vector<double> plans;
-      double kv = wallMedianUs([&] { plans.push_back(f.fetch({q}).planMicros); }, reps, 2);
-      double loop = wallMedianUs(
+      kvbench::Stats kv = wallUs([&] { plans.push_back(f.fetch({q}).planMicros); }, reps, 2);
+      kvbench::Stats loop = wallUs(
           [&] {
             for (size_t i = 0; i < c.pairs; ++i)
               for (int j = 0; j < c.regions; ++j)
@@ -442,13 +489,16 @@ void runHost(kvcomm::Communicator& world, const Options& opt) {
                             peer + layout.regions[j].offset + ids.src[i] * c.blockBytes, c.blockBytes);
           },
           reps, 2);
-      auto row = [&](const std::string& op, double us, const std::string& speedup, const std::string& plan) {
+      auto row = [&](const std::string& op, const kvbench::Stats& t, const std::string& speedup,
+                     const std::string& plan) {
         rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.pairs * c.regions), std::to_string(bytes), op,
-                 fmt(us), fmt(bytes / us / 1e3, 2), speedup, plan});
+                 std::to_string(t.reps), fmt(t.median), fmt(t.p10), fmt(t.p90), fmt(bytes / t.median / 1e3, 2), speedup,
+                 plan});
       };
       row("kvcomm fetch (host)", kv, "-", fmt(kvbench::median(plans)));
-      row("baseline: memcpy per block over the same mapping", loop, fmt(loop / kv, 2), "-");
-      row("baseline: MPI send/recv of packed blocks (rank 1 packs, rank 0 unpacks)", mpiUs, fmt(mpiUs / kv, 2), "-");
+      row("baseline: memcpy per block over the same mapping", loop, fmt(loop.median / kv.median, 2), "-");
+      row("baseline: MPI send/recv of packed blocks (rank 1 packs, rank 0 unpacks)", mpiUs,
+          fmt(mpiUs.median / kv.median, 2), "-");
     }
     world.barrier();
   }
@@ -468,6 +518,8 @@ int main(int argc, char** argv) {
   args.flag("--quick", "smaller cases (a tenth of the bytes)");
   args.option("--compute-iters", "N", "loop trips of the compute-bound kernel, 1 to 10000000", "20000");
   args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  // The cases are fixed shapes (block sizes x layouts), so the -b/-e/-f size sweep of the other benchmarks does
+  // not apply; --reps plays -n's part.
   args.option("--net-rank", "R", "cross-host mode without MPI: this process is rank R (0 pulls, 1 serves) of two");
   args.option("--id-file", "FILE", "cross-host mode: rank 0 writes the bootstrap id to FILE, rank 1 reads it");
   args.option("--ifname", "IF", "cross-host mode: the network interface to use (default: the first one that is up)");
@@ -500,15 +552,16 @@ int main(int argc, char** argv) {
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (world.size() < 2) throw std::runtime_error("perf_fetch needs at least 2 ranks");
     const bool ownGpus = dev >= 0 && world.topology().sharedGpu().first < 0;
+    kvbench::Placement where = kvbench::placement();
     const std::string kind = kindArg.empty() ? (ownGpus ? "cuda" : "host") : kindArg;
     if (kind == "cuda") {
 #ifdef KVCOMM_HAVE_CUDA
-      runGpu(world, o);
+      runGpu(world, o, where);
 #else
       throw std::runtime_error("perf_fetch: built without CUDA");
 #endif
     } else {
-      runHost(world, o);
+      runHost(world, o, where);
     }
   } catch (const std::exception& e) {
     std::cerr << "perf_fetch: " << e.what() << std::endl;

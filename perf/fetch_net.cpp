@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/bench.hpp"
+#include "bench/bench.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
@@ -122,19 +123,8 @@ class RawServer {
   std::thread thread_;
 };
 
-double wallMedianUs(const std::function<void()>& op, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    op();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
-  }
-  return median(t);
-}
-
-// Medians of operations timed in rotation (a, b, c, a, b, c, ...): on a shared machine all see the same load.
-std::vector<double> rotatedMediansUs(const std::vector<std::function<void()>>& ops, int reps, int warmup) {
+// Statistics of operations timed in rotation (a, b, c, a, b, c, ...): on a shared machine all see the same load.
+std::vector<Stats> rotatedStatsUs(const std::vector<std::function<void()>>& ops, int reps, int warmup) {
   for (int i = 0; i < warmup; ++i)
     for (auto& op : ops) op();
   std::vector<std::vector<double>> t(ops.size());
@@ -144,8 +134,8 @@ std::vector<double> rotatedMediansUs(const std::vector<std::function<void()>>& o
       ops[k]();
       t[k].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
-  std::vector<double> out;
-  for (auto& v : t) out.push_back(median(v));
+  std::vector<Stats> out;
+  for (auto& v : t) out.push_back(stats(v));
   return out;
 }
 
@@ -223,13 +213,31 @@ int runNetwork(const NetOptions& o) {
     rdma[static_cast<size_t>(me)] = kvcomm::capabilities().rdma ? 1 : 0;
     comm.allgather(rdma.data(), sizeof(int32_t));
     const bool withRdma = rdma[0] && rdma[1];
+    // Two processes, one per host: no MPI to ask where they run.
+    Placement where;
+    where.ranks = 2;
+    where.ranksPerHost = 1;
+    cpu_set_t cpus;
+    where.cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
     Report rep("fetch across hosts (" + std::string(cuda ? "GPU" : "host") +
-                   " memory; rank 0 pulls from rank 1 on another host / network namespace; us = wall-clock median "
-                   "per fetch until the bytes are in rank 0's memory, every variant timed in rotation; vs_raw "
-                   "= raw_us / us, kvcomm's throughput as a "
-                   "fraction of one plain TCP connection carrying the same bytes" +
-                   (cuda ? " and a cudaMemcpy of them into GPU memory" : "") + ")",
-               {"case", "block_bytes", "blocks", "bytes", "op", "us", "GBps", "vs_raw"});
+                   " memory: rank 0 pulls from rank 1 on another host or network namespace, rank 1 serves)",
+               {Column{"case", Kind::Text, "block sizes and how the ids are laid out"},
+                Column{"block_bytes", Kind::Int, "bytes of one block in one region"},
+                Column{"blocks", Kind::Int, "block copies: pairs x regions"},
+                Column{"bytes", Kind::Int, "bytes moved per fetch"},
+                Column{"op", Kind::Text, "what was timed"},
+                Column{"reps", Kind::Int, "timed fetches behind the statistics"},
+                Column{"us", Kind::Num, "median wall-clock us per fetch until the bytes are in rank 0's memory"},
+                Column{"p10_us", Kind::Num, "10th percentile"},
+                Column{"p90_us", Kind::Num, "90th percentile"},
+                Column{"GBps", Kind::Num, "bytes / median"},
+                Column{"vs_raw", Kind::Num,
+                       "raw_us / us: throughput as a fraction of one plain TCP connection carrying the same bytes"}},
+               where);
+    rep.note("Every variant of a case is timed in rotation (kvcomm, kvcomm on one connection, raw, kvcomm, ...), so "
+             "all see the same load.");
+    rep.note(cuda ? "The baseline receives the bytes into pinned memory and cudaMemcpy's them into GPU memory."
+                  : "The baseline receives the bytes into one host buffer.");
     for (const NetCase& c : cases) {
       kvcomm::KvLayout layout;
       const size_t perRegion = 2 * c.blocks * c.blockBytes;
@@ -249,17 +257,13 @@ int runNetwork(const NetOptions& o) {
         std::shuffle(dst.begin(), dst.end(), rng);
       }
       kvcomm::FetchRequest q{1, src.data(), dst.data(), c.blocks, 0};
-      auto measure = [&](kvcomm::Fetcher& f) {
-        return wallMedianUs(
-            [&] {
+      auto measure = [&](kvcomm::Fetcher& x) {
 #ifdef KVCOMM_HAVE_CUDA
-              f.fetch({q}, reinterpret_cast<kvcomm::Stream>(stream));
-              if (cuda) cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        x.fetch({q}, reinterpret_cast<kvcomm::Stream>(stream));
+        if (cuda) cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 #else
-              f.fetch({q});
+        x.fetch({q});
 #endif
-            },
-            o.reps, 2);
       };
       auto f = kvcomm::Fetcher::create(buf, layout);
       // The same over one connection per source (the default opens up to KVCOMM_FETCH_TCP_CONNECTIONS).
@@ -271,14 +275,6 @@ int runNetwork(const NetOptions& o) {
         if (f.transport(1) != kvcomm::FetchTransportKind::Tcp)
           throw std::runtime_error(std::string("rank 1 is reached by ") + kvcomm::fetchTransportName(f.transport(1)) +
                                    ", not tcp: run the two ranks on two hosts (or namespaces)");
-        auto fetchWith = [&](kvcomm::Fetcher& x) {
-#ifdef KVCOMM_HAVE_CUDA
-          x.fetch({q}, reinterpret_cast<kvcomm::Stream>(stream));
-          if (cuda) cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-#else
-          x.fetch({q});
-#endif
-        };
         auto rawOnce = [&] {
           uint64_t n = bytes;
           sendBytes(rawFd, reinterpret_cast<const char*>(&n), sizeof(n));
@@ -287,15 +283,16 @@ int runNetwork(const NetOptions& o) {
           if (cuda) cu(cudaMemcpy(devStage, stage, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 #endif
         };
-        std::vector<double> us = rotatedMediansUs({[&] { fetchWith(f); }, [&] { fetchWith(f1); }, rawOnce}, o.reps, 2);
-        const double kv = us[0], kv1 = us[1], base = us[2];
-        auto row = [&](const std::string& op, double us, const std::string& ratio) {
+        std::vector<Stats> st = rotatedStatsUs({[&] { measure(f); }, [&] { measure(f1); }, rawOnce}, o.reps, 2);
+        const double base = st[2].median;
+        auto row = [&](const std::string& op, const Stats& x) {
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                   op, fmt(us), fmt(bytes / us / 1e3, 3), ratio});
+                   op, std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90), fmt(bytes / x.median / 1e3, 3),
+                   fmt(base / x.median, 2)});
         };
-        row("kvcomm fetch over TCP", kv, fmt(base / kv, 2));
-        row("kvcomm fetch over TCP, one connection", kv1, fmt(base / kv1, 2));
-        row(cuda ? "baseline: plain TCP send/recv + cudaMemcpy" : "baseline: plain TCP send/recv", base, "1");
+        row("kvcomm fetch over TCP", st[0]);
+        row("kvcomm fetch over TCP, one connection", st[1]);
+        row(cuda ? "baseline: plain TCP send/recv + cudaMemcpy" : "baseline: plain TCP send/recv", st[2]);
       }
       comm.barrier();
       if (withRdma) {
@@ -304,14 +301,15 @@ int runNetwork(const NetOptions& o) {
         unsetenv("KVCOMM_FETCH_TRANSPORT");
         comm.barrier();
         if (me == 0) {
-          const double us = measure(fr);
+          Stats x = rotatedStatsUs({[&] { measure(fr); }}, o.reps, 2)[0];
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                   "kvcomm fetch over RDMA READ", fmt(us), fmt(bytes / us / 1e3, 3), "-"});
+                   "kvcomm fetch over RDMA READ", std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90),
+                   fmt(bytes / x.median / 1e3, 3), "-"});
         }
         comm.barrier();
       } else if (me == 0) {
         rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                 "kvcomm fetch over RDMA READ", "not run (no RDMA device)", "-", "-"});
+                 "kvcomm fetch over RDMA READ: not run (no RDMA device)", "-", "-", "-", "-", "-", "-"});
       }
     }
     if (me == 0) {

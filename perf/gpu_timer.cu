@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "common/bench.hpp"
+#include "bench/bench.hpp"
 #include "gpu_timer.hpp"
 
 namespace kvbench {
@@ -55,6 +55,18 @@ void check(cudaError_t e, const char* what) {
 }
 }  // namespace
 
+__global__ void spinKernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+void launchSpin(unsigned long long ns, CUstream_st* stream) {
+  spinKernel<<<1, 32, 0, stream>>>(ns);
+}
+
 void launchEmpty(CUstream_st* stream) {
   emptyKernel<<<1, 32, 0, stream>>>();
 }
@@ -86,8 +98,8 @@ void syncDevice() {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
-double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
-                     CUstream_st* stream) {
+Stats graphTimeUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
+                  CUstream_st* stream) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
@@ -100,7 +112,7 @@ double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, 
   for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(exec, stream), "warm-up launch");
   check(cudaStreamSynchronize(stream), "warm-up sync");
   // Replays run back to back in batches (as a serving loop launches them); each batch is timed with events and
-  // the median over batches is reported per operation.
+  // the statistics over batches are reported per operation.
   const int batch = 10;
   std::vector<double> us;
   for (int i = 0; i < reps; ++i) {
@@ -116,7 +128,7 @@ double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, 
   cudaEventDestroy(b);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  return median(us);
+  return stats(us);
 }
 
 }  // namespace kvbench

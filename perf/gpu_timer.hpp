@@ -3,20 +3,23 @@
 
 #include <functional>
 
+#include "bench/bench.hpp"
 #include "kvcomm/device/barrier.hpp"
 
 struct CUstream_st;
 
 namespace kvbench {
 
-/// Median microseconds per operation: `op` enqueues one operation on the stream; `perGraph` of them are captured
-/// into one graph, replayed `warmup` times untimed, then in `reps` timed batches of 10 back-to-back replays (events
-/// around each batch).
-double graphMedianUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup,
-                     CUstream_st* stream);
+/// Microseconds per operation over `reps` timed batches (median, p10, p90): `op` enqueues one operation on the
+/// stream; `perGraph` of them are captured into one graph, replayed `warmup` times untimed, then in `reps` timed
+/// batches of 10 back-to-back replays (events around each batch, time divided by 10 * perGraph).
+Stats graphTimeUs(const std::function<void(CUstream_st*)>& op, int perGraph, int reps, int warmup, CUstream_st* stream);
 
 /// An empty kernel (the launch floor).
 void launchEmpty(CUstream_st* stream);
+
+/// One block that spins for `ns` nanoseconds of %globaltimer: "unrelated work" of a known length on the stream.
+void launchSpin(unsigned long long ns, CUstream_st* stream);
 
 /// A plain SM copy kernel (16-byte vectors, 4 in flight per thread, every SM): `bytes` (a multiple of 16) from `src`
 /// to `dst`; into a peer's memory it shows what SM stores over NVLink reach with no scatter at all.

@@ -5,7 +5,9 @@
 // engine's graph pays); medians after warm-up. Also: the barrier alone, an empty kernel (the launch floor), and
 // copy-engine writes into the peer's memory (cudaMemcpy over the same mapping, what cudaMemcpyPeer does).
 // Host: wall-clock medians of direct publish+barrier against gather+insert over kvcomm's bootstrap and over MPI.
-//   mpirun -np 2 perf_publish [--tokens 1,16,256,4096,65536] [--row-bytes 656] [--reps 200] [--json out.jsonl]
+// Every measurement reports its repetitions and spread (p10, p90) next to the median; the table's legend explains
+// every column.
+//   mpirun -np 2 perf_publish [--tokens 1,16,256,4096,65536 | -b 656 -e 42M -f 4] [-n 200] [-w 20] [--json out.jsonl]
 //   (--help for every option)
 #include <mpi.h>
 
@@ -16,9 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "cli/args.hpp"
-#include "common/bench.hpp"
-#include "kernels/launch.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/kvcomm.hpp"
@@ -26,11 +27,11 @@
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
 
-#ifdef KVCOMM_HAVE_CUDA
+#ifdef KVBENCH_GPU
 #include <cuda_runtime.h>
 
 #include "gpu_timer.hpp"
-#include "platform/nccl.hpp"
+#include "nccl_baseline.hpp"
 #endif
 
 namespace {
@@ -40,9 +41,17 @@ using kvbench::fmt;
 struct Options {
   size_t rowBytes = 656;
   std::vector<long long> tokens;
-  int reps = 0;  // 0: the backend's default
+  int reps = 0;     // -n; 0: the backend's default
+  int warmup = -1;  // -w; -1: the backend's default
   std::string json;
 };
+
+// Column legends shared by both backends.
+const kvbench::Column kTokens{"tokens", kvbench::Kind::Int,
+                              "tokens each rank publishes per operation (null for rows that move no rows)"};
+const kvbench::Column kBytes{"bytes_per_rank", kvbench::Kind::Int,
+                             "tokens x row bytes: what each rank writes into each replica"};
+const kvbench::Column kOp{"op", kvbench::Kind::Text, "the operation timed (docs/performance.md lists each)"};
 using kvcomm::CacheTensor;
 using kvcomm::SlotType;
 
@@ -58,19 +67,16 @@ std::vector<int64_t> makeSlots(int rank, size_t tokens) {
   return s;
 }
 
-double maxOverRanks(double v) {
-  double out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
+using kvbench::Stats;
 
-#ifdef KVCOMM_HAVE_CUDA
+#ifdef KVBENCH_GPU
 
-void runGpu(kvcomm::Communicator& world, const Options& o) {
+void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placement& where) {
   const size_t rowBytes = o.rowBytes;
   const auto& tokenList = o.tokens;
   const std::string& json = o.json;
   const int repsArg = o.reps ? o.reps : 200;  // batches of 10 replays
+  const int warmup = o.warmup >= 0 ? o.warmup : 20;
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
@@ -87,13 +93,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o) {
   unsetenv("KVCOMM_DIRECT");
   CUstream_st* s = kvbench::makeStream();
 
-  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then the insert kernel.
-  const auto& nccl = kvcomm::detail::requireNccl("perf_publish");
-  std::vector<ncclUniqueId> ids(static_cast<size_t>(n));
-  if (me == 0) nccl.getUniqueId(&ids[0]);
-  world.allgather(ids.data(), sizeof(ncclUniqueId));
-  ncclComm_t nc;
-  KVCOMM_CHECK_NCCL(nccl.commInitRank(&nc, n, ids[0], me));
+  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then an insert kernel.
+  kvbench::NcclBaseline nccl;
 
   char *rows = nullptr, *send = nullptr, *recv = nullptr;
   int64_t* slots = nullptr;
@@ -106,27 +107,72 @@ void runGpu(kvcomm::Communicator& world, const Options& o) {
   for (size_t i = 0; i < hostRows.size(); ++i) hostRows[i] = static_cast<char>(i * 131 + me);
   cudaMemcpy(rows, hostRows.data(), hostRows.size(), cudaMemcpyHostToDevice);
 
-  kvbench::Report rep("publish (" + std::to_string(n) + " x GPU, rows of " + std::to_string(rowBytes) +
-                          " B; per-op us: standalone = 1 op per graph replay, in20 = per op in a 20-op graph)",
-                      {"tokens", "bytes_per_rank", "op", "standalone_us", "in20_us", "nccl_over_op_standalone",
-                       "nccl_over_op_in20", "GBps_into_peer", "frac_of_memcpy_peer"});
+  using kvbench::Column;
+  using kvbench::Kind;
+  kvbench::Report rep(
+      "publish (" + std::to_string(n) + " x GPU, rows of " + std::to_string(rowBytes) + " B)",
+      {kTokens, kBytes, kOp,
+       Column{"reps", Kind::Int,
+              "timed batches of 10 back-to-back graph replays behind each standalone statistic (in20: a quarter "
+              "of them, at least 10)"},
+       Column{"standalone_us", Kind::Num,
+              "median us per operation with one operation per graph (a standalone call, graph launch included)"},
+       Column{"standalone_p10_us", Kind::Num, "10th percentile of the standalone batches"},
+       Column{"standalone_p90_us", Kind::Num, "90th percentile of the standalone batches"},
+       Column{"in20_us", Kind::Num, "median us per operation in a graph of 20 operations (a step inside a graph)"},
+       Column{"in20_p10_us", Kind::Num, "10th percentile of the in20 batches"},
+       Column{"in20_p90_us", Kind::Num, "90th percentile of the in20 batches"},
+       Column{"nccl_over_op_standalone", Kind::Num,
+              "baseline time / this row's time, standalone medians (baseline = NCCL AllGather + insert of the same "
+              "tokens; above 1: this row is faster)"},
+       Column{"nccl_over_op_in20", Kind::Num, "the same ratio of the in20 medians"},
+       Column{"GBps_into_peer", Kind::Num, "bytes_per_rank / in20 median, in GB/s"},
+       Column{"frac_of_memcpy_peer", Kind::Num,
+              "GBps_into_peer / the copy engine's (cudaMemcpy into the peer) at the same size"}},
+      where);
+  rep.note("Every statistic is the maximum over the ranks (the slowest rank counts). Warm-up: " +
+           std::to_string(warmup) + " replays standalone, " + std::to_string(std::max(1, warmup / 4)) + " in20.");
   auto timeBoth = [&](const std::function<void(CUstream_st*)>& op, int reps) {
     MPI_Barrier(MPI_COMM_WORLD);
-    double a = maxOverRanks(kvbench::graphMedianUs(op, 1, reps, 20, s));
+    Stats a = kvbench::maxOverRanks(kvbench::graphTimeUs(op, 1, reps, warmup, s));
     MPI_Barrier(MPI_COMM_WORLD);
-    double b = maxOverRanks(kvbench::graphMedianUs(op, 20, std::max(10, reps / 4), 5, s));
-    return std::pair<double, double>{a, b};
+    Stats b = kvbench::maxOverRanks(kvbench::graphTimeUs(op, 20, std::max(10, reps / 4), std::max(1, warmup / 4), s));
+    return std::pair<Stats, Stats>{a, b};
   };
-  auto floor = timeBoth([](CUstream_st* st) { kvbench::launchEmpty(st); }, repsArg);
-  rep.row({"-", "0", "empty kernel (launch floor)", fmt(floor.first), fmt(floor.second), "-", "-", "-", "-"});
-  auto bar = timeBoth([&](CUstream_st* st) { direct.barrier(st, 0); }, repsArg);
-  rep.row({"-", "0", "kvcomm barrier", fmt(bar.first), fmt(bar.second), "-", "-", "-", "-"});
+  // tokens, bytes, op, then the two measurements; the ratio and bandwidth cells follow.
+  auto cells = [&](const std::string& t, const std::string& b, const std::string& op, std::pair<Stats, Stats> v) {
+    return std::vector<std::string>{t,
+                                    b,
+                                    op,
+                                    std::to_string(v.first.reps),
+                                    fmt(v.first.median),
+                                    fmt(v.first.p10),
+                                    fmt(v.first.p90),
+                                    fmt(v.second.median),
+                                    fmt(v.second.p10),
+                                    fmt(v.second.p90)};
+  };
+  auto noData = [&](const char* op, std::pair<Stats, Stats> v) {
+    auto c = cells("-", "0", op, v);
+    for (int i = 0; i < 4; ++i) c.push_back("-");
+    rep.row(c);
+  };
+  noData("empty kernel (launch floor)", timeBoth([](CUstream_st* st) { kvbench::launchEmpty(st); }, repsArg));
+  noData("kvcomm barrier", timeBoth([&](CUstream_st* st) { direct.barrier(st, 0); }, repsArg));
+  // The split barrier's halves: signal alone (every rank signals, nobody waits), and signal then wait; wait alone
+  // is their difference (the peers' flags have arrived by then).
+  noData("kvcomm signal alone", timeBoth([&](CUstream_st* st) { direct.signal(st, 0); }, repsArg));
+  noData("kvcomm signal + wait (two kernels)", timeBoth(
+                                                   [&](CUstream_st* st) {
+                                                     direct.signal(st, 0);
+                                                     direct.wait(st, 0);
+                                                   },
+                                                   repsArg));
   const char* probes[] = {"probe: barrierBlock in a bare kernel", "probe: relaxed signal+wait (no ordering)",
                           "probe: threadfence_system + relaxed signal"};
   for (int v = 0; v < 3; ++v) {
     auto h = direct.barrierHandle();
-    auto pr = timeBoth([&](CUstream_st* st) { kvbench::launchBarrierProbe(h, 1 + v, v, st); }, repsArg);
-    rep.row({"-", "0", probes[v], fmt(pr.first), fmt(pr.second), "-", "-", "-", "-"});
+    noData(probes[v], timeBoth([&](CUstream_st* st) { kvbench::launchBarrierProbe(h, 1 + v, v, st); }, repsArg));
   }
 
   for (long long tl : tokenList) {
@@ -164,31 +210,21 @@ void runGpu(kvcomm::Communicator& world, const Options& o) {
     size_t record = slotPart + bytes;
     cudaMemcpy(send, slots, T * 8, cudaMemcpyDeviceToDevice);
     cudaMemcpy(send + slotPart, rows, bytes, cudaMemcpyDeviceToDevice);
-    kvcomm::detail::PublishLaunch ins{};
-    ins.t[0] = {recv + slotPart,
-                rowBytes,
-                rowBytes,
-                0,
-                1,
-                rowBytes,
-                rowBytes,
-                kvcomm::commonAlignment(reinterpret_cast<uintptr_t>(recv + slotPart), record, rowBytes),
-                0};
-    ins.replicas = buf.deviceHandle();
-    ins.replicas.mappedMask = 1ull << me;
+    kvbench::InsertArgs ins{};
+    ins.records = recv;
+    ins.recordBytes = record;
+    ins.rowsAt = slotPart;
+    ins.tokens = static_cast<int64_t>(T);
+    ins.sources = n;
+    ins.rowBytes = rowBytes;
+    ins.replica = static_cast<char*>(buf.local());
     ins.backed = buf.backedBitmap();
-    ins.capacity = buf.capacity();
     ins.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
-    ins.slots = recv;
-    ins.sourceStride = record;
-    ins.numTokens = static_cast<int64_t>(T);
-    ins.numSources = n;
-    ins.slot64 = 1;
-    ins.numTensors = 1;
+    ins.capacity = buf.capacity();
     auto base = timeBoth(
         [&](CUstream_st* st) {
-          KVCOMM_CHECK_NCCL(nccl.allGather(send, recv, record, ncclUint8, nc, st));
-          kvcomm::detail::launchPublish(ins, st, nullptr, 0);
+          nccl.allGather(send, recv, record, st);
+          kvbench::launchInsert(ins, st);
         },
         reps);
     // Copy-engine writes of the same bytes into the peer's memory, through the same mapping.
@@ -196,55 +232,103 @@ void runGpu(kvcomm::Communicator& world, const Options& o) {
     auto cp =
         timeBoth([&](CUstream_st* st) { cudaMemcpyAsync(peerDst, rows, bytes, cudaMemcpyDeviceToDevice, st); }, reps);
     auto sm = timeBoth([&](CUstream_st* st) { kvbench::launchSmCopy(peerDst, rows, bytes & ~size_t(15), st); }, reps);
-    double cpGBs = bytes / (cp.second * 1e3);
-    auto row = [&](const char* name, std::pair<double, double> v, bool bw) {
-      double gbs = bytes / (v.second * 1e3);
-      rep.row({std::to_string(T), std::to_string(bytes), name, fmt(v.first), fmt(v.second), fmt(base.first / v.first),
-               fmt(base.second / v.second), bw ? fmt(gbs, 1) : "-", bw ? fmt(gbs / cpGBs, 3) : "-"});
+    double cpGBs = bytes / (cp.second.median * 1e3);
+    // ratio: against the baseline; bw: bandwidth into the peer and its fraction of the copy engine's.
+    auto row = [&](const char* name, std::pair<Stats, Stats> v, bool ratio, bool bw) {
+      double gbs = bytes / (v.second.median * 1e3);
+      auto c = cells(std::to_string(T), std::to_string(bytes), name, v);
+      c.push_back(ratio ? fmt(base.first.median / v.first.median) : "-");
+      c.push_back(ratio ? fmt(base.second.median / v.second.median) : "-");
+      c.push_back(bw ? fmt(gbs, 1) : "-");
+      c.push_back(bw ? fmt(gbs / cpGBs, 3) : "-");
+      rep.row(c);
     };
-    row("kvcomm publish+barrier", pb, true);
-    row("kvcomm publishAndBarrier (fused)", fused, true);
-    row("kvcomm publish+barrier, slots in order", pbSeq, true);
-    row("kvcomm fallback (pack+nccl+insert)", fb, false);
-    row("NCCL AllGather + insert (baseline)", base, false);
-    rep.row({std::to_string(T), std::to_string(bytes), "cudaMemcpy into peer (copy engine)", fmt(cp.first),
-             fmt(cp.second), "-", "-", fmt(cpGBs, 1), "1.000"});
-    double smGBs = bytes / (sm.second * 1e3);
-    rep.row({std::to_string(T), std::to_string(bytes), "probe: SM copy kernel into peer (contiguous)", fmt(sm.first),
-             fmt(sm.second), "-", "-", fmt(smGBs, 1), fmt(smGBs / cpGBs, 3)});
+    row("kvcomm publish+barrier", pb, true, true);
+    row("kvcomm publishAndBarrier (fused)", fused, true, true);
+    row("kvcomm publish+barrier, slots in order", pbSeq, true, true);
+    row("kvcomm fallback (pack+nccl+insert)", fb, true, false);
+    row("NCCL AllGather + insert (baseline)", base, true, false);
+    row("cudaMemcpy into peer (copy engine)", cp, false, true);
+    row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
+    // The split barrier with other work between the halves, against the fused publish+barrier followed by the same
+    // work, and the work alone: what the exchange adds to a step when it overlaps.
+    if (T <= 4096) {
+      for (unsigned long long w : {0ull, 5000ull, 20000ull}) {
+        std::string us = std::to_string(w / 1000);
+        auto split = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publish(tensors, slots, SlotType::Int64, T, st);
+              direct.signal(st, 0);
+              kvbench::launchSpin(w, st);
+              direct.wait(st, 0);
+            },
+            reps);
+        auto fusedThen = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0);
+              kvbench::launchSpin(w, st);
+            },
+            reps);
+        auto alone = timeBoth([&](CUstream_st* st) { kvbench::launchSpin(w, st); }, reps);
+        row(("publish + signal, " + us + " us of work, wait").c_str(), split, false, false);
+        row(("publishAndBarrier, then " + us + " us of work").c_str(), fusedThen, false, false);
+        row((us + " us of work alone").c_str(), alone, false, false);
+      }
+    }
+  }
+  // Host CPU time of an eager publish() call (what an engine that does not capture pays per layer).
+  {
+    size_t T = 256;
+    auto hs = makeSlots(me, T);
+    cudaMemcpy(slots, hs.data(), T * 8, cudaMemcpyHostToDevice);
+    std::vector<CacheTensor> tensors{CacheTensor{rows, rowBytes, rowBytes, 0, 1, rowBytes, rowBytes}};
+    std::vector<double> cpu;
+    for (int i = 0; i < 2200; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      direct.publish(tensors, slots, SlotType::Int64, T, s);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 200) cpu.push_back(us);
+      if (i % 100 == 99) direct.barrier(s, 0);
+    }
+    direct.barrier(s, 0);
+    kvbench::syncDevice();
+    Stats c = kvbench::maxOverRanks(kvbench::stats(cpu));
+    rep.note("Host CPU time per eager publish() call (256 tokens, 2000 calls after 200 warm-up): median " +
+             fmt(c.median) + " us, p10 " + fmt(c.p10) + ", p90 " + fmt(c.p90) + " (slowest rank).");
   }
   direct.checkErrors();
   if (me == 0) rep.print(json);
-  nccl.commDestroy(nc);
   cudaFree(rows);
   cudaFree(slots);
   cudaFree(send);
   cudaFree(recv);
 }
 
-#endif  // KVCOMM_HAVE_CUDA
+#endif  // KVBENCH_GPU
 
 double nowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Wall-clock microseconds of `f` over `reps` calls after `warmup` untimed ones; the slowest rank's statistics.
 template <typename F>
-double hostMedianUs(F&& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();
+Stats hostTimeUs(F&& f, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) f();
   std::vector<double> v;
   for (int i = 0; i < reps; ++i) {
     double t0 = nowUs();
     f();
     v.push_back(nowUs() - t0);
   }
-  return maxOverRanks(kvbench::median(v));
+  return kvbench::maxOverRanks(kvbench::stats(v));
 }
 
-void runHost(kvcomm::Communicator& world, const Options& o) {
+void runHost(kvcomm::Communicator& world, const Options& o, const kvbench::Placement& where) {
   const size_t rowBytes = o.rowBytes;
   const auto& tokenList = o.tokens;
   const std::string& json = o.json;
   const int repsArg = o.reps ? o.reps : 50;
+  const int warmup = o.warmup >= 0 ? o.warmup : 3;
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
@@ -256,11 +340,28 @@ void runHost(kvcomm::Communicator& world, const Options& o) {
   unsetenv("KVCOMM_DIRECT");
   std::vector<char> rows(maxTokens * rowBytes);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<char>(i * 131 + me);
-  kvbench::Report rep("publish (" + std::to_string(n) + " ranks, host memory, rows of " + std::to_string(rowBytes) +
-                          " B; wall-clock median per op)",
-                      {"tokens", "bytes_per_rank", "op", "us", "fallback_over_op", "mpi_over_op", "GBps_per_rank"});
-  double bar = hostMedianUs([&] { direct.barrier(); }, repsArg * 4);
-  rep.row({"-", "0", "kvcomm barrier (shared-memory atomics)", fmt(bar), "-", "-", "-"});
+  using kvbench::Column;
+  using kvbench::Kind;
+  kvbench::Report rep(
+      "publish (" + std::to_string(n) + " ranks, host memory, rows of " + std::to_string(rowBytes) + " B)",
+      {kTokens, kBytes, kOp, Column{"reps", Kind::Int, "timed calls behind the statistics"},
+       Column{"us", Kind::Num, "median wall-clock us per operation"}, Column{"p10_us", Kind::Num, "10th percentile"},
+       Column{"p90_us", Kind::Num, "90th percentile"},
+       Column{"fallback_over_op", Kind::Num,
+              "kvcomm fallback (gather+insert over kvcomm's bootstrap) median / this row's median (above 1: this row "
+              "is faster)"},
+       Column{"mpi_over_op", Kind::Num, "MPI_Allgather + insert median / this row's median"},
+       Column{"GBps_per_rank", Kind::Num, "bytes_per_rank / median, in GB/s"}},
+      where);
+  rep.note("Every statistic is the maximum over the ranks (the slowest rank counts). Warm-up: " +
+           std::to_string(warmup) + " untimed calls per measurement.");
+  auto cells = [&](const std::string& t, const std::string& b, const std::string& op, const Stats& v) {
+    return std::vector<std::string>{t, b, op, std::to_string(v.reps), fmt(v.median), fmt(v.p10), fmt(v.p90)};
+  };
+  auto bar = hostTimeUs([&] { direct.barrier(); }, repsArg * 4, warmup);
+  auto barRow = cells("-", "0", "kvcomm barrier (shared-memory atomics)", bar);
+  barRow.insert(barRow.end(), {"-", "-", "-"});
+  rep.row(barRow);
   for (long long tl : tokenList) {
     size_t T = static_cast<size_t>(tl);
     int reps = T >= 65536 ? std::max(5, repsArg / 5) : repsArg;
@@ -268,17 +369,17 @@ void runHost(kvcomm::Communicator& world, const Options& o) {
     CacheTensor t{rows.data(), rowBytes, rowBytes, 0, 1, rowBytes, rowBytes};
     std::vector<CacheTensor> tensors{t};
     size_t bytes = T * rowBytes;
-    double d = hostMedianUs(
+    Stats d = hostTimeUs(
         [&] {
           direct.publish(tensors, slots.data(), SlotType::Int64, T);
           direct.barrier();
         },
-        reps);
-    double f = hostMedianUs([&] { fallback.publish(tensors, slots.data(), SlotType::Int64, T); }, reps);
+        reps, warmup);
+    Stats f = hostTimeUs([&] { fallback.publish(tensors, slots.data(), SlotType::Int64, T); }, reps, warmup);
     // MPI on host memory: MPI_Allgather of [slots | rows], then insert.
     size_t record = T * 8 + bytes;
     std::vector<char> send(record), recv(record * static_cast<size_t>(n));
-    double m = hostMedianUs(
+    Stats m = hostTimeUs(
         [&] {
           std::memcpy(send.data(), slots.data(), T * 8);
           std::memcpy(send.data() + T * 8, rows.data(), bytes);
@@ -292,11 +393,17 @@ void runHost(kvcomm::Communicator& world, const Options& o) {
               if (sl[i] >= 0) std::memcpy(local + sl[i] * rowBytes, rec + T * 8 + i * rowBytes, rowBytes);
           }
         },
-        reps);
+        reps, warmup);
     std::string ts = std::to_string(T), bs = std::to_string(bytes);
-    rep.row({ts, bs, "kvcomm publish+barrier", fmt(d), fmt(f / d), fmt(m / d), fmt(bytes / (d * 1e3), 2)});
-    rep.row({ts, bs, "gather+insert (kvcomm fallback, bootstrap)", fmt(f), "1.00", fmt(m / f), "-"});
-    rep.row({ts, bs, "MPI_Allgather + insert", fmt(m), fmt(f / m), "1.00", "-"});
+    auto row = [&](const char* op, const Stats& v, bool bw) {
+      auto c = cells(ts, bs, op, v);
+      c.insert(c.end(),
+               {fmt(f.median / v.median), fmt(m.median / v.median), bw ? fmt(bytes / (v.median * 1e3), 2) : "-"});
+      rep.row(c);
+    };
+    row("kvcomm publish+barrier", d, true);
+    row("gather+insert (kvcomm fallback, bootstrap)", f, false);
+    row("MPI_Allgather + insert", m, false);
   }
   if (me == 0) rep.print(json);
 }
@@ -306,21 +413,36 @@ void runHost(kvcomm::Communicator& world, const Options& o) {
 int main(int argc, char** argv) {
   kvcli::Args args("perf_publish", "mpirun -np N perf_publish [options]",
                    "publish + barrier against gather+insert in the same run: NCCL AllGather + insert on GPUs,\n"
-                   "MPI_Allgather + insert and kvcomm's own fallback on host memory. A table on stdout (rank 0),\n"
-                   "JSON lines with --json.");
+                   "MPI_Allgather + insert and kvcomm's own fallback on host memory. Sizes: --tokens, or a sweep of\n"
+                   "bytes per rank with -b/-e/-f (tokens = bytes / row bytes). A table with a legend of its columns\n"
+                   "on stdout (rank 0), JSON lines with --json.");
   args.option("--kind", "cuda|host", "memory to publish into (default: cuda where a GPU is bound, else host)");
-  args.option("--tokens", "T,T,...", "tokens each rank publishes per operation, 1 to 16777216", "1,16,256,4096,65536");
+  args.option("--tokens", "T,T,...",
+              "tokens each rank publishes per operation, 1 to 16777216 (default "
+              "1,16,256,4096,65536; not with -b/-e)");
   args.option("--row-bytes", "B", "bytes per row, 1 to 65536", "656");
-  args.option("--reps", "N", "timed repetitions, 1 to 100000 (default: 200 batches on GPUs, 50 on host)");
-  args.option("--json", "FILE", "append one JSON line per table row to FILE");
+  kvbench::addCommonOptions(args, "bytes each rank publishes per operation", "200 batches on GPUs, 50 on host",
+                            "20 on GPUs, 3 on host");
   Options o;
   std::string kindArg;
   int rc = kvcli::parseOrExit(args, argc, argv, [&] {
     if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
-    o.tokens = args.integers("tokens", 1, 1 << 24);
     o.rowBytes = static_cast<size_t>(args.integer("row-bytes", 1, 65536));
-    if (args.given("reps")) o.reps = static_cast<int>(args.integer("reps", 1, 100000));
-    o.json = args.text("json");
+    kvbench::Common c = kvbench::readCommon(args, 1);
+    if (!c.sizes.empty() && args.given("tokens")) throw kvcli::UsageError("give --tokens or -b/-e, not both");
+    if (!c.sizes.empty()) {
+      for (long long b : c.sizes) {
+        long long t = std::max<long long>(1, b / static_cast<long long>(o.rowBytes));
+        if (t > (1 << 24)) throw kvcli::UsageError("-e " + args.text("maxbytes") + " makes more than 16777216 tokens");
+        if (o.tokens.empty() || t > o.tokens.back()) o.tokens.push_back(t);
+      }
+    } else {
+      o.tokens =
+          args.given("tokens") ? args.integers("tokens", 1, 1 << 24) : std::vector<long long>{1, 16, 256, 4096, 65536};
+    }
+    o.reps = c.iters;
+    o.warmup = c.warmup;
+    o.json = c.json;
   });
   if (rc >= 0) return rc;
   rc = 0;
@@ -328,15 +450,19 @@ int main(int argc, char** argv) {
   int device = kvbench::bindLocalDevice();
   std::string kind = kindArg.empty() ? (device >= 0 ? "cuda" : "host") : kindArg;
   try {
+    kvbench::Placement where = kvbench::placement();
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (me == 0 && !where.warning.empty()) std::cerr << "perf_publish: " << where.warning << "\n";
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (kind == "cuda") {
-#ifdef KVCOMM_HAVE_CUDA
-      runGpu(world, o);
+#ifdef KVBENCH_GPU
+      runGpu(world, o, where);
 #else
       throw kvcomm::Error(kvcomm::ErrorCode::Unsupported, "perf_publish: built without CUDA");
 #endif
     } else {
-      runHost(world, o);
+      runHost(world, o, where);
     }
   } catch (const std::exception& e) {  // kvcomm::Error, and std::bad_alloc or the like: reported, not a crash
     std::cerr << "perf_publish: " << e.what() << "\n";

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "cli/args.hpp"
-#include "common/fetch_oracle.hpp"
-#include "common/memory.hpp"
-#include "common/publish_oracle.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
 #include "kvcomm/ops.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
+#include "support/publish_oracle.hpp"
 
 int main(int argc, char** argv) {
   kvcli::Args args("kvcomm-demo", "mpirun -np N kvcomm-demo [--tokens T]",

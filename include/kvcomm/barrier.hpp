@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -39,7 +40,15 @@ struct BarrierOptions {
 /// Call order: create() (collective) -> signal/wait/barrier on every member in the same per-lane order ->
 /// checkErrors() after synchronising the stream. Host-memory barriers run on the calling thread (stream ignored)
 /// and throw a Timeout directly.
-class Barrier {
+///
+/// Failures: waits poll the communicator's health (kvcomm/comm.hpp), so when it is aborted or a member dies they stop
+/// at once instead of running into the timeout: host waits throw (ErrorCode::Aborted after abort(), NetworkError
+/// naming the dead rank), device waits record a PeerFailed error that checkErrors() throws the same way. Calls made
+/// after the failure throw at once. The epochs are then out of step: the barrier is not usable again.
+///
+/// Threads: one thread at a time per lane; different lanes may be driven from different threads. deviceHandle(),
+/// lanes() and kind() are safe from any thread.
+class KVCOMM_API Barrier {
  public:
   /// Collective over `comm`: allocates and zeroes the signal area on every member.
   static Barrier create(Communicator comm, const BarrierOptions& options = {});

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "kvcomm/api.hpp"
+
 namespace kvcomm {
 
 /// Version of kvcomm's wire protocol (bootstrap handshake, rendezvous requests). Peers with a different version are
@@ -17,7 +19,7 @@ namespace kvcomm {
 inline constexpr uint32_t kProtocolVersion = 1;
 
 /// Collective services a Communicator boots from. All members call each collective in the same order.
-class Bootstrap {
+class KVCOMM_API Bootstrap {
  public:
   virtual ~Bootstrap();
   /// This process's rank in [0, size()).
@@ -33,7 +35,7 @@ class Bootstrap {
 
 /// Opaque identity of a TCP bootstrap group: the root's address and a random 128-bit nonce. Created once (on the
 /// root's host), handed to every rank out of band (environment, file, the engine's own store).
-struct UniqueId {
+struct KVCOMM_API UniqueId {
   std::array<uint8_t, 64> bytes{};
   /// Lower-case hex text, for environment variables and command lines.
   std::string toString() const;
@@ -48,7 +50,7 @@ class TcpMesh;
 /// Bootstrap over TCP. Rank 0 listens at the address in the unique id; other ranks connect to it (retrying until
 /// the timeout), present the id's magic, protocol version and nonce, and learn every rank's address. Afterwards all
 /// traffic goes point to point.
-class TcpBootstrap : public Bootstrap {
+class KVCOMM_API TcpBootstrap : public Bootstrap {
  public:
   /// Creates a new id whose root listens on `ifname` (default: KVCOMM_SOCKET_IFNAME, else the first non-loopback
   /// interface that is up, else loopback). Call it in the process that will be rank 0: it opens the root's
@@ -77,7 +79,7 @@ class TcpBootstrap : public Bootstrap {
 };
 
 /// Bootstrap over the engine's own process group: the engine supplies an allgather (e.g. over torch.distributed).
-class CallbackBootstrap : public Bootstrap {
+class KVCOMM_API CallbackBootstrap : public Bootstrap {
  public:
   /// Gathers `bytesPerRank` bytes from every rank: `send` is this rank's contribution, `recv` receives
   /// size() * bytesPerRank bytes ordered by rank.

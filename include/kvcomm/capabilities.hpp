@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
+
 namespace kvcomm {
 
 /// One CUDA device as the driver reports it, plus what probes proved.
@@ -37,7 +39,7 @@ struct RdmaDevice {
 };
 
 /// What is present, what is not, and why.
-struct Capabilities {
+struct KVCOMM_API Capabilities {
   bool builtWithCuda = false;  ///< libkvcomm was compiled with its CUDA backend
   bool cudaDriver = false;     ///< a CUDA driver loaded and initialised
   std::string cudaReason;      ///< why CUDA is unusable ("" when usable)
@@ -54,11 +56,11 @@ struct Capabilities {
 };
 
 /// Probes once per process (cached); never throws.
-const Capabilities& capabilities();
+KVCOMM_API const Capabilities& capabilities();
 
 /// Makes CUDA device `localRank % deviceCount` current on the calling thread (its primary context, which stays
 /// retained for the life of the process) and returns its ordinal; returns -1 and does nothing without a usable GPU.
 /// A convenience for tools and tests; engines usually call cudaSetDevice themselves.
-int useLocalDevice(int localRank);
+KVCOMM_API int useLocalDevice(int localRank);
 
 }  // namespace kvcomm

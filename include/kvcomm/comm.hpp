@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
@@ -37,7 +38,7 @@ struct MemberInfo {
 };
 
 /// Per-member host identity, GPU and RDMA devices, and the P2P access matrix among same-host GPUs.
-struct Topology {
+struct KVCOMM_API Topology {
   std::vector<MemberInfo> members;
   /// p2p[a * size + b]: member a's GPU can access member b's GPU directly (same host, same GPU or CUDA peer access).
   std::vector<uint8_t> p2p;
@@ -58,12 +59,27 @@ struct Topology {
   std::string toString() const;
 };
 
+class Communicator;
+namespace detail {
+class GroupHealth;
+GroupHealth& healthOf(const Communicator& comm);
+}  // namespace detail
+
 /// A group of processes that run collectives together. A Communicator is a handle: copies share one group.
 ///
 /// Call order: create() on every rank of a bootstrap (collective) -> split()/Layout::create() (collective over this
 /// communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
 /// connections (no collective at teardown).
-class Communicator {
+///
+/// Failures: a member's death is noticed by every member within 5 s whatever it is doing (a liveness watch
+/// independent of the data path); from then on healthy() is false and every waiting and later call throws a
+/// NetworkError naming the dead rank. abort() stops the group on this rank (calls throw ErrorCode::Aborted).
+///
+/// Threads: one thread at a time may call the collectives and send/recv of one communicator (members must call
+/// collectives in the same order, which concurrent calls would not keep). Different communicators, also of one
+/// world, may be used from different threads at once. abort(), healthy(), failedRank(), rank(), size(),
+/// topology() and id() are safe from any thread at any time.
+class KVCOMM_API Communicator {
  public:
   /// Builds the world communicator from a bootstrap (collective over the bootstrap's ranks). The process's current
   /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
@@ -92,9 +108,23 @@ class Communicator {
   /// Identity of the group (equal on every member, different for each split).
   uint64_t id() const;
 
+  /// Stops the group on this rank, like ncclCommAbort: every call on this communicator that is waiting (in any
+  /// thread) and every later one throws an Error with code ErrorCode::Aborted, and so do the calls of objects built
+  /// on it (SymmetricBuffer, Publisher) and of communicators split from it. Returns at once; waiting calls return
+  /// within 2 s. Local: peers are not told (they see this rank's connections close when it destroys its
+  /// communicators or exits). Callable from any thread, any number of times; the handles stay valid and are
+  /// destroyed as usual.
+  void abort();
+  /// False once abort() was called (here or on a communicator this one was split from) or a member is known dead.
+  /// Cheap (one atomic load); any thread.
+  bool healthy() const;
+  /// Rank in this communicator of the first member known dead, or -1.
+  int failedRank() const;
+
   struct Impl;
 
  private:
+  friend detail::GroupHealth& detail::healthOf(const Communicator& comm);
   explicit Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
@@ -116,7 +146,7 @@ struct LayoutCoord {
 enum class Axis { TP, PCP, PP, DP };
 
 /// The TP, PCP, PP and DP groups of this rank.
-struct Layout {
+struct KVCOMM_API Layout {
   LayoutSpec spec;
   LayoutCoord coord;
   Communicator tp;   ///< members sharing (dp, pp, pcp); rank = tp coordinate

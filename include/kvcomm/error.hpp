@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvcomm/api.hpp"
+
 namespace kvcomm {
 
 /// What kind of failure an Error reports.
@@ -21,10 +23,10 @@ enum class ErrorCode {
 };
 
 /// Short name of an error code ("InvalidArgument", ...).
-const char* errorCodeName(ErrorCode code) noexcept;
+KVCOMM_API const char* errorCodeName(ErrorCode code) noexcept;
 
 /// Base of every exception kvcomm throws. what() is "kvcomm [rank R] <call>: <cause>".
-class Error : public std::runtime_error {
+class KVCOMM_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   /// The failure's category.
@@ -35,13 +37,13 @@ class Error : public std::runtime_error {
 };
 
 /// The caller passed an invalid value; nothing was changed.
-class InvalidArgumentError : public Error {
+class KVCOMM_API InvalidArgumentError : public Error {
  public:
   explicit InvalidArgumentError(const std::string& message) : Error(ErrorCode::InvalidArgument, message) {}
 };
 
 /// An operating-system call failed.
-class SystemError : public Error {
+class KVCOMM_API SystemError : public Error {
  public:
   SystemError(const std::string& message, int err) : Error(ErrorCode::SystemError, message), errno_(err) {}
   /// The errno the call left.
@@ -52,7 +54,7 @@ class SystemError : public Error {
 };
 
 /// A CUDA driver or runtime call failed.
-class CudaError : public Error {
+class KVCOMM_API CudaError : public Error {
  public:
   CudaError(const std::string& message, int result) : Error(ErrorCode::CudaError, message), result_(result) {}
   /// The CUresult or cudaError_t value.
@@ -63,7 +65,7 @@ class CudaError : public Error {
 };
 
 /// A socket or transport failed, or a peer went away.
-class NetworkError : public Error {
+class KVCOMM_API NetworkError : public Error {
  public:
   explicit NetworkError(const std::string& message, ErrorCode code = ErrorCode::NetworkError) : Error(code, message) {}
 };

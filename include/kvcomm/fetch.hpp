@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/fetch.hpp"
 #include "kvcomm/device_error.hpp"
@@ -41,7 +42,7 @@ struct KvLayout {
 };
 
 /// FNV-1a hash of a layout (regions and version): what requests and peers compare.
-uint64_t layoutHash(const KvLayout& layout);
+KVCOMM_API uint64_t layoutHash(const KvLayout& layout);
 
 /// What moves a fetch's bytes.
 enum class FetchPath {
@@ -52,7 +53,7 @@ enum class FetchPath {
   Host,        ///< CPU copies (host-memory buffers)
 };
 /// "auto", "kernel", "copy", "host".
-const char* fetchPathName(FetchPath path);
+KVCOMM_API const char* fetchPathName(FetchPath path);
 
 /// What carries a fetch's bytes from a source member to this rank (Fetcher::transport()).
 enum class FetchTransportKind {
@@ -62,7 +63,7 @@ enum class FetchTransportKind {
   Rdma,  ///< RDMA READ from the source's registered memory (other hosts where both ends have RDMA)
 };
 /// "none", "peer", "tcp", "rdma".
-const char* fetchTransportName(FetchTransportKind kind);
+KVCOMM_API const char* fetchTransportName(FetchTransportKind kind);
 
 /// Blocks to pull from one source member, in host memory. Pair i copies source block srcBlocks[i] (in the source's
 /// layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on either
@@ -89,7 +90,7 @@ struct FetchOptions {
 };
 
 /// What a plan does (FetchPlan::info(), returned by fetch()).
-struct FetchPlanInfo {
+struct KVCOMM_API FetchPlanInfo {
   size_t pairsIn = 0;         ///< block pairs named by the requests
   size_t pairsSkipped = 0;    ///< pairs with -1 (padding)
   size_t runsOut = 0;         ///< copies after coalescing (a run: consecutive blocks on both sides, one region)
@@ -107,7 +108,7 @@ struct FetchPlanInfo {
 };
 
 /// A validated, coalesced batch for one Fetcher, reusable while the buffer's generation does not change.
-class FetchPlan {
+class KVCOMM_API FetchPlan {
  public:
   FetchPlan();
   ~FetchPlan();
@@ -151,7 +152,7 @@ struct FetchStatus {
 
 /// A polled fetch (Fetcher::start). Destroying it, or its Fetcher, waits until nothing can still write the
 /// destination: memory is never released while a copy may still land in it.
-class FetchOperation {
+class KVCOMM_API FetchOperation {
  public:
   FetchOperation();
   ~FetchOperation();
@@ -200,7 +201,7 @@ struct FetcherOptions {
 ///      (a plan made at an older generation is refused as stale).
 /// The source's bytes must be final before the fetch reads them (e.g. after a barrier); the fetcher does not order
 /// the source's writes (fetchAll does: it starts and ends with a barrier).
-class Fetcher {
+class KVCOMM_API Fetcher {
  public:
   static Fetcher create(SymmetricBuffer& buffer, const KvLayout& layout, const FetcherOptions& options = {});
 

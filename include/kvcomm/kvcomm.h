@@ -29,6 +29,11 @@
 extern "C" {
 #endif
 
+/* Every function declared here is exported from libkvcomm (built with hidden visibility; see kvcomm/api.hpp). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ---- version -------------------------------------------------------------------------------------------------- */
 
 #ifndef KVCOMM_VERSION_MAJOR
@@ -285,9 +290,10 @@ typedef struct {
 
 typedef enum {
   kvcommDeviceErrorNone = 0,
-  kvcommDeviceErrorSlotOutOfRange = 1, /**< a slot's row would land outside the backed part; not written */
-  kvcommDeviceErrorBarrierTimeout = 2, /**< a barrier wait expired; the peer never arrived */
-  kvcommDeviceErrorBlockOutOfRange = 3 /**< a fetch named a block id outside its layout; that pair was not copied */
+  kvcommDeviceErrorSlotOutOfRange = 1,  /**< a slot's row would land outside the backed part; not written */
+  kvcommDeviceErrorBarrierTimeout = 2,  /**< a barrier wait expired; the peer never arrived */
+  kvcommDeviceErrorBlockOutOfRange = 3, /**< a fetch named a block id outside its layout; that pair was not copied */
+  kvcommDeviceErrorPeerFailed = 4       /**< a barrier wait stopped: the communicator was aborted or a member died */
 } kvcommDeviceErrorKind_t;
 
 /** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields
@@ -535,6 +541,10 @@ kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
 kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed);
 /** Makes CUDA device localRank % deviceCount current on this thread; *device = its ordinal, or -1 without a GPU. */
 kvcommResult_t kvcommUseLocalDevice(int localRank, int* device);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }  // extern "C"

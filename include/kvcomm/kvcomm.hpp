@@ -1,6 +1,7 @@
 // kvcomm: everything an engine includes (host API; kernels include kvcomm/device/*.hpp).
 #pragma once
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"

@@ -3,13 +3,14 @@
 
 #include <mpi.h>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/bootstrap.hpp"
 
 namespace kvcomm {
 
 /// Bootstrap whose collectives are MPI_Allgather/MPI_Barrier on a duplicate of `comm` (so kvcomm's traffic never
 /// matches the application's messages). MPI must stay initialised while the bootstrap lives.
-class MpiBootstrap : public Bootstrap {
+class KVCOMM_API MpiBootstrap : public Bootstrap {
  public:
   explicit MpiBootstrap(MPI_Comm comm = MPI_COMM_WORLD);
   ~MpiBootstrap() override;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device_error.hpp"
@@ -25,6 +26,11 @@ enum class SlotType { Int64, Int32 };
 /// so flat layouts (blockSize 1) and block-major layouts with split regions both work. Example, Indexer-K with 128
 /// data bytes at off * 128 and a 4-byte scale at blockSize * 128 + off * 4 inside each block: two tensors,
 ///   {keys,   128, 128, layer, bs, bs * 132, 128} and {scales, 4, 4, layer + bs * 128, bs, bs * 132, 4}.
+///
+/// Every step of that computation is checked: a slot or a stride that would wrap modulo 2^64 is refused, never
+/// turned into an address inside the buffer. `limitBytes` confines the tensor to its own region (one layer's cache in
+/// a buffer that holds all layers): a row that would reach past offset + limitBytes is refused like a slot beyond
+/// the backed range, so a wrong slot mapping cannot overwrite another layer.
 struct CacheTensor {
   const void* src = nullptr;  ///< row i at src + i * srcStride (device memory for CUDA buffers)
   size_t srcStride = 0;       ///< bytes between source rows (0: rowBytes)
@@ -33,6 +39,19 @@ struct CacheTensor {
   size_t blockSize = 1;       ///< tokens per block
   size_t blockStride = 0;     ///< bytes between blocks (0: blockSize * rowStride)
   size_t rowStride = 0;       ///< bytes between rows of a block (0: rowBytes)
+  /// Bytes this tensor may address from `offset`: every row must end within [offset, offset + limitBytes).
+  /// 0: up to the buffer's capacity. offset + limitBytes must not exceed the capacity.
+  size_t limitBytes = 0;
+  /// Bytes readable at `src` (0: not stated, the caller guarantees numTokens rows). When set, a call whose rows
+  /// (numTokens - 1) * srcStride + rowBytes reach past it is refused before anything is read.
+  size_t srcBytes = 0;
+};
+
+/// A slot mapping with its length (the sized form of publish()): numTokens must not exceed `count`.
+struct SlotMapping {
+  const void* data = nullptr;       ///< int64 or int32 slots (device memory for CUDA buffers)
+  SlotType type = SlotType::Int64;  ///< element type
+  size_t count = 0;                 ///< elements readable at data
 };
 
 /// How a Publisher moves rows.
@@ -40,7 +59,7 @@ enum class PublishMode {
   Direct,    ///< stores into peers' memory through symmetric mappings, then a release/acquire barrier
   Fallback,  ///< AllGather of the rows (NCCL on GPUs, kvcomm's bootstrap on host memory) and a local insert
 };
-const char* publishModeName(PublishMode mode);
+KVCOMM_API const char* publishModeName(PublishMode mode);
 
 /// Options of Publisher::create.
 struct PublisherOptions {
@@ -67,7 +86,21 @@ struct PublisherOptions {
 /// buffer. Rows are checked on the device against the buffer's backed-granule bitmap, so a publish captured in a
 /// CUDA graph follows later growth and refuses (reports) rows in released ranges. After a barrier timeout the
 /// publisher's epochs are out of step: create a new one.
-class Publisher {
+///
+/// numTokens contract: the pointer-only publish() reads numTokens slots at slotMapping and numTokens rows at each
+/// tensor's src (row i at src + i * srcStride); it cannot know their sizes, so a numTokens larger than either reads
+/// past them (undefined behaviour, and rows already stored in the replicas stay). The sized form (SlotMapping with
+/// its count, CacheTensor::srcBytes) lets the library check both and refuse the call before reading anything.
+///
+/// Failures and lifetimes: every call checks the communicator first — after Communicator::abort() it throws
+/// ErrorCode::Aborted, after a member's death a NetworkError naming it (barrier waits in progress stop the same way,
+/// see kvcomm/barrier.hpp). After the buffer is closed (SymmetricBuffer::close(), from any thread) every call throws
+/// InvalidArgumentError ("the buffer is closed"); a host-memory publish in progress on another thread finishes
+/// first (close() waits for it).
+///
+/// Threads: one thread at a time per publisher. The buffer's grow/commit/release may run on other threads: a
+/// publish sees the backed state before or after the change, never a mix.
+class KVCOMM_API Publisher {
  public:
   /// Collective over the buffer's group.
   static Publisher create(SymmetricBuffer& buffer, const PublisherOptions& options = {});
@@ -83,6 +116,10 @@ class Publisher {
   /// every member must pass the same numTokens (pad with slot -1).
   void publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType, size_t numTokens,
                Stream stream = nullptr);
+  /// publish() with sizes the library checks: numTokens <= slots.count, and for every tensor with srcBytes set,
+  /// numTokens rows within it; otherwise InvalidArgumentError before anything is read or written.
+  void publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+               Stream stream = nullptr);
   /// Returns (in stream order) once every member reached its matching barrier on `lane`: release of this rank's
   /// earlier stores, acquire of the peers'. Bounded by the barrier timeout.
   void barrier(Stream stream = nullptr, int lane = 0);
@@ -93,6 +130,9 @@ class Publisher {
   /// publish() then barrier(), as one kernel in Direct mode.
   void publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                          size_t numTokens, Stream stream = nullptr, int lane = 0);
+  /// publishAndBarrier() with checked sizes (see the sized publish()).
+  void publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+                         Stream stream = nullptr, int lane = 0);
 
   PublishMode mode() const;
   /// Why this mode was chosen.

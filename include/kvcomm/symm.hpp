@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/api.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
@@ -22,13 +23,17 @@ enum class MemoryKind {
 };
 
 /// "cuda" / "host" / "auto".
-const char* memoryKindName(MemoryKind kind);
+KVCOMM_API const char* memoryKindName(MemoryKind kind);
 
 /// A byte range relative to a buffer's base.
 struct Range {
   size_t offset = 0;
   size_t bytes = 0;
 };
+
+namespace detail {
+class BufferUse;
+}
 
 /// Symmetric memory on a communicator (or a subgroup of it).
 ///
@@ -42,7 +47,16 @@ struct Range {
 ///
 /// Members on other hosts are not mapped (peer(r) == nullptr, isMapped(r) == false): a SymmetricBuffer gives no
 /// access to their memory.
-class SymmetricBuffer {
+///
+/// Threads: the collective calls (grow, commit, release) are made by one thread at a time (a second thread's call
+/// while one is in flight throws InvalidArgumentError). Publishers and fetchers using the buffer on other threads
+/// are safe against them: an operation in flight finishes first, later ones see the new backed state. close() may be
+/// called from any thread: it waits only for host operations through the mappings in flight (never for peers), a
+/// collective call in flight on another thread ends first and the memory is released then; every later call on the
+/// buffer, and on publishers and fetchers built on it, throws InvalidArgumentError ("the buffer is closed"). Getters
+/// are safe from any thread. Kernels already launched are the caller's to order: synchronise their streams before
+/// release() or close().
+class KVCOMM_API SymmetricBuffer {
  public:
   /// Reserves `capacity` bytes of address space for this rank's memory and one window per same-host member, maps
   /// the first `initialBytes` (rounded up to the granularity) everywhere. Collective; every member must pass the
@@ -118,8 +132,9 @@ class SymmetricBuffer {
   struct Impl;
 
  private:
-  friend class Publisher;  // keeps its own handle on the buffer
-  friend class Fetcher;    // likewise
+  friend class Publisher;          // keeps its own handle on the buffer
+  friend class Fetcher;            // likewise
+  friend class detail::BufferUse;  // operations through the mappings (src/symm/buffer_use.hpp)
   explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
   SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
   std::shared_ptr<Impl> impl_;

@@ -31,6 +31,9 @@ nb::object deviceErrorToPython(const DeviceError& e) {
     case DeviceErrorKind::BlockOutOfRange:
       d["kind"] = "block_out_of_range";
       break;
+    case DeviceErrorKind::PeerFailed:
+      d["kind"] = "peer_failed";
+      break;
     case DeviceErrorKind::None:
       break;
   }

@@ -118,7 +118,8 @@ kvcommMemoryKind_t toC(MemoryKind kind) {
 
 static_assert(static_cast<int>(kvcomm::DeviceErrorKind::BlockOutOfRange) == kvcommDeviceErrorBlockOutOfRange &&
                   static_cast<int>(kvcomm::DeviceErrorKind::BarrierTimeout) == kvcommDeviceErrorBarrierTimeout &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::SlotOutOfRange) == kvcommDeviceErrorSlotOutOfRange,
+                  static_cast<int>(kvcomm::DeviceErrorKind::SlotOutOfRange) == kvcommDeviceErrorSlotOutOfRange &&
+                  static_cast<int>(kvcomm::DeviceErrorKind::PeerFailed) == kvcommDeviceErrorPeerFailed,
               "kvcommDeviceErrorKind_t mirrors kvcomm::DeviceErrorKind");
 
 using kvcomm::capi::guard;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
+#include "comm/health.hpp"
 #include "comm/tcp_mesh.hpp"
 #include "comm/topology_build.hpp"
 #include "common/check.hpp"
@@ -20,15 +22,20 @@ using detail::cat;
 struct Communicator::Impl {
   std::shared_ptr<Bootstrap> bootstrap;  // kept alive: an engine's callback may own the process group
   std::shared_ptr<detail::TcpMesh> mesh;
-  std::vector<int> members;  // mesh rank of each member, in rank order
+  std::shared_ptr<detail::GroupHealth> health;  // aborted, or a member died
+  std::vector<int> members;                     // mesh rank of each member, in rank order
   int rank = 0;
   uint32_t group = 0;
-  uint32_t seq = 0;
+  std::atomic<uint32_t> seq{0};
   uint32_t splits = 0;
   Topology topo;
 
-  uint64_t nextTag() { return detail::makeTag(group, (seq++) & 0x7fffffffu); }
-  void allgather(void* data, size_t bytes) { mesh->allgather(members, rank, data, bytes, nextTag()); }
+  uint64_t nextTag() { return detail::makeTag(group, seq.fetch_add(1) & 0x7fffffffu); }
+  void allgather(void* data, size_t bytes) { mesh->allgather(members, rank, data, bytes, nextTag(), health.get()); }
+  void watch() {
+    health = std::make_shared<detail::GroupHealth>(members);
+    mesh->watchGroup(health);
+  }
 };
 
 namespace {
@@ -46,21 +53,21 @@ struct MeshEntry {
   detail::SockAddr addr;
 };
 
-// Builds a mesh over a bootstrap that is not a TcpBootstrap: listen, allgather addresses through the bootstrap.
+// Builds a mesh over a bootstrap that is not a TcpBootstrap: listen on the advertised interface only, allgather
+// addresses through the bootstrap.
 std::shared_ptr<detail::TcpMesh> meshOver(Bootstrap& b) {
   detail::SockAddr bound;
-  detail::Fd listener = detail::listenTcp(detail::SockAddr::parse("0.0.0.0:0"), &bound);
+  detail::Fd listener = detail::listenTcp(detail::pickLocalAddress(), &bound);
   std::vector<MeshEntry> all(static_cast<size_t>(b.size()));
   MeshEntry& mine = all[static_cast<size_t>(b.rank())];
   detail::randomBytes(mine.nonce.data(), mine.nonce.size());
-  mine.addr = detail::pickLocalAddress();
-  mine.addr.setPort(bound.port());
+  mine.addr = bound;
   b.allgather(all.data(), sizeof(MeshEntry));
   std::vector<detail::SockAddr> addrs;
   for (auto& e : all) addrs.push_back(e.addr);
   auto mesh = std::make_shared<detail::TcpMesh>(b.rank(), b.size(), all[0].nonce, std::move(listener),
                                                 env::bootstrapTimeoutMs());
-  mesh->setAddresses(std::move(addrs));
+  mesh->start(std::move(addrs));
   return mesh;
 }
 
@@ -79,6 +86,7 @@ Communicator Communicator::create(std::shared_ptr<Bootstrap> bootstrap) {
   impl->rank = bootstrap->rank();
   for (int r = 0; r < bootstrap->size(); ++r) impl->members.push_back(r);
   impl->group = impl->mesh->nextWorldGroupId();
+  impl->watch();
   impl->topo =
       detail::gatherTopology(impl->rank, impl->members.size(), [&](void* d, size_t n) { impl->allgather(d, n); });
   return Communicator(std::move(impl));
@@ -89,6 +97,32 @@ void requireImpl(const void* impl, const char* call) {
   KVCOMM_CHECK_ARG(impl != nullptr, call, "the communicator is empty (default-constructed)");
 }
 }  // namespace
+
+namespace detail {
+GroupHealth& healthOf(const Communicator& comm) {
+  requireImpl(comm.impl_.get(), "healthOf");
+  return *comm.impl_->health;
+}
+void checkHealthy(const Communicator& comm, const char* call) {
+  healthOf(comm).check(call);
+}
+}  // namespace detail
+
+void Communicator::abort() {
+  requireImpl(impl_.get(), "Communicator::abort");
+  impl_->health->abort("Communicator::abort() was called");
+  impl_->mesh->wakeAll();
+}
+
+bool Communicator::healthy() const {
+  requireImpl(impl_.get(), "Communicator::healthy");
+  return impl_->health->healthy();
+}
+
+int Communicator::failedRank() const {
+  requireImpl(impl_.get(), "Communicator::failedRank");
+  return impl_->health->deadRank();
+}
 
 int Communicator::rank() const {
   requireImpl(impl_.get(), "Communicator::rank");
@@ -113,6 +147,7 @@ uint64_t Communicator::id() const {
 std::optional<Communicator> Communicator::split(int color, int key) {
   requireImpl(impl_.get(), "Communicator::split");
   detail::RankScope scope(impl_->rank);
+  impl_->health->check("Communicator::split");
   struct Entry {
     int32_t color, key;
   };
@@ -138,36 +173,45 @@ std::optional<Communicator> Communicator::split(int color, int key) {
     if (chosen[i] == impl_->rank) child->rank = static_cast<int>(i);
   }
   child->topo = detail::subTopology(impl_->topo, chosen);
+  child->watch();
+  impl_->health->addChild(child->health);
+  if (impl_->health->state() == detail::kAborted) child->health->abort("the parent communicator was aborted");
   return Communicator(std::move(child));
 }
 
 void Communicator::allgather(void* data, size_t bytesPerRank) {
   requireImpl(impl_.get(), "Communicator::allgather");
   detail::RankScope scope(impl_->rank);
+  impl_->health->check("Communicator::allgather");
   impl_->allgather(data, bytesPerRank);
 }
 
 void Communicator::barrier() {
   requireImpl(impl_.get(), "Communicator::barrier");
   detail::RankScope scope(impl_->rank);
+  impl_->health->check("Communicator::barrier");
   std::vector<char> bytes(static_cast<size_t>(size()));
   impl_->allgather(bytes.data(), 1);
 }
 
 void Communicator::send(const void* data, size_t bytes, int peer, uint32_t tag) {
+  requireImpl(impl_.get(), "Communicator::send");
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::send", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::send", "tag must be below 2^31");
+  impl_->health->check("Communicator::send");
   impl_->mesh->send(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
-                    bytes);
+                    bytes, impl_->health.get());
 }
 
 void Communicator::recv(void* data, size_t bytes, int peer, uint32_t tag) {
+  requireImpl(impl_.get(), "Communicator::recv");
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::recv", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::recv", "tag must be below 2^31");
+  impl_->health->check("Communicator::recv");
   impl_->mesh->recv(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
-                    bytes);
+                    bytes, impl_->health.get());
 }
 
 }  // namespace kvcomm

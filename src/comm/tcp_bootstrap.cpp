@@ -23,6 +23,7 @@ using detail::Fd;
 using detail::Hello;
 using detail::HelloKind;
 using detail::HelloReply;
+using detail::IdWire;
 using detail::SockAddr;
 
 Bootstrap::~Bootstrap() = default;
@@ -34,50 +35,11 @@ void Bootstrap::barrier() {
 
 namespace {
 
-struct IdWire {
-  uint32_t magic;
-  uint32_t version;
-  std::array<uint8_t, 16> nonce;
-  uint16_t family;
-  uint16_t port;
-  uint8_t addr[16];
-};
-static_assert(sizeof(IdWire) <= sizeof(UniqueId::bytes));
-
-IdWire decode(const UniqueId& id) {
-  IdWire w;
-  std::memcpy(&w, id.bytes.data(), sizeof(w));
-  KVCOMM_CHECK_ARG(w.magic == detail::kWireMagic && (w.family == AF_INET || w.family == AF_INET6), "TcpBootstrap",
-                   "the unique id is not a kvcomm id (bad magic or address family)");
-  return w;
-}
-
-SockAddr addressOf(const IdWire& w) {
-  SockAddr a;
-  if (w.family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&a.storage);
-    in->sin_family = AF_INET;
-    std::memcpy(&in->sin_addr, w.addr, 4);
-    a.len = sizeof(sockaddr_in);
-  } else {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.storage);
-    in6->sin6_family = AF_INET6;
-    std::memcpy(&in6->sin6_addr, w.addr, 16);
-    a.len = sizeof(sockaddr_in6);
-  }
-  a.setPort(w.port);
-  return a;
-}
-
 // Listeners opened by createUniqueId in this process, adopted by the rank-0 TcpBootstrap of the same id.
 std::mutex registryMu;
 std::map<std::array<uint8_t, 16>, Fd>& registry() {
   static std::map<std::array<uint8_t, 16>, Fd> r;
   return r;
-}
-
-SockAddr anyAddress(int family) {
-  return SockAddr::parse(family == AF_INET6 ? "[::]:0" : "0.0.0.0:0");
 }
 
 }  // namespace
@@ -100,7 +62,8 @@ UniqueId UniqueId::fromString(const std::string& text) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    KVCOMM_THROW(InvalidArgument, "UniqueId::fromString", "'", c, "' is not a hex digit");
+    KVCOMM_THROW(InvalidArgument, "UniqueId::fromString", "character ", static_cast<int>(static_cast<uint8_t>(c)),
+                 " is not a hex digit");
   };
   for (size_t i = 0; i < id.bytes.size(); ++i)
     id.bytes[i] = static_cast<uint8_t>(nib(text[2 * i]) << 4 | nib(text[2 * i + 1]));
@@ -113,6 +76,7 @@ struct TcpBootstrap::Impl {
   uint32_t seq = 0;
   std::vector<int> members;
   std::shared_ptr<detail::TcpMesh> mesh;
+  std::shared_ptr<detail::GroupHealth> health;
 };
 
 UniqueId TcpBootstrap::createUniqueId(const std::string& ifname) {
@@ -139,75 +103,64 @@ UniqueId TcpBootstrap::createUniqueId(const std::string& ifname) {
 
 namespace {
 
-// Phase 1 and 2 on the root: accept size-1 valid hellos, refuse strays with a reason, answer with the table.
+// Phase 1 and 2 on the root: hellos are read concurrently (each connection gets at most kHandshakeDeadlineMs to
+// present its hello, at most kMaxPendingHandshakes wait at once), so idle or hostile connections never delay a
+// rank; strays are refused with a reason; once size-1 ranks joined, each gets the table.
 std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Clock::time_point deadline,
                                      int64_t timeoutMs) {
+  detail::setNonBlocking(listener, true);
+  detail::RefusalLog log("TcpBootstrap root");
+  detail::Acceptor acceptor(listener, &log);
+  detail::PendingHandshakes pending(sizeof(Hello), false, &log);
   std::vector<SockAddr> table(static_cast<size_t>(size));
-  table[0] = addressOf(w);
+  table[0] = detail::idAddress(w);
   std::vector<Fd> conns(static_cast<size_t>(size));
-  int joined = 1;
-  auto refuse = [](Fd& c, const std::string& why) {
-    HelloReply r{};
-    r.status = 1;
-    std::snprintf(r.message, sizeof(r.message), "%s", why.c_str());
-    (void)::send(c.get(), &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
-    KVCOMM_WARN("TcpBootstrap root refused a rank: ", why);
-  };
+  std::vector<bool> joined(static_cast<size_t>(size), false);
+  joined[0] = true;
+  int count = 1;
   detail::WaitReporter progress(timeoutMs);
   auto missing = [&] {
     std::string m;
     int listed = 0;
     for (int r = 1; r < size && listed < 16; ++r)
-      if (!conns[static_cast<size_t>(r)]) m += (listed++ ? "," : "") + std::to_string(r);
-    return m + (size - joined > listed ? ",..." : "");
+      if (!joined[static_cast<size_t>(r)]) m += (listed++ ? "," : "") + std::to_string(r);
+    return m + (size - count > listed ? ",..." : "");
   };
-  while (joined < size) {
+  while (count < size) {
     if (progress.due())
-      progress.report(cat("bootstrap root (rank 0) at ", addressOf(w).toString(), ": ", joined, " of ", size,
+      progress.report(cat("bootstrap root (rank 0) at ", table[0].toString(), ": ", count, " of ", size,
                           " ranks joined; waiting for rank(s) ", missing(),
                           " (are they started, with this unique id and size ", size, "?)"));
-    pollfd p{listener, POLLIN, 0};
-    int waitMs = detail::msLeft(deadline);
-    if (waitMs < 0 || waitMs > progress.msUntilNext()) waitMs = std::max(1, progress.msUntilNext());
-    int rc = poll(&p, 1, waitMs);
-    if (rc == 0 && detail::msLeft(deadline) != 0) continue;  // a report is due, not the deadline
-    if (rc == 0)
-      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", joined, " of ", size, " ranks joined (missing: ", missing(),
+    std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
+    pending.pollFds(pfds);
+    int wait = pfds[0].fd < 0 ? 100 : detail::msLeft(deadline);
+    if (wait < 0 || wait > progress.msUntilNext()) wait = std::max(1, progress.msUntilNext());
+    int next = pending.msToNextDeadline();
+    if (next >= 0) wait = std::min(wait, next + 1);
+    int rc = poll(pfds.data(), pfds.size(), wait);
+    if (rc < 0 && errno != EINTR) detail::throwSystem("poll(root listener)", errno, __FILE__, __LINE__);
+    if (rc > 0 || pending.size() > 0) {
+      for (auto& r : pending.progress(pfds.data() + 1, pfds.size() - 1)) {
+        Hello h;
+        std::memcpy(&h, r.hello.data(), sizeof(h));
+        std::string why = detail::rootHelloRefusal(h, w.nonce, size, joined);
+        if (!why.empty()) {
+          HelloReply reply = detail::refusalReply(why);
+          (void)::send(r.conn.get(), &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+          log.refused(why);
+          continue;
+        }
+        table[static_cast<size_t>(h.rank)] = h.listenAddr;
+        conns[static_cast<size_t>(h.rank)] = std::move(r.conn);
+        joined[static_cast<size_t>(h.rank)] = true;
+        ++count;
+      }
+    }
+    if (rc > 0 && pfds[0].revents)
+      for (Fd c = acceptor.next(); c; c = acceptor.next()) pending.add(std::move(c));
+    if (count < size && detail::msLeft(deadline) == 0)
+      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", count, " of ", size, " ranks joined (missing: ", missing(),
                    ") before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      detail::throwSystem("poll(root listener)", errno, __FILE__, __LINE__);
-    }
-    int cfd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (cfd < 0) continue;
-    Fd c(cfd);
-    Hello h{};
-    try {
-      auto helloDeadline = std::min(deadline, detail::deadlineIn(5000));
-      detail::recvAll(c.get(), &h, sizeof(h), helloDeadline, "hello");
-    } catch (const Error& e) {
-      KVCOMM_WARN("TcpBootstrap root: dropped a connection without a hello: ", e.what());
-      continue;
-    }
-    if (h.magic != detail::kWireMagic) {
-      refuse(c, "bad magic (not a kvcomm bootstrap)");
-    } else if (h.version != kProtocolVersion) {
-      refuse(c, cat("protocol version mismatch: this rank speaks ", h.version, ", the root speaks ", kProtocolVersion));
-    } else if (h.nonce != w.nonce) {
-      refuse(c, "nonce mismatch: the unique id belongs to another group (stale or forged id)");
-    } else if (h.kind != static_cast<uint32_t>(HelloKind::Root)) {
-      refuse(c, "mesh connection before the group formed");
-    } else if (h.size != size) {
-      refuse(c, cat("size mismatch: rank ", h.rank, " says size ", h.size, ", the root says ", size));
-    } else if (h.rank <= 0 || h.rank >= size) {
-      refuse(c, cat("rank ", h.rank, " out of range [1, ", size, ")"));
-    } else if (conns[static_cast<size_t>(h.rank)]) {
-      refuse(c, cat("rank ", h.rank, " already joined"));
-    } else {
-      table[static_cast<size_t>(h.rank)] = h.listenAddr;
-      conns[static_cast<size_t>(h.rank)] = std::move(c);
-      ++joined;
-    }
   }
   HelloReply ok{};
   for (int r = 1; r < size; ++r) {
@@ -225,15 +178,13 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "TcpBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
   env::validate();
-  IdWire w = decode(id);
-  KVCOMM_CHECK_ARG(w.version == kProtocolVersion, "TcpBootstrap", "the unique id was made by protocol version ",
-                   w.version, ", this library speaks ", kProtocolVersion);
+  IdWire w = detail::decodeUniqueId(id);
   if (timeoutMs < 0) timeoutMs = env::bootstrapTimeoutMs();
   auto deadline = detail::deadlineIn(timeoutMs);
   impl_->rank = rank;
   impl_->size = size;
   for (int r = 0; r < size; ++r) impl_->members.push_back(r);
-  SockAddr rootAddr = addressOf(w);
+  SockAddr rootAddr = detail::idAddress(w);
   Fd listener;
   std::vector<SockAddr> table;
   if (rank == 0) {
@@ -248,14 +199,16 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     if (!listener) listener = detail::listenTcp(rootAddr, nullptr);
     table = rootRendezvous(listener.get(), w, size, deadline, timeoutMs);
   } else {
-    SockAddr bound;
-    listener = detail::listenTcp(anyAddress(rootAddr.storage.ss_family), &bound);
     std::string giveUp = timeoutMs < 0 ? std::string("waits without a timeout (a negative bootstrap timeout)")
                                        : cat("gives up after the bootstrap timeout, ", timeoutMs, " ms");
     Fd root = detail::connectTcp(rootAddr, deadline, "bootstrap root",
                                  cat("is rank 0 running, with this unique id? An id left from an earlier run names a "
                                      "root that is gone; ",
                                      giveUp));
+    // The mesh listens only on the interface that reaches the root (never the wildcard address).
+    SockAddr bound, local = detail::localAddress(root.get());
+    local.setPort(0);
+    listener = detail::listenTcp(local, &bound);
     Hello h{};
     h.magic = detail::kWireMagic;
     h.version = kProtocolVersion;
@@ -263,8 +216,7 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     h.rank = rank;
     h.size = size;
     h.nonce = w.nonce;
-    h.listenAddr = detail::localAddress(root.get());  // the address the root saw us on is reachable from it
-    h.listenAddr.setPort(bound.port());
+    h.listenAddr = bound;
     detail::sendAll(root.get(), &h, sizeof(h), deadline, "hello to root");
     // The root answers once every rank has joined: report while waiting, so a missing rank is not a silent hang.
     HelloReply reply{};
@@ -289,7 +241,9 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     detail::recvAll(root.get(), table.data(), table.size() * sizeof(SockAddr), deadline, "address table");
   }
   impl_->mesh = std::make_shared<detail::TcpMesh>(rank, size, w.nonce, std::move(listener), timeoutMs);
-  impl_->mesh->setAddresses(std::move(table));
+  impl_->mesh->start(std::move(table));
+  impl_->health = std::make_shared<detail::GroupHealth>(impl_->members);
+  impl_->mesh->watchGroup(impl_->health);
 }
 
 TcpBootstrap::~TcpBootstrap() = default;
@@ -305,7 +259,9 @@ std::shared_ptr<detail::TcpMesh> TcpBootstrap::mesh() const {
 
 void TcpBootstrap::allgather(void* data, size_t bytesPerRank) {
   detail::RankScope scope(impl_->rank);
-  impl_->mesh->allgather(impl_->members, impl_->rank, data, bytesPerRank, detail::makeTag(0, impl_->seq++));
+  impl_->health->check("TcpBootstrap::allgather");
+  impl_->mesh->allgather(impl_->members, impl_->rank, data, bytesPerRank, detail::makeTag(0, impl_->seq++),
+                         impl_->health.get());
 }
 
 CallbackBootstrap::CallbackBootstrap(int rank, int size, AllgatherFn allgather)

@@ -112,6 +112,34 @@ void finish(Topology& t) {
 
 }  // namespace
 
+size_t memberWireBytes() {
+  return sizeof(MemberWire);
+}
+
+std::vector<MemberInfo> decodeMembers(const void* bytes, size_t count) {
+  // Text fields come from other processes: read at most their size, never up to a NUL that may be missing.
+  auto text = [](const char* f, size_t n) { return std::string(f, strnlen(f, n)); };
+  std::vector<MemberInfo> out;
+  for (size_t r = 0; r < count; ++r) {
+    MemberWire x;
+    std::memcpy(&x, static_cast<const char*>(bytes) + r * sizeof(MemberWire), sizeof(x));
+    MemberInfo m;
+    m.rank = static_cast<int>(r);
+    m.worldRank = x.worldRank;
+    m.pid = x.pid;
+    m.uid = x.uid;
+    m.hostname = text(x.hostname, sizeof(x.hostname));
+    m.bootId = text(x.bootId, sizeof(x.bootId));
+    m.netns = x.netns;
+    m.gpu.device = x.gpuDevice;
+    m.gpu.uuid = text(x.uuid, sizeof(x.uuid));
+    m.gpu.pciBusId = text(x.pci, sizeof(x.pci));
+    for (int i = 0; i < x.numRdma && i < 8; ++i) m.rdmaDevices.push_back(text(x.rdma[i], sizeof(x.rdma[i])));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 HostIdentity localHostIdentity() {
   HostIdentity h;
   h.bootId = readFirstLine("/proc/sys/kernel/random/boot_id");
@@ -146,22 +174,7 @@ Topology gatherTopology(int rank, size_t size, const std::function<void(void*, s
   allgather(wires.data(), sizeof(MemberWire));
 
   Topology t;
-  for (size_t r = 0; r < size; ++r) {
-    const MemberWire& x = wires[r];
-    MemberInfo m;
-    m.rank = static_cast<int>(r);
-    m.worldRank = x.worldRank;
-    m.pid = x.pid;
-    m.uid = x.uid;
-    m.hostname = x.hostname;
-    m.bootId = x.bootId;
-    m.netns = x.netns;
-    m.gpu.device = x.gpuDevice;
-    m.gpu.uuid = x.uuid;
-    m.gpu.pciBusId = x.pci;
-    for (int i = 0; i < x.numRdma && i < 8; ++i) m.rdmaDevices.emplace_back(x.rdma[i]);
-    t.members.push_back(std::move(m));
-  }
+  t.members = decodeMembers(wires.data(), size);
   finish(t);
 
   // Each member computes its own row (only it can ask its driver), then the rows are allgathered.

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kvcomm/comm.hpp"
 
@@ -15,6 +16,11 @@ struct HostIdentity {
   std::string hostname;
 };
 HostIdentity localHostIdentity();
+
+/// Bytes of one member's record in the topology allgather.
+size_t memberWireBytes();
+/// Decodes `count` gathered member records (bytes from other processes: every text field is bounded).
+std::vector<MemberInfo> decodeMembers(const void* bytes, size_t count);
 
 /// Collective: every member contributes its identity and P2P row through `allgather` (in-place, per-rank bytes).
 Topology gatherTopology(int rank, size_t size, const std::function<void(void*, size_t)>& allgather);

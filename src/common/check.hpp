@@ -5,16 +5,17 @@
 #include <sstream>
 #include <string>
 
+#include "common/internal_api.hpp"
 #include "kvcomm/error.hpp"
 
 namespace kvcomm::detail {
 
 /// Rank of the calling thread's current kvcomm operation (-1 when unknown). Public entry points set it with
 /// RankScope so that errors raised deep in a layer still name the rank.
-int currentRank() noexcept;
+KVCOMM_INTERNAL_API int currentRank() noexcept;
 
 /// Sets the rank reported by errors for the lifetime of the scope (restores the previous one).
-class RankScope {
+class KVCOMM_INTERNAL_API RankScope {
  public:
   explicit RankScope(int rank) noexcept;
   ~RankScope();
@@ -26,14 +27,15 @@ class RankScope {
 };
 
 /// "kvcomm [rank R] call: cause (file:line)".
-std::string formatMessage(const std::string& call, const std::string& cause, const char* file, int line);
+KVCOMM_INTERNAL_API std::string formatMessage(const std::string& call, const std::string& cause, const char* file,
+                                              int line);
 
 /// Throws the Error subclass of `code`; `detail` is the CUresult (CudaError) or errno (SystemError) it carries.
-[[noreturn]] void throwError(ErrorCode code, const std::string& call, const std::string& cause, const char* file,
-                             int line, int detail = 0);
+[[noreturn]] KVCOMM_INTERNAL_API void throwError(ErrorCode code, const std::string& call, const std::string& cause,
+                                                 const char* file, int line, int detail = 0);
 /// Throws the Error subclass of `code` with `message` as it is (already formatted).
 [[noreturn]] void throwFormatted(ErrorCode code, const std::string& message, int detail = 0);
-[[noreturn]] void throwSystem(const std::string& call, int err, const char* file, int line);
+[[noreturn]] KVCOMM_INTERNAL_API void throwSystem(const std::string& call, int err, const char* file, int line);
 
 /// Concatenates anything streamable.
 template <typename... Args>

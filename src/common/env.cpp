@@ -93,6 +93,12 @@ int64_t barrierTimeoutMs() {
                  cat("an integer number of milliseconds from 0 to ", kMaxBarrierTimeoutMs));
 }
 
+int64_t livenessTimeoutMs() {
+  return integer("KVCOMM_LIVENESS_TIMEOUT_MS", 4000, INT64_MIN, kMaxTimeoutMs,
+                 cat("an integer number of milliseconds up to ", kMaxTimeoutMs,
+                     "; 0 or negative leaves it to the system's TCP timeouts"));
+}
+
 std::string socketIfname() {
   std::string v = raw("KVCOMM_SOCKET_IFNAME");
   // IFNAMSIZ is 16 with the terminating NUL; names never hold '/' or white space.
@@ -176,6 +182,7 @@ void validate() {
   logLevel();
   bootstrapTimeoutMs();
   barrierTimeoutMs();
+  livenessTimeoutMs();
   socketIfname();
   handleType();
   fetchPath();

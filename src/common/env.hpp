@@ -34,6 +34,10 @@ int64_t barrierTimeoutMs();
 inline constexpr int64_t kMaxTimeoutMs = 1000000000000;    // 10^12 ms (31 years): deadlines stay representable
 inline constexpr int64_t kMaxBarrierTimeoutMs = 86400000;  // one day
 
+/// KVCOMM_LIVENESS_TIMEOUT_MS: how long a silent peer (host lost, network cut) may stay unnoticed before it is
+/// declared dead; default 4000; 0 or negative relies on the operating system's TCP timeouts.
+int64_t livenessTimeoutMs();
+
 /// KVCOMM_SOCKET_IFNAME: network interface whose IPv4 address bootstrap sockets advertise (default: first
 /// non-loopback interface that is up, else loopback). A name of 1 to 15 characters; whether it exists and is up is
 /// checked where it is used.

@@ -2,9 +2,10 @@
 #pragma once
 
 #include "common/check.hpp"
+#include "common/internal_api.hpp"
 
 namespace kvcomm::detail {
-void logLine(int level, const std::string& text);
+KVCOMM_INTERNAL_API void logLine(int level, const std::string& text);
 }  // namespace kvcomm::detail
 
 #define KVCOMM_WARN(...) ::kvcomm::detail::logLine(1, ::kvcomm::detail::cat(__VA_ARGS__))

@@ -41,6 +41,11 @@ void SockAddr::setPort(uint16_t port) {
   if (storage.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(port);
 }
 
+bool SockAddr::valid() const {
+  return (storage.ss_family == AF_INET && len == sizeof(sockaddr_in)) ||
+         (storage.ss_family == AF_INET6 && len == sizeof(sockaddr_in6));
+}
+
 std::string SockAddr::toString() const {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (storage.ss_family == AF_INET) {
@@ -59,7 +64,9 @@ SockAddr SockAddr::parse(const std::string& text) {
   auto colon = text.rfind(':');
   KVCOMM_CHECK_ARG(colon != std::string::npos, "SockAddr::parse", "address '", text, "' has no :port");
   std::string host = text.substr(0, colon);
-  int port = std::atoi(text.c_str() + colon + 1);
+  std::string digits = text.substr(colon + 1);
+  bool numeric = !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
+  int port = numeric ? std::stoi(digits) : -1;
   KVCOMM_CHECK_ARG(port >= 0 && port < 65536, "SockAddr::parse", "bad port in '", text, "'");
   if (!host.empty() && host.front() == '[' && host.back() == ']') {
     auto* in6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
@@ -137,24 +144,31 @@ SockAddr localAddress(int fd) {
   return a;
 }
 
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint) {
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint,
+              const std::function<void()>& stopIf) {
   std::string lastError = "no attempt made";
   int backoffMs = 10;
   WaitReporter progress(msLeft(deadline));
+  constexpr int kSliceMs = 100;
+  auto slice = [&](int ms) { return stopIf ? std::min(ms < 0 ? kSliceMs : ms, kSliceMs) : ms; };
   while (true) {
+    if (stopIf) stopIf();
     Fd fd(KVCOMM_CHECK_SYS(socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)));
     setNonBlocking(fd.get(), true);
     int rc = connect(fd.get(), addr.sa(), addr.len);
     int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
+    while (err == EINPROGRESS) {
       pollfd p{fd.get(), POLLOUT, 0};
-      int left = msLeft(deadline);
-      int prc = poll(&p, 1, left);
+      int prc = poll(&p, 1, slice(msLeft(deadline)));
       if (prc > 0) {
         socklen_t len = sizeof(err);
         getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      } else {
-        err = prc == 0 ? ETIMEDOUT : errno;
+      } else if (prc < 0 && errno != EINTR) {
+        err = errno;
+      } else if (msLeft(deadline) == 0) {
+        err = ETIMEDOUT;
+      } else if (stopIf) {
+        stopIf();
       }
     }
     if (err == 0) {
@@ -168,11 +182,30 @@ Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::strin
     if (progress.due())
       progress.report(cat("connecting to ", what, " at ", addr.toString(), " (last error: ", lastError, ")",
                           hint.empty() ? "" : "; ", hint));
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(backoffMs, std::max(1, msLeft(deadline)))));
+    for (int waited = 0, want = std::min(backoffMs, std::max(1, msLeft(deadline))); waited < want;) {
+      int step = slice(want - waited);
+      std::this_thread::sleep_for(std::chrono::milliseconds(step));
+      waited += step;
+      if (stopIf) stopIf();
+    }
     backoffMs = std::min(backoffMs * 2, 500);
   }
   KVCOMM_THROW(Timeout, cat("connect(", what, " at ", addr.toString(), ")"),
                "could not connect before the deadline; last error: ", lastError);
+}
+
+void setLivenessTimeout(int fd, int64_t ms) {
+  if (ms <= 0) return;
+  int secs = static_cast<int>(std::max<int64_t>(1, ms / 1000));
+  int idle = std::max(1, secs / 4), interval = std::max(1, secs / 4);
+  int count = std::max(1, (secs - idle) / interval);
+  int one = 1;
+  unsigned int user = static_cast<unsigned int>(std::min<int64_t>(ms, INT_MAX));
+  KVCOMM_CHECK_SYS(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)));
+  KVCOMM_CHECK_SYS(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)));
+  KVCOMM_CHECK_SYS(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)));
+  KVCOMM_CHECK_SYS(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)));
+  KVCOMM_CHECK_SYS(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)));
 }
 
 void sendAll(int fd, const void* buf, size_t len, Clock::time_point deadline, const std::string& what) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/fd.hpp"
@@ -30,6 +31,8 @@ struct SockAddr {
   uint16_t port() const;
   void setPort(uint16_t port);
   std::string toString() const;
+  /// An IPv4 or IPv6 address whose length matches its family (what a peer sent may be neither).
+  bool valid() const;
   /// Parses "a.b.c.d:port" or "[v6]:port".
   static SockAddr parse(const std::string& text);
 };
@@ -43,7 +46,13 @@ Fd listenTcp(const SockAddr& addr, SockAddr* bound);
 
 /// Connects to `addr`, retrying refused/unreachable attempts until `deadline`; throws Timeout naming `what`. While it
 /// retries it logs what it connects to and the last error every few seconds (WaitReporter), followed by `hint`.
-Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint = "");
+/// `stopIf` (optional) runs at least every 100 ms while waiting and may throw to give up early.
+Fd connectTcp(const SockAddr& addr, Clock::time_point deadline, const std::string& what, const std::string& hint = "",
+              const std::function<void()>& stopIf = {});
+
+/// Turns a silent peer (host lost, cable pulled) into a connection error within about `ms` milliseconds: TCP
+/// keepalive probes while idle and TCP_USER_TIMEOUT while data is unacknowledged. `ms` <= 0 leaves the defaults.
+void setLivenessTimeout(int fd, int64_t ms);
 
 /// Writes/reads exactly `len` bytes before `deadline` (blocking sockets are polled). Throws NetworkError on EOF or
 /// error and Timeout on expiry; `what` names the peer in the message.

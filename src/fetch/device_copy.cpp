@@ -42,59 +42,66 @@ class CudaEvent : public DeviceEvent {
   cudaEvent_t ev_ = nullptr;
 };
 
-// Pinned host + device memory for pair lists; a slot is reused once the kernel that read it finished.
+// Pair lists for the gather kernel in pinned, device-mapped host memory: the kernel reads the ids straight over
+// PCIe (each id once per warp item, latency hidden by the other warps), so no host-to-device copy sits in the stream
+// before the kernel. Two slots in turn: a slot is rewritten only after the kernel that read it finished.
 class PairStaging {
  public:
-  ~PairStaging() { release(); }
+  ~PairStaging() {
+    drain();
+    for (Slot& s : slots_)
+      if (s.host) cudaFreeHost(s.host);
+  }
 
-  // Returns device pointers to the three arrays, filled in stream order.
-  void stage(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, cudaStream_t s, int64_t** dSrc,
-             int64_t** dDst, int32_t** dRank) {
+  // Fills the next slot; returns pointers the kernel can read.
+  void stage(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, int64_t** dSrc, int64_t** dDst,
+             int32_t** dRank) {
+    Slot& slot = slots_[next_];
+    if (slot.reader) slot.reader->wait();
     size_t bytes = n * (2 * sizeof(int64_t) + sizeof(int32_t));
-    if (last_) last_->wait();  // the previous launch's copy has finished reading the pinned side
-    if (bytes > capacity_) {
-      if (deviceUser_) deviceUser_->wait();
-      release();
+    if (bytes > slot.capacity) {
+      if (slot.host) cudaFreeHost(slot.host);
+      slot.host = nullptr;
+      slot.capacity = 0;
       size_t cap = std::max<size_t>(bytes, 1u << 20);
-      checkCuda(cudaHostAlloc(&host_, cap, cudaHostAllocDefault), "cudaHostAlloc (fetch staging)");
-      checkCuda(cudaMalloc(&device_, cap), "cudaMalloc (fetch staging)");
-      capacity_ = cap;
-    } else if (deviceUser_) {
-      deviceUser_->wait();  // the previous kernel has finished reading the device side
+      checkCuda(cudaHostAlloc(&slot.host, cap, cudaHostAllocMapped | cudaHostAllocPortable),
+                "cudaHostAlloc (fetch ids)");
+      slot.capacity = cap;
     }
-    char* h = static_cast<char*>(host_);
+    char* h = static_cast<char*>(slot.host);
     std::memcpy(h, src, n * sizeof(int64_t));
     std::memcpy(h + n * sizeof(int64_t), dst, n * sizeof(int64_t));
     std::memcpy(h + 2 * n * sizeof(int64_t), rank, n * sizeof(int32_t));
-    checkCuda(cudaMemcpyAsync(device_, host_, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (fetch ids)");
-    last_ = std::make_unique<CudaEvent>(s);
-    char* d = static_cast<char*>(device_);
-    *dSrc = reinterpret_cast<int64_t*>(d);
-    *dDst = reinterpret_cast<int64_t*>(d + n * sizeof(int64_t));
-    *dRank = reinterpret_cast<int32_t*>(d + 2 * n * sizeof(int64_t));
+    void* d = nullptr;
+    checkCuda(cudaHostGetDevicePointer(&d, slot.host, 0), "cudaHostGetDevicePointer (fetch ids)");
+    char* dc = static_cast<char*>(d);
+    *dSrc = reinterpret_cast<int64_t*>(dc);
+    *dDst = reinterpret_cast<int64_t*>(dc + n * sizeof(int64_t));
+    *dRank = reinterpret_cast<int32_t*>(dc + 2 * n * sizeof(int64_t));
   }
-  void launched(cudaStream_t s) { deviceUser_ = std::make_unique<CudaEvent>(s); }
+  // The kernel reading the slot just staged was enqueued on `s`.
+  void launched(cudaStream_t s) {
+    slots_[next_].reader = std::make_unique<CudaEvent>(s);
+    next_ = (next_ + 1) % kSlots;
+  }
   void drain() noexcept {
     try {
-      if (last_) last_->wait();
-      if (deviceUser_) deviceUser_->wait();
+      for (Slot& s : slots_)
+        if (s.reader) s.reader->wait();
     } catch (const std::exception& e) {
       KVCOMM_WARN("fetch staging drain: ", e.what());
     }
   }
 
  private:
-  void release() noexcept {
-    if (host_) cudaFreeHost(host_);
-    if (device_) cudaFree(device_);
-    host_ = device_ = nullptr;
-    capacity_ = 0;
-  }
-  void* host_ = nullptr;
-  void* device_ = nullptr;
-  size_t capacity_ = 0;
-  std::unique_ptr<CudaEvent> last_;        // H2D copy out of the pinned side
-  std::unique_ptr<CudaEvent> deviceUser_;  // kernel reading the device side
+  static constexpr int kSlots = 2;
+  struct Slot {
+    void* host = nullptr;
+    size_t capacity = 0;
+    std::unique_ptr<CudaEvent> reader;  // the last kernel that read this slot
+  };
+  Slot slots_[kSlots];
+  int next_ = 0;
 };
 
 class CudaCopier : public DeviceCopier {
@@ -119,7 +126,7 @@ class CudaCopier : public DeviceCopier {
     f.inlineCount = 0;
     int64_t *dSrc = nullptr, *dDst = nullptr;
     int32_t* dRank = nullptr;
-    staging_.stage(src, dst, rank, n, s, &dSrc, &dDst, &dRank);
+    staging_.stage(src, dst, rank, n, &dSrc, &dDst, &dRank);
     f.srcBlocks = dSrc;
     f.dstBlocks = dDst;
     f.srcRanks = dRank;

@@ -201,8 +201,9 @@ struct Fetcher::Impl {
   std::unique_ptr<detail::VerbsFabric> verbs;  // this rank's RDMA device, registrations and queue pairs
   std::unique_ptr<detail::FetchTransport> rdma;
   bool rdmaInGroup = false;  // some pair reads over RDMA: refresh() re-exchanges chunk keys
-  Barrier barrier;           // fetchAll, when every member is reachable here
-  std::mutex mu;             // one submission at a time (staging, copier)
+  Barrier barrier;             // fetchAll, when every member is reachable here
+  std::mutex mu;               // one submission at a time (staging, copier, scratch)
+  detail::PlanOutput scratch;  // plans of fetch()/fetchAll(), made and submitted at once: reused, never reallocated
 
   ~Impl() {
     // Stop serving first (no request reads the memory afterwards), then the requester sides (they drain), then the
@@ -241,6 +242,12 @@ struct Fetcher::Impl {
   }
 
   detail::PlanOutput makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o) const {
+    detail::PlanOutput out;
+    makePlan(requests, o, out);
+    return out;
+  }
+
+  void makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o, detail::PlanOutput& out) const {
     checkCurrent(generation, "fetch (plan)");
     detail::PlanInput in;
     in.table = &table;
@@ -250,10 +257,9 @@ struct Fetcher::Impl {
     in.path = resolvePath(o);
     in.copyEngineMinRunBytes =
         o.copyEngineMinRunBytes ? o.copyEngineMinRunBytes : static_cast<uint64_t>(env::fetchCopyEngineMinBytes());
-    detail::PlanOutput out = detail::planFetch(requests, in);
+    detail::planFetch(requests, in, out);
     out.generation = generation;
     attributeRuns(out, routes, table.numRegions);
-    return out;
   }
 
   // The plan's runs split by the transport that reaches their source.
@@ -527,10 +533,10 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
 FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream stream, const FetchOptions& options) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::fetch", "empty fetcher");
   detail::RankScope scope(impl_->rank());
-  detail::PlanOutput plan = impl_->makePlan(requests, options);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->submitLocked(plan, stream);
-  return plan.info;
+  impl_->makePlan(requests, options, impl_->scratch);
+  impl_->submitLocked(impl_->scratch, stream);
+  return impl_->scratch.info;
 }
 
 void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
@@ -574,17 +580,15 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
                      "into it); use fetchDevice() with ids in device memory");
   // A bad request on this rank must not leave the others waiting at the barriers: run both, then throw.
   detail::Outcome planned;
-  detail::PlanOutput plan;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::PlanOutput& plan = impl_->scratch;
   try {
-    plan = impl_->makePlan(requests, options);
+    impl_->makePlan(requests, options, plan);
   } catch (...) {
     planned = detail::Outcome::fromCurrentException();
   }
   impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
-  if (planned.ok()) {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->submitLocked(plan, stream);
-  }
+  if (planned.ok()) impl_->submitLocked(plan, stream);
   impl_->barrier.barrier(stream, 0);  // nobody overwrites a source block a peer still reads
   planned.rethrow();
   return plan.info;

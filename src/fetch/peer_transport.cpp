@@ -30,12 +30,17 @@ bool processAlive(int pid) {
 }
 
 std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
+  std::vector<CopyDesc> out;
+  runCopies(c, run, out);
+  return out;
+}
+
+void runCopies(const PeerContext& c, const BlockRun& run, std::vector<CopyDesc>& out) {
   const LayoutTable& t = *c.table;
   const int me = c.buffer->rank();
   char* srcBase = static_cast<char*>(c.buffer->peer(run.rank));
   char* dstBase = static_cast<char*>(c.buffer->local());
-  std::vector<CopyDesc> out;
-  out.reserve(t.numRegions);
+  out.clear();
   for (size_t j = 0; j < t.numRegions; ++j) {
     const FetchRegionView& s = t.views[static_cast<size_t>(run.rank) * t.numRegions + j];
     const FetchRegionView& d = t.views[static_cast<size_t>(me) * t.numRegions + j];
@@ -53,7 +58,6 @@ std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
     }
     out.push_back(x);
   }
-  return out;
 }
 
 FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs) {
@@ -219,8 +223,11 @@ class PeerTransport : public FetchTransport {
 
   void submit(const PlanOutput& plan, const std::vector<size_t>& runs, Stream stream) override {
     if (ctx_.buffer->kind() == MemoryKind::Host) {
-      for (size_t ri : runs)
-        for (const CopyDesc& c : runCopies(ctx_, plan.runs[ri])) hostCopy(c);
+      std::vector<CopyDesc> copies;  // reused: no allocation per run
+      for (size_t ri : runs) {
+        runCopies(ctx_, plan.runs[ri], copies);
+        for (const CopyDesc& c : copies) hostCopy(c);
+      }
       return;
     }
     // Copy-engine runs as descriptors; kernel runs as one list of pairs for the gather kernel.

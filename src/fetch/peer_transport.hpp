@@ -25,6 +25,8 @@ std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context);
 /// The copies of run `run` region by region: one contiguous copy where both sides' blocks are back to back, else
 /// one 2-D copy (blocks rows of blockBytes at the two strides).
 std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run);
+/// The same into `out` (cleared first; its capacity is reused).
+void runCopies(const PeerContext& c, const BlockRun& run, std::vector<CopyDesc>& out);
 
 /// The gather kernel's launch for `pairs` pairs (ids filled in by the caller): the fetcher's tables and chunking
 /// that gives the GPU enough warp-sized items.

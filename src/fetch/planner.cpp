@@ -19,18 +19,28 @@ std::pair<size_t, size_t> firstUse(const std::vector<FetchRequest>& requests, in
 }  // namespace
 
 PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in) {
+  PlanOutput out;
+  planFetch(requests, in, out);
+  return out;
+}
+
+void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, PlanOutput& out) {
   const char* call = "fetch (plan)";
   auto t0 = std::chrono::steady_clock::now();
   const LayoutTable& t = *in.table;
   const int n = static_cast<int>(t.layouts.size());
   const uint64_t dstLimit = t.minBlocks[static_cast<size_t>(in.myRank)];
-  PlanOutput out;
   size_t total = 0;
   for (const FetchRequest& r : requests) total += r.count;
-  // Sized once and written by index: the loop below is the per-pair cost of every host-planned fetch.
-  out.pairs.src.resize(total);
-  out.pairs.dst.resize(total);
-  out.pairs.rank.resize(total);
+  // Sized once and written by index: the loop below is the per-pair cost of every host-planned fetch. Growing only
+  // when needed keeps a reused output's pages (resize() on a larger vector writes nothing).
+  out.info = FetchPlanInfo{};
+  out.runs.clear();
+  if (out.pairs.src.size() < total) {
+    out.pairs.src.resize(total);
+    out.pairs.dst.resize(total);
+    out.pairs.rank.resize(total);
+  }
   out.runs.reserve(total);
   int64_t* ps = out.pairs.src.data();
   int64_t* pd = out.pairs.dst.data();
@@ -99,9 +109,22 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
     }
     close();
   }
-  out.pairs.src.resize(kept);
-  out.pairs.dst.resize(kept);
-  out.pairs.rank.resize(kept);
+  // A local copy (source = this rank) must not read a block the batch writes: the copies run in no set order.
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const FetchRequest& q = requests[k];
+    if (q.srcRank != in.myRank) continue;
+    for (size_t i = 0; i < q.count; ++i) {
+      const int64_t s = q.srcBlocks[i];
+      if (s == -1 || q.dstBlocks[i] == -1 || static_cast<uint64_t>(s) >= dstLimit) continue;
+      if ((claimed[static_cast<uint64_t>(s) >> 6] >> (static_cast<uint64_t>(s) & 63)) & 1) {
+        auto [k0, i0] = firstUse(requests, s);
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s,
+                     " of this rank is also written by request ", k0, ", pair ", i0,
+                     " (a batch must not read a local block it writes)");
+      }
+    }
+  }
+  out.pairs.count = kept;
   out.info.pairsSkipped = skipped;
 
   // A handful of copies lands sooner through the copy engines than through a kernel launch (measured on H200: one
@@ -110,7 +133,7 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
     for (BlockRun& r : out.runs) r.path = FetchPath::CopyEngine;
   FetchPlanInfo& info = out.info;
   info.pairsIn = total;
-  info.bytes = out.pairs.size() * t.blockBytesSum;
+  info.bytes = kept * t.blockBytesSum;
   for (const BlockRun& r : out.runs) {
     size_t perRegion = t.numRegions;
     if (r.path == FetchPath::CopyEngine) info.copyEngineRuns += perRegion;
@@ -125,7 +148,6 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
               : info.hostRuns       ? FetchPath::Host
                                     : (in.path == FetchPath::Auto ? FetchPath::Kernel : in.path);
   info.planMicros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  return out;
 }
 
 }  // namespace kvcomm::detail

@@ -12,12 +12,14 @@
 
 namespace kvcomm::detail {
 
-/// Validated block pairs (skips removed), structure of arrays in request order.
+/// Validated block pairs (skips removed), structure of arrays in request order: the first size() entries are valid
+/// (the arrays may be longer: a reused output keeps its capacity).
 struct FetchPairs {
   std::vector<int64_t> src;
   std::vector<int64_t> dst;
   std::vector<int32_t> rank;
-  size_t size() const { return src.size(); }
+  size_t count = 0;
+  size_t size() const { return count; }
 };
 
 /// Consecutive pairs of one request whose source and destination ids both go up by one: `blocks` blocks from
@@ -56,5 +58,8 @@ struct PlanOutput {
 /// naming the request and pair index (bad rank, hash mismatch, id out of range or negative other than -1, duplicate
 /// destination), Unsupported naming the request when its source is not reachable.
 PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in);
+/// The same into `out`, reusing its arrays' capacity (fetches planned and submitted at once keep one scratch
+/// output: no allocation, no page faults on the per-pair path).
+void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, PlanOutput& out);
 
 }  // namespace kvcomm::detail

@@ -26,13 +26,6 @@ int64_t slotAt(const PublishLaunch& p, int source, int64_t i) {
   return s;
 }
 
-bool destination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
-  uint64_t block = static_cast<uint64_t>(slot) / t.blockSize;
-  if (block > p.capacity / (t.blockStride ? t.blockStride : 1)) return false;
-  *dst = slotDestination(slot, t.offset, t.blockSize, t.blockStride, t.rowStride);
-  return rowBacked(p, *dst, t.rowBytes);
-}
-
 }  // namespace
 
 void hostPublish(const PublishLaunch& p) {
@@ -43,9 +36,11 @@ void hostPublish(const PublishLaunch& p) {
       if (slot < 0) continue;
       for (int k = 0; k < p.numTensors; ++k) {
         uint64_t dst;
-        if (!destination(p, p.t[k], slot, &dst))
+        if (!rowDestination(p, p.t[k], slot, &dst))
           KVCOMM_THROW(InvalidArgument, "publish", "token ", static_cast<int64_t>(s) * p.numTokens + i, ": slot ", slot,
-                       " of tensor ", k, " lands outside the backed part of the buffer; nothing was written");
+                       " of tensor ", k,
+                       " lands outside the tensor's region (offset + limitBytes) or the backed part of the buffer; "
+                       "nothing was written");
       }
     }
   for (int s = 0; s < p.numSources; ++s)
@@ -55,8 +50,8 @@ void hostPublish(const PublishLaunch& p) {
       for (int k = 0; k < p.numTensors; ++k) {
         const PublishTensorDesc& t = p.t[k];
         uint64_t dst = 0;
-        destination(p, t, slot, &dst);
-        const char* src = t.src + static_cast<uint64_t>(s) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+        rowDestination(p, t, slot, &dst);  // true: every row was checked above
+        const char* src = t.src + static_cast<uint64_t>(s) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
         for (int r = 0; r < p.replicas.size; ++r)
           if (p.replicas.isMapped(r)) std::memcpy(p.replicas.peer(r) + dst, src, t.rowBytes);
       }
@@ -79,6 +74,9 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step) {
     const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
     for (uint32_t spin = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < epoch; ++spin) {
       if ((spin & 255) == 255) {
+        if (b.health && __atomic_load_n(b.health, __ATOMIC_ACQUIRE) != 0)
+          KVCOMM_THROW(Aborted, "barrier", "rank ", b.rank, " stopped waiting for peer ", peer, " on lane ", lane,
+                       ": the communicator was aborted or a member died");
         if (std::chrono::steady_clock::now() > deadline)
           KVCOMM_THROW(Timeout, "barrier", "rank ", b.rank, " waited for peer ", peer, " on lane ", lane,
                        " longer than ", b.timeoutNs / 1000000, " ms (the peer never arrived)");

@@ -7,6 +7,7 @@
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
 #include "kvcomm/device/fetch.hpp"
+#include "kvcomm/device/publish.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
 namespace kvcomm::detail {
@@ -15,14 +16,16 @@ inline constexpr int kMaxPublishTensors = 4;
 
 /// One cache tensor of a publish (or insert) launch; all values in bytes.
 struct PublishTensorDesc {
-  const char* src;  // row (source s, token i) at src + s * sourceStride + i * srcStride
+  const char* src;        // row (source s, token i) at src + s * sourceStride + i * srcStride
+  uint64_t sourceStride;  // bytes between sources' rows (insert: one source per rank); 0 with one source
   uint64_t srcStride;
   uint64_t rowBytes;
   uint64_t offset;  // destination base in the buffer
   uint64_t blockSize;
   uint64_t blockStride;
   uint64_t rowStride;
-  int32_t vec;  // vector width every row start is aligned to
+  uint64_t limit;  // bytes from offset the tensor may address (offset + limit <= capacity, checked on the host)
+  int32_t vec;     // vector width every row start is aligned to
   int32_t reserved;
 };
 
@@ -34,7 +37,7 @@ struct PublishLaunch {
   PublishTensorDesc t[kMaxPublishTensors];
   SymmDeviceHandle replicas;
   const void* slots;      // slot of (source s, token i) at slots + s * sourceStride + i * slotBytes
-  uint64_t sourceStride;  // bytes between sources (insert: one per rank); 0 with one source
+  uint64_t sourceStride;  // bytes between sources' slots (insert: one source per rank); 0 with one source
   int64_t numTokens;
   int32_t numSources;
   int32_t slot64;  // 1: int64 slots, 0: int32
@@ -51,6 +54,14 @@ KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, u
   for (uint64_t g = dst >> p.granShift, last = (dst + bytes - 1) >> p.granShift; g <= last; ++g)
     if (!((p.backed[g >> 6] >> (g & 63)) & 1u)) return false;
   return true;
+}
+
+/// Where `slot`'s row of tensor `t` lands, checked (host and device): no step of the computation may wrap, the row
+/// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written).
+KVCOMM_HOST_DEVICE_INLINE bool rowDestination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot,
+                                              uint64_t* dst) {
+  return slotDestinationChecked(slot, t.offset, t.blockSize, t.blockStride, t.rowStride, t.rowBytes, t.limit, dst) &&
+         rowBacked(p, *dst, t.rowBytes);
 }
 
 /// Packs rows and slots into one contiguous per-rank record for the fallback's allgather:
@@ -101,7 +112,8 @@ void launchPack(const PackLaunch& p, void* stream);
 void launchFetch(const FetchLaunch& f, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
-// InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane.
+// InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane, or an
+// Error with code Aborted once b.health is set (the communicator was aborted or a member died).
 void hostPublish(const PublishLaunch& p);
 void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step = BarrierStep::Both);
 void hostPack(const PackLaunch& p);

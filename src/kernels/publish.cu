@@ -52,7 +52,6 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
   const Index cols = fullCols + (t.rowBytes % VEC ? 1 : 0);
   const Index tokens = static_cast<Index>(p.numTokens);
   const Index total = static_cast<Index>(p.numSources) * tokens * cols;
-  const uint64_t blockLimit = p.capacity / (t.blockStride ? t.blockStride : 1);
   for (Index base = tid; base < total; base += threads * kUnroll) {
     V v[kUnroll];
     uint64_t dst[kUnroll];
@@ -68,17 +67,15 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
       col[u] = c - row * cols;
       Index source = row / tokens;
       Index i = row - source * tokens;
-      src[u] = t.src + static_cast<uint64_t>(source) * p.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
+      src[u] = t.src + static_cast<uint64_t>(source) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
       if (col[u] < fullCols) v[u] = reinterpret_cast<const V*>(src[u])[col[u]];
       slot[u] = loadSlot(p, static_cast<int>(source), i);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (col[u] < 0 || slot[u] < 0) continue;  // past the end, or padding
-      // Checked before computing the address, so a huge slot cannot wrap around into the buffer.
-      bool inRange = static_cast<uint64_t>(slot[u]) / t.blockSize <= blockLimit;
-      dst[u] = inRange ? slotDestination(slot[u], t.offset, t.blockSize, t.blockStride, t.rowStride) : 0;
-      if (!inRange || !rowBacked(p, dst[u], t.rowBytes)) {
+      // Every step checked: no slot or stride wraps into the buffer, and a row never leaves its tensor's region.
+      if (!rowDestination(p, t, slot[u], &dst[u])) {
         if (col[u] == 0)
           recordDeviceError(p.error, DeviceErrorKind::SlotOutOfRange, static_cast<int64_t>((base + u * threads) / cols),
                             slot[u], tensor, p.replicas.rank, -1, -1);
@@ -192,7 +189,10 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
     items += p.numTokens * p.numSources * static_cast<int64_t>((p.t[k].rowBytes + vec - 1) / vec);
   }
   if (items == 0 && !fusedBarrier) return;
-  int64_t want = (items + kThreads * kUnroll - 1) / (kThreads * kUnroll);
+  // One vector per thread until every resident block is busy, then up to kUnroll in flight per thread: small and
+  // mid sizes spread over as many SMs as they can fill (the NVLink store rate of a few SMs was the limit: 256 tokens
+  // of 656 B ran on 11 blocks when the grid was sized for 4 vectors per thread).
+  int64_t want = (items + kThreads - 1) / kThreads;
   int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, maxBlocks())));
   auto s = static_cast<cudaStream_t>(stream);
   // 32-bit work indices (cheaper division) when the item count summed over all tensors, plus one grid-stride step,

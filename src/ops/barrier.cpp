@@ -6,8 +6,10 @@
 #include <cstring>
 
 #include "comm/agreement.hpp"
+#include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "common/log.hpp"
 #include "kernels/launch.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/device_memory.hpp"
@@ -35,10 +37,17 @@ struct Barrier::Impl {
   void launch(Stream stream, int lane, detail::BarrierStep step, const char* call) {
     detail::RankScope scope(comm.rank());
     KVCOMM_CHECK_ARG(lane >= 0 && lane < lanes, call, "lane ", lane, " outside [0, ", lanes, ")");
-    if (signals.kind() == MemoryKind::Cuda)
+    detail::checkHealthy(comm, call);  // aborted, or a member known dead: no wait could end
+    if (signals.kind() == MemoryKind::Cuda) {
       detail::launchBarrier(handle, lane, step, stream);
-    else
+      return;
+    }
+    try {
       detail::hostBarrier(handle, lane, step);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::Aborted) detail::checkHealthy(comm, call);  // says why: abort, or which rank died
+      throw;
+    }
   }
 };
 
@@ -81,6 +90,18 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
   b.epochs = reinterpret_cast<uint64_t*>(local + kEpochsAt);
   b.arrivals = reinterpret_cast<uint32_t*>(local + kArrivalsAt);
   b.error = reinterpret_cast<DeviceErrorRecord*>(local + kErrorAt);
+  // Waits stop when the group fails (abort, a member's death): kernels poll the health flag mapped for the device.
+  detail::GroupHealth& health = detail::healthOf(comm);
+  if (sig.kind() == MemoryKind::Cuda) {
+    try {
+      b.health = reinterpret_cast<const uint32_t*>(health.deviceFlag());
+    } catch (const Error& e) {
+      KVCOMM_WARN("Barrier::create: device waits will not watch the group's health (they end at their timeout): ",
+                  e.what());
+    }
+  } else {
+    b.health = health.flag();
+  }
   int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : env::barrierTimeoutMs();
   ms = std::max<int64_t>(ms, 1);  // every wait stays bounded, whatever the knob says
   b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
@@ -127,6 +148,7 @@ DeviceError Barrier::pollError() {
 void Barrier::checkErrors() {
   DeviceError e = pollError();
   detail::RankScope scope(impl_->comm.rank());
+  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
   detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);
 }
 

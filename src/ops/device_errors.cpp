@@ -57,7 +57,12 @@ void throwDeviceError(const DeviceError& e, uint64_t timeoutMs) {
       return;
     case DeviceErrorKind::SlotOutOfRange:
       KVCOMM_THROW(InvalidArgument, "publish (device)", "token ", e.tokenIndex, ": slot ", e.slot, " of tensor ",
-                   e.tensor, " lands beyond the backed part of the buffer; that row was not written");
+                   e.tensor,
+                   " lands outside the tensor's region (offset + limitBytes) or the backed part of the buffer; that "
+                   "row was not written");
+    case DeviceErrorKind::PeerFailed:
+      KVCOMM_THROW(Aborted, "barrier (device)", "rank ", e.rank, " stopped waiting for peer ", e.peer, " on lane ",
+                   e.lane, ": the communicator was aborted or a member died");
     case DeviceErrorKind::BarrierTimeout:
       KVCOMM_THROW(Timeout, "barrier (device)", "rank ", e.rank, " waited for peer ", e.peer, " on lane ", e.lane,
                    " longer than ", timeoutMs, " ms (the peer never arrived)");

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "kvcomm/comm.hpp"
 #include "kvcomm/ops.hpp"
@@ -21,6 +22,21 @@ class FallbackTransport {
   virtual const char* gather(size_t recordBytes, Stream stream) = 0;
   /// Every member arrived (stream-ordered).
   virtual void barrier(Stream stream) = 0;
+
+  /// One part of a pack-free gather: `bytes` bytes at `src` (device memory, contiguous) from every member.
+  struct Part {
+    const void* src;
+    size_t bytes;
+  };
+  /// Whether gatherParts() is available (NCCL: grouped AllGathers straight from the caller's buffers).
+  virtual bool gathersParts() const { return false; }
+  /// Gathers every part from every member in one grouped launch (stream-ordered), no packing: part p of member r
+  /// lands at base + partOffset(p) + r * parts[p].bytes, partOffset(p) = sum over q < p of align16(size() * bytes_q).
+  /// Returns the base; the staging grows like sendBuffer()'s.
+  virtual const char* gatherParts(const std::vector<Part>& parts, Stream stream) {
+    (void)parts, (void)stream;
+    return nullptr;
+  }
 };
 
 /// Collective. `recordBytes`: staging reserved up front.

@@ -36,19 +36,29 @@ class NcclTransport : public FallbackTransport {
   ~NcclTransport() override { release(); }
 
   char* sendBuffer(size_t recordBytes, Stream stream) override {
-    if (recordBytes > capacity_) {
-      KVCOMM_CHECK_ARG(!streamCapturing(stream), "publish (fallback)", "a record of ", recordBytes,
-                       " bytes exceeds the ", capacity_,
-                       "-byte staging and the stream is being captured: create the "
-                       "Publisher with larger stagingTokens/stagingBytesPerToken");
-      KVCOMM_CHECK_CU(cudaDriver().cuCtxSynchronize());  // staging may still be in use by queued work
-      reserve(recordBytes);
-    }
+    ensureRecv(recordBytes * static_cast<size_t>(size_), stream);
     return send_;
   }
 
   const char* gather(size_t recordBytes, Stream stream) override {
     KVCOMM_CHECK_NCCL(nccl().allGather(send_, recv_, recordBytes, ncclUint8, comm_, stream));
+    return recv_;
+  }
+
+  bool gathersParts() const override { return true; }
+
+  const char* gatherParts(const std::vector<Part>& parts, Stream stream) override {
+    size_t total = 0;
+    for (const Part& p : parts) total += (p.bytes * static_cast<size_t>(size_) + 15) & ~size_t(15);
+    ensureRecv(total, stream);
+    const NcclLib& n = nccl();
+    KVCOMM_CHECK_NCCL(n.groupStart());
+    size_t at = 0;
+    for (const Part& p : parts) {
+      if (p.bytes) KVCOMM_CHECK_NCCL(n.allGather(p.src, recv_ + at, p.bytes, ncclUint8, comm_, stream));
+      at += (p.bytes * static_cast<size_t>(size_) + 15) & ~size_t(15);
+    }
+    KVCOMM_CHECK_NCCL(n.groupEnd());
     return recv_;
   }
 
@@ -69,6 +79,18 @@ class NcclTransport : public FallbackTransport {
     deviceFree(recv_);
     deviceFree(scratch_);
     send_ = recv_ = scratch_ = nullptr;
+  }
+
+  // Staging for `recvBytes` gathered bytes (and a send record of recvBytes / size()), grown outside graph capture.
+  void ensureRecv(size_t recvBytes, Stream stream) {
+    size_t record = (recvBytes + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);
+    if (record <= capacity_) return;
+    KVCOMM_CHECK_ARG(!streamCapturing(stream), "publish (fallback)", "a record of ", record, " bytes exceeds the ",
+                     capacity_,
+                     "-byte staging and the stream is being captured: create the "
+                     "Publisher with larger stagingTokens/stagingBytesPerToken");
+    KVCOMM_CHECK_CU(cudaDriver().cuCtxSynchronize());  // staging may still be in use by queued work
+    reserve(record);
   }
 
   void reserve(size_t recordBytes) {

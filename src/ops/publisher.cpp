@@ -1,8 +1,11 @@
 // Publisher: validation, mode choice (direct or gather+insert) and launches on either backend.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/agreement.hpp"
+#include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "kernels/launch.hpp"
@@ -10,6 +13,7 @@
 #include "kvcomm/ops.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/fallback_transport.hpp"
+#include "symm/buffer_use.hpp"
 
 namespace kvcomm {
 
@@ -50,19 +54,20 @@ struct Publisher::Impl {
   }
 
   // Whether [offset, offset + bytes) is backed now (the host-side check; kernels re-check each row on the device).
-  bool backedNow(size_t offset, size_t bytes) {
-    if (backedGeneration != buf.generation()) {
-      backed = buf.backedRanges();
-      backedGeneration = buf.generation();
+  bool backedNow(const detail::BufferUse& use, size_t offset, size_t bytes) {
+    if (backedGeneration != use.generation()) {
+      backed = use.backedRanges();
+      backedGeneration = use.generation();
     }
     for (const Range& r : backed)
-      if (offset >= r.offset && offset + bytes <= r.offset + r.bytes) return true;
+      if (offset >= r.offset && bytes <= r.bytes && offset - r.offset <= r.bytes - bytes) return true;
     return false;
   }
 
-  // Checks one tensor and fills its descriptor (source fields are set by the caller).
-  detail::PublishTensorDesc describe(const CacheTensor& c, int k, size_t numTokens) {
+  // Checks one tensor (every size computation checked: nothing may wrap) and fills its descriptor.
+  detail::PublishTensorDesc describe(const detail::BufferUse& use, const CacheTensor& c, int k, size_t numTokens) {
     const char* call = "publish";
+    const uint64_t capacity = buf.capacity();
     KVCOMM_CHECK_ARG(c.rowBytes > 0, call, "tensor ", k, ": rowBytes is 0");
     KVCOMM_CHECK_ARG(c.src != nullptr || numTokens == 0, call, "tensor ", k, ": src is null");
     KVCOMM_CHECK_ARG(c.blockSize >= 1, call, "tensor ", k, ": blockSize is 0");
@@ -73,24 +78,46 @@ struct Publisher::Impl {
     t.offset = c.offset;
     t.blockSize = c.blockSize;
     t.rowStride = c.rowStride ? c.rowStride : c.rowBytes;
-    t.blockStride = c.blockStride ? c.blockStride : c.blockSize * t.rowStride;
-    KVCOMM_CHECK_ARG((c.blockSize - 1) * t.rowStride + c.rowBytes <= t.blockStride, call, "tensor ", k,
-                     ": rows of a block (", c.blockSize, " x stride ", t.rowStride, ", ", c.rowBytes,
-                     " bytes each) overflow the block stride ", t.blockStride);
-    KVCOMM_CHECK_ARG(backedNow(c.offset, c.rowBytes), call, "tensor ", k, ": offset ", c.offset, " (+", c.rowBytes,
-                     " bytes) is not inside the backed part of the buffer (", buf.mappedBytes(), " bytes backed)");
+    if (c.blockStride) {
+      t.blockStride = c.blockStride;
+    } else {
+      KVCOMM_CHECK_ARG(!mulOverflows(c.blockSize, t.rowStride, &t.blockStride), call, "tensor ", k, ": blockSize ",
+                       c.blockSize, " x rowStride ", t.rowStride, " overflows 64 bits");
+    }
+    uint64_t span = 0, need = 0;
+    KVCOMM_CHECK_ARG(!mulOverflows(c.blockSize - 1, t.rowStride, &span) && !addOverflows(span, c.rowBytes, &need) &&
+                         need <= t.blockStride,
+                     call, "tensor ", k, ": rows of a block (", c.blockSize, " x stride ", t.rowStride, ", ",
+                     c.rowBytes, " bytes each) overflow the block stride ", t.blockStride);
+    KVCOMM_CHECK_ARG(c.offset <= capacity, call, "tensor ", k, ": offset ", c.offset, " is beyond the buffer's ",
+                     capacity, " bytes");
+    KVCOMM_CHECK_ARG(c.limitBytes <= capacity - c.offset, call, "tensor ", k, ": offset ", c.offset, " + limitBytes ",
+                     c.limitBytes, " exceeds the buffer's capacity of ", capacity, " bytes");
+    t.limit = c.limitBytes ? c.limitBytes : capacity - c.offset;
+    KVCOMM_CHECK_ARG(backedNow(use, c.offset, c.rowBytes), call, "tensor ", k, ": offset ", c.offset, " (+", c.rowBytes,
+                     " bytes) is not inside the backed part of the buffer (", use.mappedBytes(), " bytes backed)");
+    KVCOMM_CHECK_ARG(c.rowBytes <= t.limit, call, "tensor ", k, ": a row of ", c.rowBytes,
+                     " bytes does not fit in its region (limitBytes ", t.limit, ")");
+    if (c.srcBytes != 0 && numTokens > 0) {
+      uint64_t last = 0, end = 0;
+      KVCOMM_CHECK_ARG(!mulOverflows(numTokens - 1, t.srcStride, &last) && !addOverflows(last, c.rowBytes, &end) &&
+                           end <= c.srcBytes,
+                       call, "tensor ", k, ": ", numTokens, " rows of srcStride ", t.srcStride, " (", c.rowBytes,
+                       " bytes each) reach past srcBytes ", c.srcBytes, "; nothing was read or written");
+    }
     t.vec = commonAlignment(reinterpret_cast<uintptr_t>(t.src), t.srcStride, t.offset, t.blockStride,
                             c.blockSize > 1 ? t.rowStride : 0);
     return t;
   }
 
-  detail::PublishLaunch launchFor(const std::vector<CacheTensor>& tensors, const void* slots, SlotType type,
-                                  size_t numTokens) {
+  detail::PublishLaunch launchFor(const detail::BufferUse& use, const std::vector<CacheTensor>& tensors,
+                                  const void* slots, SlotType type, size_t numTokens) {
     KVCOMM_CHECK_ARG(!tensors.empty() && tensors.size() <= static_cast<size_t>(detail::kMaxPublishTensors), "publish",
                      tensors.size(), " tensors; 1 to ", detail::kMaxPublishTensors, " per call");
     KVCOMM_CHECK_ARG(slots != nullptr || numTokens == 0, "publish", "slotMapping is null");
+    KVCOMM_CHECK_ARG(numTokens <= static_cast<size_t>(INT64_MAX), "publish", "numTokens ", numTokens, " is too large");
     detail::PublishLaunch p{};
-    for (size_t k = 0; k < tensors.size(); ++k) p.t[k] = describe(tensors[k], static_cast<int>(k), numTokens);
+    for (size_t k = 0; k < tensors.size(); ++k) p.t[k] = describe(use, tensors[k], static_cast<int>(k), numTokens);
     p.numTensors = static_cast<int32_t>(tensors.size());
     p.replicas = replicas;
     p.slots = slots;
@@ -98,24 +125,82 @@ struct Publisher::Impl {
     p.numTokens = static_cast<int64_t>(numTokens);
     p.numSources = 1;
     p.error = error;
-    p.backed = buf.backedBitmap();
+    p.backed = use.backedBitmap();
     p.capacity = buf.capacity();
     p.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
     return p;
   }
 
-  void publishDirect(detail::PublishLaunch& p, Stream stream, bool fuse, int lane) {
-    if (kind == MemoryKind::Cuda) {
-      detail::launchPublish(p, stream, fuse ? &bar : nullptr, lane);
+  // publish() and publishAndBarrier(): the buffer is held steady (and checked open) only while rows go into it.
+  void run(const std::vector<CacheTensor>& tensors, const void* slots, SlotType type, size_t numTokens, Stream stream,
+           bool fuse, int lane, const char* call) {
+    detail::checkHealthy(buf.communicator(), call);
+    if (fuse) checkLane(lane, call);
+    if (mode == PublishMode::Direct) {
+      {
+        detail::BufferUse use(buf, call);
+        auto p = launchFor(use, tensors, slots, type, numTokens);
+        if (kind == MemoryKind::Cuda) {
+          detail::launchPublish(p, stream, fuse ? &bar : nullptr, lane);
+          return;
+        }
+        detail::hostPublish(p);
+      }
+      if (fuse) barrier.barrier(stream, lane);
       return;
     }
-    detail::hostPublish(p);
-    if (fuse) detail::hostBarrier(bar, lane);
+    detail::PublishLaunch p;
+    {
+      detail::BufferUse use(buf, call);
+      p = launchFor(use, tensors, slots, type, numTokens);
+    }
+    publishFallback(p, stream, call);
+    if (fuse) transport->barrier(stream);
   }
 
-  // Gather+insert: pack (slots as int64, rows back to back), gather every rank's record, insert all locally.
-  void publishFallback(const detail::PublishLaunch& p, Stream stream) {
+  // Sized calls: the counts the caller states are checked before anything is read.
+  static void checkSlots(const SlotMapping& slots, size_t numTokens, const char* call) {
+    KVCOMM_CHECK_ARG(numTokens <= slots.count, call, "numTokens ", numTokens, " exceeds the slot mapping's ",
+                     slots.count, " entries; nothing was read or written");
+  }
+
+  void checkOpen(const char* call) {
+    detail::BufferUse use(buf, call);  // throws when the buffer was closed
+    detail::checkHealthy(buf.communicator(), call);
+  }
+
+  // Gather+insert: gather every rank's slots and rows, insert them all locally with one kernel. Rows already back to
+  // back (the usual case) are gathered straight from the caller's buffers by grouped AllGathers (no pack copy);
+  // otherwise they are packed into one record per rank first.
+  void publishFallback(const detail::PublishLaunch& p, Stream stream, const char* call) {
     size_t T = static_cast<size_t>(p.numTokens);
+    bool contiguous = kind == MemoryKind::Cuda && transport->gathersParts();
+    for (int k = 0; k < p.numTensors; ++k) contiguous = contiguous && p.t[k].srcStride == p.t[k].rowBytes;
+    if (contiguous) {
+      const size_t n = static_cast<size_t>(buf.size()), slotBytes = p.slot64 ? 8 : 4;
+      std::vector<detail::FallbackTransport::Part> parts{{p.slots, T * slotBytes}};
+      for (int k = 0; k < p.numTensors; ++k) parts.push_back({p.t[k].src, T * p.t[k].rowBytes});
+      const char* all = transport->gatherParts(parts, stream);
+      detail::PublishLaunch ins = p;
+      ins.replicas = localOnly;
+      ins.slots = all;
+      ins.sourceStride = T * slotBytes;
+      ins.numSources = buf.size();
+      size_t at = align16(n * T * slotBytes);
+      for (int k = 0; k < p.numTensors; ++k) {
+        ins.t[k].src = all + at;
+        ins.t[k].sourceStride = T * p.t[k].rowBytes;
+        ins.t[k].srcStride = p.t[k].rowBytes;
+        ins.t[k].vec =
+            commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), T * p.t[k].rowBytes, p.t[k].rowBytes,
+                            p.t[k].offset, p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
+        at += align16(n * T * p.t[k].rowBytes);
+      }
+      detail::BufferUse use(buf, call);  // the buffer may have been closed, or grown, while the rows were gathered
+      ins.backed = use.backedBitmap();
+      detail::launchPublish(ins, stream, nullptr, 0);
+      return;
+    }
     detail::PackLaunch pack{};
     size_t at = align16(T * sizeof(int64_t));
     for (int k = 0; k < p.numTensors; ++k) {
@@ -144,10 +229,13 @@ struct Publisher::Impl {
     ins.sourceStride = record;
     for (int k = 0; k < p.numTensors; ++k) {
       ins.t[k].src = all + pack.partOffset[k];
+      ins.t[k].sourceStride = record;
       ins.t[k].srcStride = p.t[k].rowBytes;
       ins.t[k].vec = commonAlignment(reinterpret_cast<uintptr_t>(ins.t[k].src), record, p.t[k].rowBytes, p.t[k].offset,
                                      p.t[k].blockStride | (p.t[k].blockSize > 1 ? p.t[k].rowStride : 0));
     }
+    detail::BufferUse use(buf, call);  // the buffer may have been closed, or grown, while the rows were gathered
+    ins.backed = use.backedBitmap();
     if (kind == MemoryKind::Cuda)
       detail::launchPublish(ins, stream, nullptr, 0);
     else
@@ -263,16 +351,21 @@ void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slo
                         size_t numTokens, Stream stream) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
-  if (impl_->mode == PublishMode::Direct)
-    impl_->publishDirect(p, stream, false, 0);
-  else
-    impl_->publishFallback(p, stream);
+  impl_->run(tensors, slotMapping, slotType, numTokens, stream, false, 0, "Publisher::publish");
+}
+
+void Publisher::publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+                        Stream stream) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  Impl::checkSlots(slots, numTokens, "Publisher::publish");
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, false, 0, "Publisher::publish");
 }
 
 void Publisher::barrier(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
+  impl_->checkOpen("Publisher::barrier");
   if (impl_->mode == PublishMode::Direct) return impl_->barrier.barrier(stream, lane);
   impl_->checkLane(lane, "Publisher::barrier");
   impl_->transport->barrier(stream);
@@ -281,6 +374,7 @@ void Publisher::barrier(Stream stream, int lane) {
 void Publisher::signal(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::signal", "empty publisher");
   detail::RankScope scope(impl_->rank());
+  impl_->checkOpen("Publisher::signal");
   if (impl_->mode == PublishMode::Direct) return impl_->barrier.signal(stream, lane);
   impl_->checkLane(lane, "Publisher::signal");
   impl_->transport->barrier(stream);
@@ -289,6 +383,7 @@ void Publisher::signal(Stream stream, int lane) {
 void Publisher::wait(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::wait", "empty publisher");
   detail::RankScope scope(impl_->rank());
+  impl_->checkOpen("Publisher::wait");
   if (impl_->mode == PublishMode::Direct) return impl_->barrier.wait(stream, lane);
   impl_->checkLane(lane, "Publisher::wait");  // the fallback's signal() already synchronised
 }
@@ -297,14 +392,15 @@ void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const
                                   size_t numTokens, Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  impl_->checkLane(lane, "Publisher::publishAndBarrier");
-  auto p = impl_->launchFor(tensors, slotMapping, slotType, numTokens);
-  if (impl_->mode == PublishMode::Direct) {
-    impl_->publishDirect(p, stream, true, lane);
-  } else {
-    impl_->publishFallback(p, stream);
-    impl_->transport->barrier(stream);
-  }
+  impl_->run(tensors, slotMapping, slotType, numTokens, stream, true, lane, "Publisher::publishAndBarrier");
+}
+
+void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+                                  Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  Impl::checkSlots(slots, numTokens, "Publisher::publishAndBarrier");
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, true, lane, "Publisher::publishAndBarrier");
 }
 
 PublishMode Publisher::mode() const {
@@ -331,6 +427,7 @@ DeviceError Publisher::pollError() {
 void Publisher::checkErrors() {
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
+  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->buf.communicator(), "barrier (device)");
   detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);
 }
 

@@ -83,6 +83,13 @@ const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature) {
       need(reinterpret_cast<const void*>(d.cuMemGetAllocationPropertiesFromHandle),
            "cuMemGetAllocationPropertiesFromHandle", "adopting an engine's memory");
       break;
+    case CudaFeature::HostRegister:
+      need(reinterpret_cast<const void*>(d.cuMemHostRegister), "cuMemHostRegister", "device waits on the health flag");
+      need(reinterpret_cast<const void*>(d.cuMemHostUnregister), "cuMemHostUnregister",
+           "device waits on the health flag");
+      need(reinterpret_cast<const void*>(d.cuMemHostGetDevicePointer), "cuMemHostGetDevicePointer",
+           "device waits on the health flag");
+      break;
     case CudaFeature::GpuDirectRdma:
       need(reinterpret_cast<const void*>(d.cuMemGetHandleForAddressRange), "cuMemGetHandleForAddressRange",
            "RDMA registration of GPU memory (dma-buf)");

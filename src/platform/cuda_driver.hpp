@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/check.hpp"
+#include "common/internal_api.hpp"
 
 namespace kvcomm::detail {
 
@@ -26,8 +27,8 @@ namespace kvcomm::detail {
 // feature that needs it says so (requireCudaDriver(call, feature)). Error texts fall back to the number.
 #define KVCOMM_CU_OPTIONAL_FUNCS(X)                                                                            \
   X(cuGetErrorName) X(cuGetErrorString) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)      \
-  X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemGetHandleForAddressRange)         \
-  X(cuFlushGPUDirectRDMAWrites)
+  X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemHostRegister)                 \
+  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuMemGetHandleForAddressRange) X(cuFlushGPUDirectRDMAWrites)
 // clang-format on
 
 struct CudaDriver {
@@ -50,20 +51,21 @@ enum class CudaFeature {
   Core,           ///< the required entry points only
   LegacyIpc,      ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
   AdoptMemory,    ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
+  HostRegister,   ///< cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer (the health flag on devices)
   GpuDirectRdma,  ///< cuMemGetHandleForAddressRange (dma-buf export of GPU memory for RDMA registration)
 };
 
 /// The process's driver table, loaded on first use; never throws.
-const CudaDriver& cudaDriver();
+KVCOMM_INTERNAL_API const CudaDriver& cudaDriver();
 
 /// Throws Unsupported naming `call` and the reason when the driver is not usable, or lacks an entry point `feature`
 /// needs (naming it).
-const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature = CudaFeature::Core);
+KVCOMM_INTERNAL_API const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature = CudaFeature::Core);
 
 /// "CUDA_ERROR_X: description".
-std::string cuResultText(CUresult r);
+KVCOMM_INTERNAL_API std::string cuResultText(CUresult r);
 
-[[noreturn]] void throwCu(const char* expr, CUresult r, const char* file, int line);
+[[noreturn]] KVCOMM_INTERNAL_API void throwCu(const char* expr, CUresult r, const char* file, int line);
 
 }  // namespace kvcomm::detail
 

@@ -3,12 +3,13 @@
 
 #include <string>
 
+#include "common/internal_api.hpp"
 #include "kvcomm/comm.hpp"
 
 namespace kvcomm::detail {
 
 /// The device of the current CUDA context (device -1 when CUDA is absent or no context is current).
-GpuInfo currentGpu();
+KVCOMM_INTERNAL_API GpuInfo currentGpu();
 
 /// Uuid and PCI bus id of CUDA device `ordinal` (device -1 when absent).
 GpuInfo describeDevice(int ordinal);

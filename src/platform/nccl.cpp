@@ -23,6 +23,8 @@ const NcclLib& nccl() {
     sym(l.commDestroy, "ncclCommDestroy");
     sym(l.commAbort, "ncclCommAbort");
     sym(l.allGather, "ncclAllGather");
+    sym(l.groupStart, "ncclGroupStart");
+    sym(l.groupEnd, "ncclGroupEnd");
     sym(l.getErrorString, "ncclGetErrorString");
     if (l.reason.empty()) {
       l.getVersion(&l.version);

@@ -16,6 +16,8 @@ struct NcclLib {
   decltype(&::ncclCommDestroy) commDestroy = nullptr;
   decltype(&::ncclCommAbort) commAbort = nullptr;
   decltype(&::ncclAllGather) allGather = nullptr;
+  decltype(&::ncclGroupStart) groupStart = nullptr;
+  decltype(&::ncclGroupEnd) groupEnd = nullptr;
   decltype(&::ncclGetErrorString) getErrorString = nullptr;
   bool usable = false;
   std::string reason;

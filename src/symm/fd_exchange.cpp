@@ -17,26 +17,6 @@ namespace kvcomm::detail {
 
 namespace {
 
-constexpr uint32_t kFdMagic = 0x4b564644;  // "KVFD"
-constexpr size_t kFdBatch = 64;            // fds per SCM_RIGHTS message (well under SCM_MAX_FD)
-
-struct FdRequest {
-  uint32_t magic;
-  uint32_t version;
-  Token token;
-  uint64_t bufferId;
-  uint64_t generation;
-  int32_t requesterRank;
-  int32_t reserved;
-};
-
-struct FdReply {
-  uint32_t magic;
-  int32_t status;  // 0 = granted
-  uint32_t count;  // pieces (and fds) that follow
-  char message[244];
-};
-
 sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -47,20 +27,27 @@ sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
   return a;
 }
 
-void setTimeouts(int fd, int64_t ms) {
-  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 void sendPlain(int sock, const void* data, size_t len, const char* what) {
   ssize_t n = ::send(sock, data, len, MSG_NOSIGNAL);
   if (n != static_cast<ssize_t>(len))
     KVCOMM_THROW(NetworkError, what, "send of ", len, " bytes failed: ", n < 0 ? std::strerror(errno) : "short");
 }
 
+// Waits until `sock` is readable, in slices of at most 100 ms that run `stopIf`; Timeout at `deadline`.
+void waitReadable(int sock, Clock::time_point deadline, const std::function<void()>& stopIf, const char* what) {
+  while (true) {
+    if (stopIf) stopIf();
+    int left = msLeft(deadline);
+    if (left == 0) KVCOMM_THROW(Timeout, what, "the fd server did not answer in time");
+    pollfd p{sock, POLLIN, 0};
+    int rc = poll(&p, 1, left < 0 ? 100 : std::min(left, 100));
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) throwSystem("poll(fd exchange)", errno, __FILE__, __LINE__);
+  }
+}
+
 size_t recvPlain(int sock, void* data, size_t len, const char* what) {
-  ssize_t n = ::recv(sock, data, len, 0);
+  ssize_t n = ::recv(sock, data, len, MSG_DONTWAIT);
   if (n < 0) KVCOMM_THROW(NetworkError, what, "recv failed: ", std::strerror(errno));
   if (n == 0) KVCOMM_THROW(NetworkError, what, "the fd server closed the connection");
   return static_cast<size_t>(n);
@@ -118,6 +105,66 @@ std::vector<Fd> recvWithFds(int sock, void* payload, size_t* len, size_t maxFds)
   return fds;
 }
 
+std::string decodeFdRequest(const void* bytes, size_t len, FdRequest* out) {
+  if (len != sizeof(FdRequest)) return cat("malformed request (", len, " bytes, expected ", sizeof(FdRequest), ")");
+  std::memcpy(out, bytes, sizeof(FdRequest));
+  if (out->magic != kFdMagic) return "malformed request (bad magic)";
+  if (out->version != kProtocolVersion) return cat("protocol version ", out->version, " != ", kProtocolVersion);
+  return "";
+}
+
+FdReply decodeFdReply(const void* bytes, size_t len, const std::string& server) {
+  FdReply r{};
+  if (len != sizeof(FdReply))
+    KVCOMM_THROW(NetworkError, "fetchFds", "malformed reply from fd server ", server, " (", len, " bytes)");
+  std::memcpy(&r, bytes, sizeof(r));
+  r.message[sizeof(r.message) - 1] = '\0';
+  if (r.magic != kFdMagic) KVCOMM_THROW(NetworkError, "fetchFds", "malformed reply from fd server ", server);
+  if (r.status != 0) KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", server, " refused: ", r.message);
+  if (r.count > kMaxExportPieces)
+    KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", server, " announced ", r.count, " pieces (at most ",
+                 kMaxExportPieces, ")");
+  return r;
+}
+
+Token TokenTable::offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
+                        std::shared_ptr<const ExportSet> set) {
+  Token t;
+  randomBytes(t.data(), t.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[t] = Entry{bufferId, generation, requesterRank, pid, uid, std::move(set)};
+  return t;
+}
+
+void TokenTable::retire(uint64_t bufferId, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(entries_,
+                [&](const auto& kv) { return kv.second.bufferId == bufferId && kv.second.generation == generation; });
+}
+
+size_t TokenTable::live() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::shared_ptr<const ExportSet> TokenTable::take(const FdRequest& req, int pid, uint32_t uid, std::string* why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(req.token);
+  if (it == entries_.end()) {
+    *why = "token refused: never issued, already used, or expired";
+  } else if (it->second.bufferId != req.bufferId || it->second.generation != req.generation ||
+             it->second.requesterRank != req.requesterRank) {
+    *why = "token refused: issued for another buffer, generation or rank";
+  } else if (it->second.pid != pid || it->second.uid != uid) {
+    *why = cat("token refused: issued to pid ", it->second.pid, ", presented by pid ", pid);
+  } else {
+    auto set = it->second.set;
+    entries_.erase(it);  // one use
+    return set;
+  }
+  return nullptr;
+}
+
 FdServer& FdServer::instance() {
   static std::mutex mu;
   static FdServer* server = nullptr;  // leaked on purpose: its thread may outlive static destruction
@@ -126,114 +173,106 @@ FdServer& FdServer::instance() {
   return *server;
 }
 
-FdServer::FdServer() : pid_(getpid()) {
+FdServer::FdServer() : pid_(getpid()), refusals_("fd server") {
   uint8_t rnd[8];
   randomBytes(rnd, sizeof(rnd));
   char hex[17];
   for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
   name_ = cat("kvcomm-", pid_, "-", hex);
-  listener_.reset(KVCOMM_CHECK_SYS(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
+  listener_.reset(KVCOMM_CHECK_SYS(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   socklen_t len;
   sockaddr_un a = abstractAddress(name_, &len);
   KVCOMM_CHECK_SYS(bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), len));
   KVCOMM_CHECK_SYS(listen(listener_.get(), 256));
+  // Made here, not on the thread: every descriptor the server holds exists once instance() returns.
+  acceptor_ = std::make_unique<Acceptor>(listener_.get(), &refusals_);
   thread_ = std::thread([this] { serve(); });
   thread_.detach();
 }
 
 Token FdServer::offer(uint64_t bufferId, uint64_t generation, int requesterRank, int pid, uint32_t uid,
                       std::shared_ptr<const ExportSet> set) {
-  Token t;
-  randomBytes(t.data(), t.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_[t] = Entry{bufferId, generation, requesterRank, pid, uid, std::move(set)};
-  return t;
+  return tokens_.offer(bufferId, generation, requesterRank, pid, uid, std::move(set));
 }
-
 void FdServer::retire(uint64_t bufferId, uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(entries_,
-                [&](const auto& kv) { return kv.second.bufferId == bufferId && kv.second.generation == generation; });
+  tokens_.retire(bufferId, generation);
 }
-
 size_t FdServer::liveTokens() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
+  return tokens_.live();
 }
 
 void FdServer::serve() {
+  Acceptor& acceptor = *acceptor_;
+  PendingHandshakes pending(sizeof(FdRequest), true, &refusals_);
+  const uint32_t myUid = getuid();
   while (true) {
-    int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      KVCOMM_WARN("fd server ", name_, ": accept failed: ", std::strerror(errno), "; server stops");
-      return;
-    }
-    Fd conn(c);
     try {
-      handle(conn.get());
+      std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
+      pending.pollFds(pfds);
+      int wait = pfds[0].fd < 0 ? 100 : pending.msToNextDeadline();
+      int rc = poll(pfds.data(), pfds.size(), wait < 0 ? -1 : wait + 1);
+      if (rc < 0 && errno != EINTR) throwSystem("poll(fd server)", errno, __FILE__, __LINE__);
+      for (auto& r : pending.progress(pfds.data() + 1, pfds.size() - 1)) answer(std::move(r.conn), r.hello);
+      if (rc > 0 && pfds[0].revents)
+        for (Fd c = acceptor.next(); c; c = acceptor.next()) {
+          // Credentials come from the kernel at connect time: another user is refused before a byte is read.
+          ucred cred{};
+          socklen_t clen = sizeof(cred);
+          if (getsockopt(c.get(), SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || cred.uid != myUid) {
+            FdReply reply{};
+            reply.magic = kFdMagic;
+            reply.status = 1;
+            std::snprintf(reply.message, sizeof(reply.message), "uid %u is not this process's uid", cred.uid);
+            (void)::send(c.get(), &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+            refusals_.refused(cat("uid ", cred.uid, " (pid ", cred.pid, ") is not this process's uid"));
+            continue;
+          }
+          pending.add(std::move(c));
+        }
     } catch (const std::exception& e) {
       KVCOMM_WARN("fd server ", name_, ": ", e.what());
     }
   }
 }
 
-void FdServer::handle(int conn) {
-  setTimeouts(conn, 5000);
+void FdServer::answer(Fd conn, const std::vector<char>& request) {
   ucred cred{};
   socklen_t clen = sizeof(cred);
-  KVCOMM_CHECK_SYS(getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &clen));
+  KVCOMM_CHECK_SYS(getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &clen));
   FdRequest req{};
-  size_t n = recvPlain(conn, &req, sizeof(req), "fd server");
+  std::string why = decodeFdRequest(request.data(), request.size(), &req);
+  std::shared_ptr<const ExportSet> set;
+  if (why.empty()) set = tokens_.take(req, cred.pid, cred.uid, &why);
   FdReply reply{};
   reply.magic = kFdMagic;
-  std::shared_ptr<const ExportSet> set;
-  std::string why;
-  if (n != sizeof(req) || req.magic != kFdMagic) {
-    why = "malformed request";
-  } else if (req.version != kProtocolVersion) {
-    why = cat("protocol version ", req.version, " != ", kProtocolVersion);
-  } else if (cred.uid != getuid()) {
-    why = cat("uid ", cred.uid, " is not this process's uid");
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(req.token);
-    if (it == entries_.end()) {
-      why = "token refused: never issued, already used, or expired";
-    } else if (it->second.bufferId != req.bufferId || it->second.generation != req.generation ||
-               it->second.requesterRank != req.requesterRank) {
-      why = "token refused: issued for another buffer, generation or rank";
-    } else if (it->second.pid != cred.pid || it->second.uid != cred.uid) {
-      why = cat("token refused: issued to pid ", it->second.pid, ", presented by pid ", cred.pid);
-    } else {
-      set = it->second.set;
-      entries_.erase(it);  // one use
-    }
-  }
+  // The requester holds a valid token from now on (or gets a short refusal): blocking sends, bounded at 1 s each.
+  setNonBlocking(conn.get(), false);
+  timeval tv{1, 0};
+  setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   if (!set) {
     reply.status = 1;
     std::snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
     KVCOMM_DEBUG("fd server refused pid ", cred.pid, ": ", why);
-    sendPlain(conn, &reply, sizeof(reply), "fd server reply");
+    sendPlain(conn.get(), &reply, sizeof(reply), "fd server reply");
     return;
   }
   reply.count = static_cast<uint32_t>(set->fds.size());
-  sendPlain(conn, &reply, sizeof(reply), "fd server reply");
-  if (reply.count == 0) return;  // the caller closes the connection: the client reads end of stream
-  sendPlain(conn, set->metas.data(), set->metas.size() * sizeof(PieceMeta), "fd server metas");
+  sendPlain(conn.get(), &reply, sizeof(reply), "fd server reply");
+  if (reply.count == 0) return;  // closing the connection: the client reads end of stream
+  sendPlain(conn.get(), set->metas.data(), set->metas.size() * sizeof(PieceMeta), "fd server metas");
   for (size_t i = 0; i < set->fds.size(); i += kFdBatch) {
     size_t k = std::min(kFdBatch, set->fds.size() - i);
     std::vector<int> raw;
     for (size_t j = 0; j < k; ++j) raw.push_back(set->fds[i + j].get());
     uint32_t count = static_cast<uint32_t>(k);
-    sendWithFds(conn, &count, sizeof(count), raw.data(), raw.size());
+    sendWithFds(conn.get(), &count, sizeof(count), raw.data(), raw.size());
   }
 }
 
 ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId, uint64_t generation,
-                   int requesterRank, int64_t timeoutMs) {
+                   int requesterRank, int64_t timeoutMs, const std::function<void()>& stopIf) {
+  auto deadline = deadlineIn(timeoutMs);
   Fd sock(KVCOMM_CHECK_SYS(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)));
-  setTimeouts(sock.get(), timeoutMs);
   socklen_t len;
   sockaddr_un a = abstractAddress(serverName, &len);
   if (connect(sock.get(), reinterpret_cast<sockaddr*>(&a), len) != 0)
@@ -241,24 +280,21 @@ ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t b
                  " (peer process gone, or in another network namespace?)");
   FdRequest req{kFdMagic, kProtocolVersion, token, bufferId, generation, requesterRank, 0};
   sendPlain(sock.get(), &req, sizeof(req), "fd request");
-  FdReply reply{};
-  size_t n = recvPlain(sock.get(), &reply, sizeof(reply), "fd reply");
-  if (n != sizeof(reply) || reply.magic != kFdMagic)
-    KVCOMM_THROW(NetworkError, "fetchFds", "malformed reply from fd server ", serverName);
-  if (reply.status != 0) {
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", serverName, " refused: ", reply.message);
-  }
+  char raw[sizeof(FdReply) + 1];
+  waitReadable(sock.get(), deadline, stopIf, "fetchFds");
+  FdReply reply = decodeFdReply(raw, recvPlain(sock.get(), raw, sizeof(raw), "fd reply"), serverName);
   ExportSet out;
   if (reply.count == 0) return out;
   out.metas.resize(reply.count);
   size_t want = reply.count * sizeof(PieceMeta);
+  waitReadable(sock.get(), deadline, stopIf, "fetchFds");
   KVCOMM_CHECK_ARG(recvPlain(sock.get(), out.metas.data(), want, "fd metas") == want, "fetchFds",
                    "short piece table from fd server");
   while (out.fds.size() < reply.count) {
     uint32_t count = 0;
     size_t plen = sizeof(count);
     size_t expect = std::min(kFdBatch, reply.count - out.fds.size());
+    waitReadable(sock.get(), deadline, stopIf, "fetchFds");
     auto fds = recvWithFds(sock.get(), &count, &plen, expect);
     if (fds.size() != count || count != expect)
       KVCOMM_THROW(NetworkError, "fetchFds", "expected ", expect, " descriptors in a batch, received ", fds.size());
@@ -266,6 +302,7 @@ ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t b
   }
   // End of stream means the server closed its end: no transient descriptor outlives the exchange on either side.
   char tail;
+  waitReadable(sock.get(), deadline, stopIf, "fetchFds");
   ssize_t n2 = ::recv(sock.get(), &tail, 1, 0);
   if (n2 != 0) KVCOMM_THROW(NetworkError, "fetchFds", "fd server ", serverName, " sent more than it announced");
   return out;

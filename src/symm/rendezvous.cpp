@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "kvcomm/bootstrap.hpp"
@@ -43,10 +44,18 @@ std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine) {
   std::vector<SymmRequest> all(static_cast<size_t>(comm.size()));
   all[static_cast<size_t>(comm.rank())] = mine;
   comm.allgather(all.data(), sizeof(SymmRequest));
+  checkRequests(all);
+  return all;
+}
+
+void checkRequests(std::vector<SymmRequest>& all) {
+  // Names travel as fixed-size text from other processes: terminate them before anyone reads them as strings.
+  for (SymmRequest& x : all) x.socketName[sizeof(x.socketName) - 1] = '\0';
+  if (all.empty()) return;
   const SymmRequest& ref = all[0];
   const char* op = symmOpName(static_cast<SymmOp>(ref.op));
-  for (int r = 0; r < comm.size(); ++r) {
-    const SymmRequest& x = all[static_cast<size_t>(r)];
+  for (size_t r = 0; r < all.size(); ++r) {
+    const SymmRequest& x = all[r];
     std::string call = cat("SymmetricBuffer ", op, " rendezvous");
     auto differs = [&](const char* what, uint64_t got, uint64_t want) {
       KVCOMM_THROW(InvalidArgument, call, "rank ", r, " passed ", what, " ", got, " but rank 0 passed ", want,
@@ -76,7 +85,6 @@ std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine) {
                    handleKindName(static_cast<HandleKind>(x.handleKind)), " handles but rank 0 exports ",
                    handleKindName(static_cast<HandleKind>(ref.handleKind)), " (KVCOMM_HANDLE_TYPE differs?)");
   }
-  return all;
 }
 
 std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmRequest>& reqs,
@@ -84,6 +92,13 @@ std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmReques
                                 uint64_t generation) {
   int n = comm.size(), me = comm.rank();
   FdServer& server = FdServer::instance();
+  // Tokens expire when this step ends, however it ends (a peer's failure, a death or an abort in any collective
+  // below): the exported fds they hold close with them.
+  struct RetireOnExit {
+    FdServer& server;
+    uint64_t bufferId, generation;
+    ~RetireOnExit() { server.retire(bufferId, generation); }
+  } retire{server, bufferId, generation};
   Outcome local;
   std::vector<Token> tokens(static_cast<size_t>(n) * static_cast<size_t>(n));
   try {
@@ -103,20 +118,15 @@ std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmReques
   comm.allgather(tokens.data(), sizeof(Token) * static_cast<size_t>(n));
   std::vector<ExportSet> got(static_cast<size_t>(n));
   // Fetch failures are voted, so all ranks fail together; the exporter keeps its fds until the vote.
-  auto retire = [&] { server.retire(bufferId, generation); };
-  allSucceedOrUndo(
-      comm, "SymmetricBuffer handle exchange",
-      [&] {
-        local.rethrow();
-        for (int p = 0; p < n; ++p) {
-          if (p == me || !mapped[static_cast<size_t>(p)]) continue;
-          got[static_cast<size_t>(p)] =
-              fetchFds(reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId,
-                       generation, me, env::bootstrapTimeoutMs());
-        }
-      },
-      retire);
-  retire();
+  allSucceed(comm, "SymmetricBuffer handle exchange", [&] {
+    local.rethrow();
+    for (int p = 0; p < n; ++p) {
+      if (p == me || !mapped[static_cast<size_t>(p)]) continue;
+      got[static_cast<size_t>(p)] = fetchFds(
+          reqs[static_cast<size_t>(p)].socketName, tokens[static_cast<size_t>(p) * n + me], bufferId, generation, me,
+          env::bootstrapTimeoutMs(), [&] { checkHealthy(comm, "SymmetricBuffer handle exchange"); });
+    }
+  });
   return got;
 }
 

@@ -2,9 +2,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 
 #include "common/check.hpp"
 #include "common/env.hpp"
@@ -13,6 +15,7 @@
 #include "kvcomm/symm.hpp"
 #include "platform/gpu_info.hpp"
 #include "symm/buffer_internals.hpp"
+#include "symm/buffer_use.hpp"
 #include "symm/legacy_ipc.hpp"
 #include "symm/rendezvous.hpp"
 
@@ -126,7 +129,14 @@ struct SymmetricBuffer::Impl {
   HandleKind handles = HandleKind::MemFd;
   MemoryKind kind = MemoryKind::Host;
   bool adopted = false;
-  bool closed = false;
+  // Threads: collective calls (grow/commit/release) hold opMu, one at a time (a second one is refused). stateMu is
+  // shared by operations through the mappings (publish, fetch: detail::BufferUse) and by readers of the backed
+  // state, exclusive where that state changes and at close. close() marks `closing` at once (every later call
+  // throws) and frees now, or when the collective call in flight ends: it never waits on peers.
+  std::mutex opMu;
+  mutable std::shared_mutex stateMu;
+  std::atomic<bool> closing{false};
+  bool closed = false;  // resources released (stateMu)
   char* base = nullptr;
   size_t capacity = 0;
   size_t gran = 0;
@@ -161,7 +171,37 @@ struct SymmetricBuffer::Impl {
     }
   }
 
-  void checkOpen(const char* call) const { KVCOMM_CHECK_ARG(!closed, call, "the buffer is closed"); }
+  void checkOpen(const char* call) const { KVCOMM_CHECK_ARG(!closing, call, "the buffer is closed"); }
+
+  // close(): local, never waits on peers; waits only for operations through the mappings in flight on other threads.
+  void close() {
+    closing = true;
+    std::unique_lock<std::mutex> op(opMu, std::try_to_lock);
+    if (!op.owns_lock()) return;  // the collective call in flight closes the buffer when it ends (Op below)
+    std::unique_lock<std::shared_mutex> state(stateMu);
+    closeNow();
+  }
+
+  // A collective call in progress on this thread; another thread's is refused, a close() meanwhile runs at its end.
+  class Op {
+   public:
+    Op(Impl& impl, const char* call) : impl_(impl), lock_(impl.opMu, std::try_to_lock) {
+      KVCOMM_CHECK_ARG(lock_.owns_lock(), call,
+                       "another thread is in a collective call on this buffer (grow, commit and release are called "
+                       "from one thread at a time, in the same order on every member)");
+      impl.checkOpen(call);
+    }
+    ~Op() {
+      lock_.unlock();
+      if (impl_.closing) impl_.close();
+    }
+    Op(const Op&) = delete;
+    Op& operator=(const Op&) = delete;
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> lock_;
+  };
 
   // Teardown order: peer windows first (our view of others), then this rank's own memory. Never talks to peers.
   void closeNow() noexcept {
@@ -383,13 +423,14 @@ SymmetricBuffer SymmetricBuffer::adopt(Communicator comm, void* base, size_t res
 void SymmetricBuffer::grow(size_t newBytes) {
   KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::grow", "empty buffer");
   detail::RankScope scope(impl_->comm.rank());
-  impl_->checkOpen("SymmetricBuffer::grow");
+  Impl::Op op(*impl_, "SymmetricBuffer::grow");
   KVCOMM_CHECK_ARG(!impl_->adopted, "SymmetricBuffer::grow", "adopted buffers change through commit()/release()");
   size_t want = roundUp(newBytes, impl_->gran);
   if (impl_->ipc) {
     auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Grow, want, {}));
     (void)reqs;
     impl_->ipc->grow(want);
+    std::unique_lock<std::shared_mutex> state(impl_->stateMu);
     impl_->backed.add(0, impl_->ipc->mappedBytes());
     impl_->writeBacked();
     impl_->generation++;
@@ -408,6 +449,8 @@ void SymmetricBuffer::grow(size_t newBytes) {
     mine.push_back(p);
   });
   impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
+  // The new bytes become visible to operations on other threads at once, with the bitmap that admits them.
+  std::unique_lock<std::shared_mutex> state(impl_->stateMu);
   for (auto& m : maps) impl_->localMaps.push_back(std::move(m));
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
   impl_->backed.add(have, want - have);
@@ -418,7 +461,7 @@ void SymmetricBuffer::grow(size_t newBytes) {
 void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
   KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::commit", "empty buffer");
   detail::RankScope scope(impl_->comm.rank());
-  impl_->checkOpen("SymmetricBuffer::commit");
+  Impl::Op op(*impl_, "SymmetricBuffer::commit");
   KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::commit", "only adopted buffers commit; use grow()");
   auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Commit, 0, ranges));
   IntervalSet fresh;
@@ -438,6 +481,7 @@ void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
       for (auto& p : impl_->backend->retain(impl_->base + r.offset, r.bytes, r.offset)) mine.push_back(std::move(p));
   });
   impl_->exchangeAndMap(reqs, mine, impl_->generation + 1);
+  std::unique_lock<std::shared_mutex> state(impl_->stateMu);
   for (auto& p : mine) impl_->localPieces[p.offset] = p;
   for (const Range& r : ranges) impl_->backed.add(r.offset, r.bytes);
   impl_->writeBacked();
@@ -447,7 +491,7 @@ void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
 void SymmetricBuffer::release(const std::vector<Range>& ranges) {
   KVCOMM_CHECK_ARG(impl_, "SymmetricBuffer::release", "empty buffer");
   detail::RankScope scope(impl_->comm.rank());
-  impl_->checkOpen("SymmetricBuffer::release");
+  Impl::Op op(*impl_, "SymmetricBuffer::release");
   KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::release", "only adopted buffers release");
   auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Release, 0, ranges));
   (void)reqs;
@@ -468,6 +512,8 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
       local = detail::Outcome::failure(cat("range cuts through the allocation at offset ", off));
   detail::vote(impl_->comm, "SymmetricBuffer::release", local);
   impl_->notifyUnback(ranges);  // servers of this memory stop reading it before the engine may unmap it
+  // Exclusive: no operation on another thread writes through a window while it is unmapped.
+  std::unique_lock<std::shared_mutex> state(impl_->stateMu);
   for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
   impl_->writeBacked();  // kernels captured earlier now refuse these ranges instead of touching unmapped pages
   for (auto& w : impl_->windows)
@@ -477,7 +523,7 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
 }
 
 void SymmetricBuffer::close() {
-  if (impl_) impl_->closeNow();
+  if (impl_) impl_->close();
 }
 
 void* SymmetricBuffer::local() const {
@@ -500,15 +546,20 @@ size_t SymmetricBuffer::capacity() const {
   return impl_->capacity;
 }
 size_t SymmetricBuffer::mappedBytes() const {
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->backed.total();
 }
 bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
-  return impl_ && !impl_->closed && offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
+  if (!impl_) return false;
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return !impl_->closing && offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
 }
 std::vector<Range> SymmetricBuffer::backedRanges() const {
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->backed.ranges();
 }
 uint64_t SymmetricBuffer::generation() const {
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->generation;
 }
 size_t SymmetricBuffer::granularity() const {
@@ -527,15 +578,18 @@ Communicator& SymmetricBuffer::communicator() const {
   return impl_->comm;
 }
 const uint64_t* SymmetricBuffer::peerTable() const {
-  return impl_->table;
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return impl_->closing ? nullptr : impl_->table;
 }
 const uint64_t* SymmetricBuffer::backedBitmap() const {
-  return impl_->backedBits;
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return impl_->closing ? nullptr : impl_->backedBits;
 }
 
 namespace detail {
 
 std::vector<LocalPiece> localPieces(const SymmetricBuffer::Impl& impl) {
+  std::shared_lock<std::shared_mutex> state(impl.stateMu);
   std::vector<LocalPiece> out;
   if (impl.closed) return out;
   if (impl.ipc) {  // legacy IPC: one allocation, as far as it is mapped
@@ -565,7 +619,7 @@ void removeUnbackListener(SymmetricBuffer::Impl& impl, uint64_t id) noexcept {
 }  // namespace detail
 
 SymmDeviceHandle SymmetricBuffer::deviceHandle() const {
-  KVCOMM_CHECK_ARG(impl_ && !impl_->closed, "SymmetricBuffer::deviceHandle", "empty or closed buffer");
+  KVCOMM_CHECK_ARG(impl_ && !impl_->closing, "SymmetricBuffer::deviceHandle", "empty or closed buffer");
   KVCOMM_CHECK_ARG(size() <= kMaxHandlePeers, "SymmetricBuffer::deviceHandle", "group of ", size(),
                    " members exceeds the by-value handle's ", kMaxHandlePeers, "; pass peerTable() instead");
   SymmDeviceHandle h{};
@@ -578,5 +632,34 @@ SymmDeviceHandle SymmetricBuffer::deviceHandle() const {
   h.size = size();
   return h;
 }
+
+namespace detail {
+
+BufferUse::BufferUse(const SymmetricBuffer& buffer, const char* call) {
+  KVCOMM_CHECK_ARG(buffer.impl_, call, "the buffer is empty");
+  impl_ = buffer.impl_.get();
+  lock_ = std::shared_lock<std::shared_mutex>(impl_->stateMu);
+  KVCOMM_CHECK_ARG(!impl_->closing, call, "the buffer is closed");
+}
+
+BufferUse::~BufferUse() = default;
+
+uint64_t BufferUse::generation() const {
+  return impl_->generation;
+}
+std::vector<Range> BufferUse::backedRanges() const {
+  return impl_->backed.ranges();
+}
+size_t BufferUse::mappedBytes() const {
+  return impl_->backed.total();
+}
+bool BufferUse::isBacked(size_t offset, size_t bytes) const {
+  return offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
+}
+const uint64_t* BufferUse::backedBitmap() const {
+  return impl_->backedBits;
+}
+
+}  // namespace detail
 
 }  // namespace kvcomm

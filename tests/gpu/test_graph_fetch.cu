@@ -8,11 +8,11 @@
 #include <random>
 #include <vector>
 
-#include "common/fetch_oracle.hpp"
-#include "common/memory.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

@@ -6,11 +6,11 @@
 
 #include <vector>
 
-#include "common/memory.hpp"
-#include "common/publish_oracle.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
+#include "support/publish_oracle.hpp"
 
 namespace {
 

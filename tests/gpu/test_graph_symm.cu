@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "common/memory.hpp"
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

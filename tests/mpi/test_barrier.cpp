@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/memory.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/error.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

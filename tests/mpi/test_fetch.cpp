@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "common/fetch_oracle.hpp"
-#include "common/memory.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "common/memory.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/memory.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

@@ -16,7 +16,7 @@ expect() {  # description output pattern...
 }
 out=$(FAKE_CUDA_MISSING= run)
 expect "a complete driver" "$out" "^cuda driver: usable \(version 12040\)" "^core: available" "^legacy-ipc: available" \
-  "^adopt: available" "^gpudirect-rdma: available"
+  "^adopt: available" "^host-register: available" "^gpudirect-rdma: available"
 # Entry points kvcomm never calls must not be asked for: a driver without them is complete.
 out=$(FAKE_CUDA_MISSING=cuDeviceGetP2PAttribute,cuDevicePrimaryCtxRelease,cuMemGetAddressRange,cuPointerGetAttribute run)
 expect "a driver without entry points kvcomm does not call" "$out" "^cuda driver: usable" "^missing optional: $" \
@@ -26,6 +26,9 @@ expect "a driver without optional entry points" "$out" "^cuda driver: usable" \
   "^missing optional: cuGetErrorString, cuIpcOpenMemHandle, cuMemRetainAllocationHandle$" "^core: available" \
   "^legacy-ipc: Unsupported: .*lacks cuIpcOpenMemHandle, which legacy CUDA IPC needs" \
   "^adopt: Unsupported: .*lacks cuMemRetainAllocationHandle, which adopting an engine's memory needs"
+out=$(FAKE_CUDA_MISSING=cuMemHostGetDevicePointer run)
+expect "a driver without host registration" "$out" "^cuda driver: usable" "^core: available" \
+  "^host-register: Unsupported: .*lacks cuMemHostGetDevicePointer, which device waits on the health flag needs"
 out=$(FAKE_CUDA_MISSING=cuMemGetHandleForAddressRange,cuFlushGPUDirectRDMAWrites run)
 expect "a driver without the GPUDirect RDMA entry points" "$out" "^cuda driver: usable" \
   "^missing optional: cuMemGetHandleForAddressRange, cuFlushGPUDirectRDMAWrites$" "^core: available" \

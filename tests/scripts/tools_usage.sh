@@ -34,13 +34,19 @@ expect 2 "--tokens '' is not an integer" tools/kvcomm-demo --tokens=
 expect 2 "--kind 'gpu' is not one of: cuda, host" perf/perf_publish --kind gpu
 expect 2 "--tokens item '' is not an integer" perf/perf_publish --tokens 1,,2
 expect 2 "--row-bytes 0 is out of range" perf/perf_publish --row-bytes 0
-expect 2 "--reps 'many' is not an integer" perf/perf_publish --reps many
+expect 2 "--iters 'many' is not an integer" perf/perf_publish -n many
+expect 2 "--warmup_iters -1 is out of range" perf/perf_publish -w -1
+expect 2 "-e 1K is smaller than -b 2K" perf/perf_publish -b 2K -e 1K
+expect 2 "--minbytes '2X' is not a byte count" perf/perf_publish -b 2X
+expect 2 "--stepfactor 1 is out of range" perf/perf_publish -b 1K -e 1M -f 1
+expect 2 "give --tokens or -b/-e, not both" perf/perf_publish --tokens 1 -b 1K
 expect 2 "--reps 0 is out of range" perf/perf_fetch --reps 0
 expect 2 "--kind 'gpu' is not one of: cuda, host" perf/perf_fetch --kind gpu
 expect 2 "--net-rank needs --id-file" perf/perf_fetch --net-rank 0
 expect 2 "--net-rank 2 is out of range" perf/perf_fetch --net-rank 2 --id-file /tmp/x
 expect 2 "--sizes-gib item 0 is out of range" perf/perf_symm_rendezvous --sizes-gib 0
-expect 2 "--reps 99999999999999999999 is out of range" perf/perf_symm_rendezvous --reps 99999999999999999999
+expect 2 "--iters 99999999999999999999 is out of range" perf/perf_symm_rendezvous --iters 99999999999999999999
+expect 2 "give --sizes-gib or -b/-e, not both" perf/perf_symm_rendezvous --sizes-gib 1 -e 2G
 # A layout that does not fit the rank count is known only under mpirun: reported once, before any group is formed.
 flags=(--oversubscribe --bind-to none); [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
 out=$(OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 60 mpirun "${flags[@]}" -np 4 "$b/tools/kvcomm-info" \

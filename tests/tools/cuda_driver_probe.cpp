@@ -15,6 +15,7 @@ int main() {
       {"core", kvcomm::detail::CudaFeature::Core},
       {"legacy-ipc", kvcomm::detail::CudaFeature::LegacyIpc},
       {"adopt", kvcomm::detail::CudaFeature::AdoptMemory},
+      {"host-register", kvcomm::detail::CudaFeature::HostRegister},
       {"gpudirect-rdma", kvcomm::detail::CudaFeature::GpuDirectRdma}};
   for (auto [name, feature] : features) {
     try {

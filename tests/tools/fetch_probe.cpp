@@ -27,9 +27,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/fetch_hostile.hpp"
-#include "common/fetch_oracle.hpp"
-#include "common/memory.hpp"
+#include "support/fetch_hostile.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"

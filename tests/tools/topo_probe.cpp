@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/publish_oracle.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
+#include "support/publish_oracle.hpp"
 
 namespace {
 

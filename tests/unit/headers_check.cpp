@@ -1,4 +1,5 @@
 // Compile check: every public header, as C++17 (this file) and under nvcc (headers_check.cu includes this file).
+#include "kvcomm/api.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"

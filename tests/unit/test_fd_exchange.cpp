@@ -7,8 +7,8 @@
 #include <string>
 
 #include "common/fd.hpp"
-#include "common/memory.hpp"
 #include "kvcomm/error.hpp"
+#include "support/memory.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/fetch_oracle.hpp"
-#include "common/processes.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/fetch.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/processes.hpp"
 
 namespace {
 

@@ -176,6 +176,13 @@ TEST(FetchPlanner, ValidationNamesTheRequestPairAndId) {
       },
       {"request 1, pair 1", "destination block 3", "already written by request 0, pair 1", "duplicate"});
   expectError([&] { planFetch({Ids{{1}, {1}}.req(3)}, in); }, {"request 0", "source rank 3"});
+  // Rank 0 is this rank: a local copy may not read a block the batch writes.
+  expectError(
+      [&] {
+        planFetch({ok.req(1), Ids{{3, 50}, {60, 61}}.req(0)}, in);
+      },
+      {"request 1, pair 0", "source block 3 of this rank", "written by request 0, pair 1"});
+  EXPECT_EQ(planFetch({ok.req(1), Ids{{50}, {60}}.req(0)}, in).pairs.size(), 3u);
   FetchRequest wrongHash = ok.req(1);
   wrongHash.srcLayoutHash = t.hashes[1] ^ 1;
   expectError([&] { planFetch({wrongHash}, in); }, {"request 0", "layout hash"});

@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/fetch_hostile.hpp"
-#include "common/fetch_oracle.hpp"
-#include "common/memory.hpp"
-#include "common/processes.hpp"
+#include "support/fetch_hostile.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
+#include "support/processes.hpp"
 #include "common/socket.hpp"
 #include "fetch/negotiation.hpp"
 #include "fetch/tcp_server.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/fetch_wire_fuzz.hpp"
+#include "support/fetch_wire_fuzz.hpp"
 #include "fetch/negotiation.hpp"
 #include "fetch/segments.hpp"
 #include "fetch/wire.hpp"

@@ -1,4 +1,4 @@
-// The verbs transport against the fake provider (tests/common/fake_verbs.hpp): work requests (one READ per remote run,
+// The verbs transport against the fake provider (tests/support/fake_verbs.hpp): work requests (one READ per remote run,
 // scattered over at most max_sge local SGEs, cut at message size and at memory-region boundaries), byte-exact reads
 // with at most the negotiated READ depth in flight per queue pair, and every injected failure (remote access error,
 // retry exceeded, a flush error out of nowhere, READs that never complete, a cancel, a completion-queue overrun)
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/fake_verbs.hpp"
+#include "support/fake_verbs.hpp"
 #include "fetch/layout_registry.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/verbs_transport.hpp"

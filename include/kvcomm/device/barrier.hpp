@@ -27,6 +27,9 @@ struct BarrierDeviceHandle {
   uint64_t* epochs;                       ///< [kMaxBarrierLanes] this rank's epoch per lane
   uint32_t* arrivals;                     ///< [kMaxBarrierLanes] block arrivals of fused kernels
   DeviceErrorRecord* error;
+  /// The group's health flag, mapped for this code (nullptr: not watched): non-zero once the communicator was aborted
+  /// or a member died. Waits poll it and stop, recording a PeerFailed error, instead of running into the timeout.
+  const uint32_t* health;
   uint64_t timeoutNs;  ///< bound on every wait
   int32_t rank;
   int32_t size;
@@ -35,6 +38,20 @@ struct BarrierDeviceHandle {
 };
 
 static_assert(std::is_trivially_copyable<BarrierDeviceHandle>::value, "passed to kernels by value");
+
+/// Which threads call a device barrier primitive together (all of them must call it).
+enum class BarrierScope {
+  Thread,  ///< one thread does everything (other threads of the block do not call it)
+  Warp,    ///< all 32 lanes of one warp: the members are split over the lanes
+  Block,   ///< every thread of one block: threads [0, size) take a member each
+};
+
+/// The memory ordering a signal or wait provides.
+enum class BarrierOrder {
+  Relaxed,  ///< arrival only: no ordering of the caller's data (e.g. a pure rendezvous, or ordered by other means)
+  Ordered,  ///< signal = system-scope release of what the scope wrote before (and earlier kernels of the stream);
+            ///< wait = system-scope acquire shared with the scope
+};
 
 KVCOMM_HOST_DEVICE_INLINE uint64_t* barrierFlag(uint64_t areaBase, int lane, int fromRank) {
   return reinterpret_cast<uint64_t*>(areaBase) + lane * kMaxHandlePeers + fromRank;
@@ -62,6 +79,18 @@ KVCOMM_DEVICE_INLINE uint64_t loadRelaxedSystem(const uint64_t* p) {
   return v;
 }
 
+/// 32-bit relaxed load at system scope (the host-written health flag).
+KVCOMM_DEVICE_INLINE uint32_t loadRelaxedSystem32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// Whether the group failed (abort, or a member's death), as the host announced it in b.health.
+KVCOMM_DEVICE_INLINE bool barrierGroupFailed(const BarrierDeviceHandle& b) {
+  return b.health != nullptr && loadRelaxedSystem32(b.health) != 0;
+}
+
 /// Atomic add with acquire-release semantics at GPU scope; returns the old value.
 KVCOMM_DEVICE_INLINE uint32_t addAcqRelGpu(uint32_t* p, uint32_t v) {
   uint32_t old;
@@ -81,12 +110,18 @@ KVCOMM_DEVICE_INLINE void barrierSignal(const BarrierDeviceHandle& b, int lane, 
 }
 
 /// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
-/// records a BarrierTimeout naming rank, peer and lane and returns false. Polls with relaxed loads and acquires once.
+/// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
+/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with relaxed loads (the
+/// health flag, in host memory, every 64 polls) and acquires once.
 KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
   const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
   if (loadRelaxedSystem(flag) < epoch) {
     uint64_t start = globalTimerNs();
-    while (loadRelaxedSystem(flag) < epoch) {
+    for (uint32_t spin = 1; loadRelaxedSystem(flag) < epoch; ++spin) {
+      if ((spin & 63) == 0 && barrierGroupFailed(b)) {
+        recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
+        return false;
+      }
       if (globalTimerNs() - start > b.timeoutNs) {
         recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
         return false;
@@ -143,6 +178,85 @@ KVCOMM_DEVICE_INLINE void barrierWaitBlock(const BarrierDeviceHandle& b, int lan
   int t = static_cast<int>(threadIdx.x);
   if (t < b.size && t != b.rank && b.peerSignals[t] != 0) barrierWait(b, lane, t, epoch);
   __syncthreads();
+}
+
+namespace detail {
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE void barrierScopeSync() {
+  if constexpr (S == BarrierScope::Warp) __syncwarp();
+  if constexpr (S == BarrierScope::Block) __syncthreads();
+}
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE int barrierScopeRank() {
+  if constexpr (S == BarrierScope::Thread) return 0;
+  if constexpr (S == BarrierScope::Warp) return static_cast<int>(threadIdx.x & 31);
+  return static_cast<int>(threadIdx.x);
+}
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE int barrierScopeSize() {
+  if constexpr (S == BarrierScope::Thread) return 1;
+  if constexpr (S == BarrierScope::Warp) return 32;
+  return static_cast<int>(blockDim.x);
+}
+}  // namespace detail
+
+/// The first half of a split barrier, at any cooperation scope and memory order: announces the lane's next epoch to
+/// every mapped member (the scope's threads share the members), then advances the lane's epoch. Ordered: a
+/// system-scope release per member, cumulative over what the scope's threads wrote before the call (through the
+/// scope's own sync) and over earlier kernels of the stream; Relaxed: a relaxed system-scope store (arrival only).
+/// One scope per rank and lane calls it; pair with barrierWaitScope() (or the host's Barrier::wait()).
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE void barrierSignalScope(const BarrierDeviceHandle& b, int lane,
+                                             BarrierOrder order = BarrierOrder::Ordered) {
+  detail::barrierScopeSync<S>();
+  const uint64_t epoch = barrierNextEpoch(b, lane);
+  for (int peer = detail::barrierScopeRank<S>(); peer < b.size; peer += detail::barrierScopeSize<S>()) {
+    if (peer == b.rank || b.peerSignals[peer] == 0) continue;
+    uint64_t* flag = barrierFlag(b.peerSignals[peer], lane, b.rank);
+    if (order == BarrierOrder::Ordered) {
+      storeReleaseSystem(flag, epoch);
+    } else {
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(epoch) : "memory");
+    }
+  }
+  detail::barrierScopeSync<S>();  // every thread read the old epoch before it changes
+  if (detail::barrierScopeRank<S>() == 0) b.epochs[lane] = epoch;
+}
+
+/// The second half: waits until every member announced this rank's current epoch on `lane`. Ordered: system-scope
+/// acquire, shared with the scope by its closing sync; Relaxed: arrival only. Bounded (records BarrierTimeout or
+/// PeerFailed). Returns false in a thread whose wait failed.
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE bool barrierWaitScope(const BarrierDeviceHandle& b, int lane,
+                                           BarrierOrder order = BarrierOrder::Ordered) {
+  const uint64_t epoch = b.epochs[lane];
+  bool ok = true;
+  for (int peer = detail::barrierScopeRank<S>(); peer < b.size; peer += detail::barrierScopeSize<S>()) {
+    if (peer == b.rank || b.peerSignals[peer] == 0) continue;
+    if (order == BarrierOrder::Ordered) {
+      ok = barrierWait(b, lane, peer, epoch) && ok;
+    } else {
+      const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
+      uint64_t start = globalTimerNs();
+      while (loadRelaxedSystem(flag) < epoch) {
+        if (globalTimerNs() - start > b.timeoutNs) {
+          recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
+          ok = false;
+          break;
+        }
+      }
+    }
+  }
+  detail::barrierScopeSync<S>();
+  return ok;
+}
+
+/// signal + wait at one scope and order.
+template <BarrierScope S>
+KVCOMM_DEVICE_INLINE bool barrierSyncScope(const BarrierDeviceHandle& b, int lane,
+                                           BarrierOrder order = BarrierOrder::Ordered) {
+  barrierSignalScope<S>(b, lane, order);
+  return barrierWaitScope<S>(b, lane, order);
 }
 
 /// For kernels that write with many blocks and then synchronise: every block calls it once after its last store,

@@ -11,9 +11,11 @@ namespace kvcomm {
 /// What went wrong on the device.
 enum class DeviceErrorKind : int32_t {
   None = 0,
-  SlotOutOfRange = 1,   ///< a slot's row would land outside the backed part of the buffer; the row was not written
+  SlotOutOfRange = 1,   ///< a slot's row would land outside its tensor's region or the backed part of the buffer (or
+                        ///< its destination would wrap); the row was not written
   BarrierTimeout = 2,   ///< a barrier wait expired; the peer never arrived
   BlockOutOfRange = 3,  ///< a fetch named a block id outside its layout; that block pair was not copied
+  PeerFailed = 4,       ///< a barrier wait stopped: the communicator was aborted or a member died
 };
 
 /// First error wins; later ones are dropped until the host clears the record.
@@ -24,8 +26,8 @@ struct DeviceErrorRecord {
   int64_t slot;   ///< offending slot (SlotOutOfRange)
   int32_t tensor;
   int32_t rank;  ///< rank that detected it
-  int32_t peer;  ///< peer waited for (BarrierTimeout)
-  int32_t lane;  ///< barrier lane (BarrierTimeout)
+  int32_t peer;  ///< peer waited for (BarrierTimeout, PeerFailed)
+  int32_t lane;  ///< barrier lane (BarrierTimeout, PeerFailed)
 };
 
 #if KVCOMM_ON_DEVICE_COMPILER

@@ -10,10 +10,46 @@
 namespace kvcomm {
 
 /// Byte offset of `slot`'s row: offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride.
+/// Unchecked (it wraps modulo 2^64 for hostile strides or slots): use slotDestinationChecked() where a slot or a
+/// layout is not known to be in range.
 KVCOMM_HOST_DEVICE_INLINE uint64_t slotDestination(int64_t slot, uint64_t offset, uint64_t blockSize,
                                                    uint64_t blockStride, uint64_t rowStride) {
   uint64_t s = static_cast<uint64_t>(slot);
   return offset + (s / blockSize) * blockStride + (s % blockSize) * rowStride;
+}
+
+/// a * b into *out; true when the product does not fit in 64 bits.
+KVCOMM_HOST_DEVICE_INLINE bool mulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+#if KVCOMM_DEVICE_CODE
+  *out = a * b;
+  return __umul64hi(a, b) != 0;
+#else
+  return __builtin_mul_overflow(a, b, out);
+#endif
+}
+
+/// a + b into *out; true when the sum does not fit in 64 bits.
+KVCOMM_HOST_DEVICE_INLINE bool addOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  *out = a + b;
+  return *out < a;
+}
+
+/// slotDestination() with every step checked: stores offset + (slot / blockSize) * blockStride +
+/// (slot % blockSize) * rowStride in *dst and returns true only when no step wraps and the row's `rowBytes` bytes end
+/// within `limit` bytes of `offset` (the region the tensor may address). A negative slot (padding) or blockSize 0
+/// returns false.
+KVCOMM_HOST_DEVICE_INLINE bool slotDestinationChecked(int64_t slot, uint64_t offset, uint64_t blockSize,
+                                                      uint64_t blockStride, uint64_t rowStride, uint64_t rowBytes,
+                                                      uint64_t limit, uint64_t* dst) {
+  if (slot < 0 || blockSize == 0) return false;
+  uint64_t s = static_cast<uint64_t>(slot);
+  uint64_t block = s / blockSize, within = s - block * blockSize;
+  uint64_t a, b, rel, end, at;
+  if (mulOverflows(block, blockStride, &a) || mulOverflows(within, rowStride, &b) || addOverflows(a, b, &rel) ||
+      addOverflows(rel, rowBytes, &end) || end > limit || addOverflows(offset, rel, &at))
+    return false;
+  *dst = at;
+  return true;
 }
 
 #if KVCOMM_ON_DEVICE_COMPILER

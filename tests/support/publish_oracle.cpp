@@ -1,12 +1,12 @@
-#include "common/publish_oracle.hpp"
+#include "support/publish_oracle.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
 
-#include "common/memory.hpp"
 #include "kvcomm/device/publish.hpp"
+#include "support/memory.hpp"
 
 namespace kvtest {
 

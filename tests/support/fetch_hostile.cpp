@@ -1,4 +1,4 @@
-#include "common/fetch_hostile.hpp"
+#include "support/fetch_hostile.hpp"
 
 #include <sys/socket.h>
 

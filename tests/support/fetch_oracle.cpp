@@ -1,4 +1,4 @@
-#include "common/fetch_oracle.hpp"
+#include "support/fetch_oracle.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "common/memory.hpp"
-#include "common/publish_oracle.hpp"
+#include "support/memory.hpp"
+#include "support/publish_oracle.hpp"
 
 namespace kvtest {
 

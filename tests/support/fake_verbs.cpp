@@ -1,4 +1,4 @@
-#include "common/fake_verbs.hpp"
+#include "support/fake_verbs.hpp"
 
 #if KVCOMM_HAVE_VERBS
 

@@ -1,4 +1,4 @@
-#include "common/memory.hpp"
+#include "support/memory.hpp"
 
 #include <dirent.h>
 #include <sys/mman.h>
@@ -33,7 +33,7 @@ bool distinctGpus(const kvcomm::Communicator& comm) {
 
 void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {
   if (kind == kvcomm::MemoryKind::Host) {
-    std::memcpy(dst, src, n);
+    if (n) std::memcpy(dst, src, n);  // empty inputs may come with null pointers
     return;
   }
 #ifdef KVCOMM_HAVE_CUDA
@@ -47,7 +47,7 @@ void toMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {
 
 void fromMemory(kvcomm::MemoryKind kind, void* dst, const void* src, size_t n) {
   if (kind == kvcomm::MemoryKind::Host) {
-    std::memcpy(dst, src, n);
+    if (n) std::memcpy(dst, src, n);  // empty inputs may come with null pointers
     return;
   }
 #ifdef KVCOMM_HAVE_CUDA

@@ -1,0 +1,75 @@
+// Group health: whether a communicator's group can still run collectives. One flag word per group, in host memory
+// on a page of its own (so the CUDA driver can map it for device code): 0 while healthy, then why it stopped —
+// aborted (Communicator::abort) or a member died (the mesh's liveness watch). Waits of every layer poll it (host
+// loops read flag(); kernels read deviceFlag()) so that no wait outlives a known failure, and every collective
+// checks it on entry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvcomm/comm.hpp"
+
+namespace kvcomm::detail {
+
+/// Values of the health flag (never cleared once set).
+enum HealthState : uint32_t {
+  kHealthy = 0,
+  kAborted = 1,   ///< abort() was called on the communicator (or one it was split from)
+  kPeerDied = 2,  ///< a member's process died (its liveness connection closed without a goodbye)
+};
+
+class GroupHealth {
+ public:
+  /// `meshMembers`: the mesh (world) rank of each member, in group-rank order.
+  explicit GroupHealth(std::vector<int> meshMembers);
+  ~GroupHealth();
+  GroupHealth(const GroupHealth&) = delete;
+  GroupHealth& operator=(const GroupHealth&) = delete;
+
+  /// The flag word in host memory (stable for the group's life, alone on its page). Poll with an acquire load.
+  const uint32_t* flag() const { return flag_; }
+  /// Current state (acquire load; cheap enough for every loop iteration).
+  HealthState state() const { return static_cast<HealthState>(__atomic_load_n(flag_, __ATOMIC_ACQUIRE)); }
+  bool healthy() const { return state() == kHealthy; }
+
+  /// The flag's address for device code (a CUDA kernel polls it with a volatile or relaxed system-scope load):
+  /// registers the page with the CUDA driver on first call (needs a current context). 0 without CUDA.
+  uint64_t deviceFlag();
+
+  /// Marks the group aborted (and every group split from it); `why` is kept for messages.
+  void abort(const std::string& why);
+  /// Marks the group broken by the death of the member at `meshRank` (no-op when it is not a member).
+  void memberDied(int meshRank, const std::string& why);
+  /// Groups split from this one: aborted with it.
+  void addChild(const std::shared_ptr<GroupHealth>& child);
+
+  bool containsMeshRank(int meshRank) const;
+  /// Group rank of the first member known dead, or -1.
+  int deadRank() const;
+  /// Why the group stopped ("" while healthy).
+  std::string reason() const;
+  /// Throws when the group is not healthy: Error(Aborted) after abort(), NetworkError naming the dead rank.
+  void check(const char* call) const;
+
+ private:
+  uint32_t* flag_ = nullptr;  // first word of a private page
+  std::vector<int> members_;
+  mutable std::mutex mu_;
+  std::string reason_;
+  int deadRank_ = -1;
+  std::vector<std::weak_ptr<GroupHealth>> children_;
+  uint64_t deviceFlag_ = 0;
+  bool registered_ = false;
+};
+
+/// The health of a communicator's group (valid communicators only).
+GroupHealth& healthOf(const Communicator& comm);
+
+/// Throws when `comm`'s group is aborted or lost a member (see GroupHealth::check).
+void checkHealthy(const Communicator& comm, const char* call);
+
+}  // namespace kvcomm::detail
