@@ -224,18 +224,17 @@ int runNetwork(const NetOptions& o) {
                {Column{"case", Kind::Text, "block sizes and how the ids are laid out"},
                 Column{"block_bytes", Kind::Int, "bytes of one block in one region"},
                 Column{"blocks", Kind::Int, "block copies: pairs x regions"},
-                Column{"bytes", Kind::Int, "bytes moved per fetch"},
-                Column{"op", Kind::Text, "what was timed"},
+                Column{"bytes", Kind::Int, "bytes moved per fetch"}, Column{"op", Kind::Text, "what was timed"},
                 Column{"reps", Kind::Int, "timed fetches behind the statistics"},
                 Column{"us", Kind::Num, "median wall-clock us per fetch until the bytes are in rank 0's memory"},
-                Column{"p10_us", Kind::Num, "10th percentile"},
-                Column{"p90_us", Kind::Num, "90th percentile"},
+                Column{"p10_us", Kind::Num, "10th percentile"}, Column{"p90_us", Kind::Num, "90th percentile"},
                 Column{"GBps", Kind::Num, "bytes / median"},
                 Column{"vs_raw", Kind::Num,
                        "raw_us / us: throughput as a fraction of one plain TCP connection carrying the same bytes"}},
                where);
-    rep.note("Every variant of a case is timed in rotation (kvcomm, kvcomm on one connection, raw, kvcomm, ...), so "
-             "all see the same load.");
+    rep.note(
+        "Every variant of a case is timed in rotation (kvcomm, kvcomm on one connection, raw, kvcomm, ...), so "
+        "all see the same load.");
     rep.note(cuda ? "The baseline receives the bytes into pinned memory and cudaMemcpy's them into GPU memory."
                   : "The baseline receives the bytes into one host buffer.");
     for (const NetCase& c : cases) {

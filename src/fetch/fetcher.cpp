@@ -200,7 +200,7 @@ struct Fetcher::Impl {
   std::unique_ptr<detail::FetchTransport> tcp;
   std::unique_ptr<detail::VerbsFabric> verbs;  // this rank's RDMA device, registrations and queue pairs
   std::unique_ptr<detail::FetchTransport> rdma;
-  bool rdmaInGroup = false;  // some pair reads over RDMA: refresh() re-exchanges chunk keys
+  bool rdmaInGroup = false;    // some pair reads over RDMA: refresh() re-exchanges chunk keys
   Barrier barrier;             // fetchAll, when every member is reachable here
   std::mutex mu;               // one submission at a time (staging, copier, scratch)
   detail::PlanOutput scratch;  // plans of fetch()/fetchAll(), made and submitted at once: reused, never reallocated

@@ -27,15 +27,15 @@
 #include <thread>
 #include <vector>
 
-#include "support/fetch_hostile.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "support/fetch_hostile.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
 
 namespace {
 

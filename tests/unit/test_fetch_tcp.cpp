@@ -19,10 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include "support/fetch_hostile.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
-#include "support/processes.hpp"
 #include "common/socket.hpp"
 #include "fetch/negotiation.hpp"
 #include "fetch/tcp_server.hpp"
@@ -32,6 +28,10 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "support/fetch_hostile.hpp"
+#include "support/fetch_oracle.hpp"
+#include "support/memory.hpp"
+#include "support/processes.hpp"
 
 namespace {
 

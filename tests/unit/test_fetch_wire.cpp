@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "support/fetch_wire_fuzz.hpp"
 #include "fetch/negotiation.hpp"
 #include "fetch/segments.hpp"
 #include "fetch/wire.hpp"
 #include "kvcomm/error.hpp"
 #include "platform/ibverbs.hpp"
+#include "support/fetch_wire_fuzz.hpp"
 
 namespace {
 

@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "support/fake_verbs.hpp"
 #include "fetch/layout_registry.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/verbs_transport.hpp"
 #include "kvcomm/error.hpp"
+#include "support/fake_verbs.hpp"
 
 namespace {
 
