@@ -1,5 +1,5 @@
 # Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> arena ->
-# capi).
+# capi). The fetch layer holds its network transports too (wire protocol, negotiation, TCP server and client, verbs).
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -30,6 +30,12 @@ set(KVCOMM_SOURCES
     src/fetch/layout_registry.cpp
     src/fetch/planner.cpp
     src/fetch/peer_transport.cpp
+    src/fetch/wire.cpp
+    src/fetch/negotiation.cpp
+    src/fetch/net_io.cpp
+    src/fetch/tcp_server.cpp
+    src/fetch/tcp_transport.cpp
+    src/fetch/verbs_transport.cpp
     src/fetch/fetcher.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp
@@ -58,6 +64,7 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/barrier.cu
     src/kernels/fetch.cu
     src/fetch/device_copy.cpp
+    src/fetch/gpu_direct.cpp
     src/ops/device_memory.cpp
     src/arena/cuda_support.cpp)
 

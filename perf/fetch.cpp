@@ -8,7 +8,10 @@
 // (fetchAll, both ranks at once) against NCCL grouped send/recv of packed blocks + unpack.
 // Host: rank 0 pulls from rank 1; kvcomm against a per-block memcpy loop over the same mapping and MPI send/recv of
 // packed blocks; wall-clock medians.
+// Across hosts (no MPI; perf/fetch_netns.sh runs it in two network namespaces): rank 0 pulls from rank 1 over TCP
+// against one plain TCP connection carrying the same bytes; RDMA rows where both have a device (fetch_net.cpp).
 //   mpirun -np 2 perf_fetch [--reps 20] [--quick] [--json out.jsonl]
+//   perf_fetch --net-rank R --id-file F [--ifname IF] [--kind host|cuda]   (one process per host, R = 0 and 1)
 #include <mpi.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 
 #include "bench/bench.hpp"
 #include "cli/args.hpp"
+#include "fetch_net.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.hpp"
@@ -516,7 +520,11 @@ int main(int argc, char** argv) {
   args.option("--json", "FILE", "append one JSON line per table row to FILE");
   // The cases are fixed shapes (block sizes x layouts), so the -b/-e/-f size sweep of the other benchmarks does
   // not apply; --reps plays -n's part.
+  args.option("--net-rank", "R", "cross-host mode without MPI: this process is rank R (0 pulls, 1 serves) of two");
+  args.option("--id-file", "FILE", "cross-host mode: rank 0 writes the bootstrap id to FILE, rank 1 reads it");
+  args.option("--ifname", "IF", "cross-host mode: the network interface to use (default: the first one that is up)");
   Options o;
+  kvbench::NetOptions net;
   std::string kindArg;
   int rc = kvcli::parseOrExit(args, argc, argv, [&] {
     if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
@@ -524,8 +532,19 @@ int main(int argc, char** argv) {
     o.quick = args.given("quick");
     o.computeIters = static_cast<int>(args.integer("compute-iters", 1, 10000000));
     o.json = args.text("json");
+    if (args.given("net-rank")) {
+      net.rank = static_cast<int>(args.integer("net-rank", 0, 1));
+      net.idFile = args.text("id-file");
+      if (net.idFile.empty()) throw kvcli::UsageError("--net-rank needs --id-file");
+      net.ifname = args.text("ifname");
+      net.kind = kindArg.empty() ? "host" : kindArg;
+      net.reps = o.reps;
+      net.quick = o.quick;
+      net.json = o.json;
+    }
   });
   if (rc >= 0) return rc;
+  if (net.rank >= 0) return kvbench::runNetwork(net);
   rc = 0;
   MPI_Init(&argc, &argv);
   try {

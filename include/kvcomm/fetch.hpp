@@ -1,7 +1,7 @@
 // kvcomm: fetch. KV blocks that live in another member's cache are pulled straight into this rank's own cache
 // slots: planned in block indices against layouts every member registered once, validated before anything moves,
-// coalesced into runs, and copied by the path that fits (an SM gather kernel or the copy engines over the peer
-// mappings on one host; CPU copies on host memory).
+// coalesced into runs, and copied by the transport that reaches the source (the peer mappings on one host: an SM
+// gather kernel, the copy engines or CPU copies; RDMA READ or TCP from other hosts).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,10 @@
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm {
+
+namespace detail {
+struct FetcherInternals;  // tests and tools: what members exchanged (src/fetch/fetcher_internals.hpp)
+}  // namespace detail
 
 /// One region of a KV layout, in bytes from the buffer's base: block b occupies
 /// [offset + b * blockStride, offset + b * blockStride + blockBytes).
@@ -51,6 +55,16 @@ enum class FetchPath {
 /// "auto", "kernel", "copy", "host".
 KVCOMM_API const char* fetchPathName(FetchPath path);
 
+/// What carries a fetch's bytes from a source member to this rank (Fetcher::transport()).
+enum class FetchTransportKind {
+  None,  ///< the source cannot be reached (Fetcher::transport() says why in the plan error)
+  Peer,  ///< the peer mappings of one host (and this rank's own blocks): the paths above
+  Tcp,   ///< the source's fetch server over TCP (other hosts, or KVCOMM_FETCH_TRANSPORT=tcp)
+  Rdma,  ///< RDMA READ from the source's registered memory (other hosts where both ends have RDMA)
+};
+/// "none", "peer", "tcp", "rdma".
+KVCOMM_API const char* fetchTransportName(FetchTransportKind kind);
+
 /// Blocks to pull from one source member, in host memory. Pair i copies source block srcBlocks[i] (in the source's
 /// layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on either
 /// side is skipped (padding); any other negative id is an error.
@@ -77,15 +91,19 @@ struct FetchOptions {
 
 /// What a plan does (FetchPlan::info(), returned by fetch()).
 struct KVCOMM_API FetchPlanInfo {
-  size_t pairsIn = 0;                ///< block pairs named by the requests
-  size_t pairsSkipped = 0;           ///< pairs with -1 (padding)
-  size_t runsOut = 0;                ///< copies after coalescing (a run: consecutive blocks on both sides, one region)
-  size_t kernelRuns = 0;             ///< runs the gather kernel moves
-  size_t copyEngineRuns = 0;         ///< runs the copy engines move
-  size_t hostRuns = 0;               ///< runs CPU copies move
-  size_t bytes = 0;                  ///< bytes to copy
-  FetchPath path = FetchPath::Auto;  ///< the one path used, or Auto when runs use both kernel and copy engines
-  double planMicros = 0;             ///< host time spent validating and coalescing
+  size_t pairsIn = 0;         ///< block pairs named by the requests
+  size_t pairsSkipped = 0;    ///< pairs with -1 (padding)
+  size_t runsOut = 0;         ///< copies after coalescing (a run: consecutive blocks on both sides, one region)
+  size_t kernelRuns = 0;      ///< runs the gather kernel moves
+  size_t copyEngineRuns = 0;  ///< runs the copy engines move
+  size_t hostRuns = 0;        ///< runs CPU copies move
+  size_t tcpRuns = 0;         ///< runs the TCP transport moves (sources reached over TCP)
+  size_t rdmaRuns = 0;        ///< runs RDMA READs move (sources reached over RDMA)
+  size_t bytes = 0;           ///< bytes to copy
+  /// The one path the same-host runs use, or Auto when they use both kernel and copy engines (runs of network
+  /// transports are counted in tcpRuns/rdmaRuns, not here).
+  FetchPath path = FetchPath::Auto;
+  double planMicros = 0;  ///< host time spent validating and coalescing
   std::string toString() const;
 };
 
@@ -162,13 +180,15 @@ struct FetcherOptions {
   int64_t barrierTimeoutMs = -1;
 };
 
-/// Fetches of KV blocks between the members of a SymmetricBuffer's group.
+/// Fetches of KV blocks between the members of a SymmetricBuffer's group, on one host or across hosts.
 ///
 /// Call order:
 ///   1. create(buffer, layout) on every member (collective): each member registers its own layout; every member
 ///      validates its own (checked arithmetic, regions inside the backed part of the buffer), and every member
 ///      learns every other's through the communicator (layouts, never pointers). Layouts must be compatible (same
-///      region count and blockBytes per region) or every rank throws naming the rank and region.
+///      region count and blockBytes per region) or every rank throws naming the rank and region. Members also
+///      negotiate the fetch protocol version and pick a transport per source (peer mappings on one host, RDMA READ
+///      or TCP from other hosts; KVCOMM_FETCH_TRANSPORT demands one); a member reached over TCP starts its server.
 ///   2. Any number of fetches, from any member, at any time (one-sided: the source does nothing):
 ///      - fetch(requests, stream): validate + coalesce + enqueue (stream-ordered; the bytes are visible to work
 ///        enqueued after it on the stream; host buffers: done when it returns);
@@ -224,6 +244,9 @@ class KVCOMM_API Fetcher {
   /// Collective: revalidates every member's layout against the buffer as it is now and adopts its generation.
   void refresh();
 
+  /// The transport this rank's fetches from member `rank` take (chosen at create: see KVCOMM_FETCH_TRANSPORT).
+  FetchTransportKind transport(int rank) const;
+
   /// Member `rank`'s registered layout and its hash.
   const KvLayout& layout(int rank) const;
   uint64_t layoutHash(int rank) const;
@@ -242,6 +265,7 @@ class KVCOMM_API Fetcher {
   struct Impl;
 
  private:
+  friend struct detail::FetcherInternals;
   explicit Fetcher(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

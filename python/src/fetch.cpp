@@ -91,8 +91,11 @@ void bindFetch(nb::module_& m) {
       .def_ro("kernel_runs", &FetchPlanInfo::kernelRuns)
       .def_ro("copy_engine_runs", &FetchPlanInfo::copyEngineRuns)
       .def_ro("host_runs", &FetchPlanInfo::hostRuns)
+      .def_ro("tcp_runs", &FetchPlanInfo::tcpRuns, "Runs the TCP transport moves (sources reached over TCP).")
+      .def_ro("rdma_runs", &FetchPlanInfo::rdmaRuns, "Runs RDMA READs move (sources reached over RDMA).")
       .def_ro("bytes", &FetchPlanInfo::bytes, "Bytes to copy.")
-      .def_ro("path", &FetchPlanInfo::path, "The one path used, or Auto when runs use both kernel and copy engines.")
+      .def_ro("path", &FetchPlanInfo::path,
+              "The one path the same-host runs use, or Auto when they use both kernel and copy engines.")
       .def_ro("plan_micros", &FetchPlanInfo::planMicros, "Host time spent validating and coalescing.")
       .def("__repr__", [](const FetchPlanInfo& i) { return "kvcomm.FetchPlanInfo(" + i.toString() + ")"; });
 

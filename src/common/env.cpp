@@ -129,6 +129,38 @@ int64_t fetchCopyEngineMinBytes() {
   return integer("KVCOMM_FETCH_CE_MIN_BYTES", 4ll << 20, 0, INT64_MAX, "an integer number of bytes >= 0");
 }
 
+FetchTransportKnob fetchTransport() {
+  std::string v = raw("KVCOMM_FETCH_TRANSPORT");
+  if (v.empty() || is(v, {"auto"})) return FetchTransportKnob::Auto;
+  if (is(v, {"peer"})) return FetchTransportKnob::Peer;
+  if (is(v, {"rdma"})) return FetchTransportKnob::Rdma;
+  if (is(v, {"tcp"})) return FetchTransportKnob::Tcp;
+  reject("KVCOMM_FETCH_TRANSPORT", v, "auto, peer, rdma, tcp");
+}
+
+const char* fetchTransportText(FetchTransportKnob knob) noexcept {
+  switch (knob) {
+    case FetchTransportKnob::Peer:
+      return "peer";
+    case FetchTransportKnob::Rdma:
+      return "rdma";
+    case FetchTransportKnob::Tcp:
+      return "tcp";
+    case FetchTransportKnob::Auto:
+      break;
+  }
+  return "auto";
+}
+
+int64_t fetchNetTimeoutMs() {
+  return integer("KVCOMM_FETCH_NET_TIMEOUT_MS", 3000, 100, kMaxBarrierTimeoutMs,
+                 cat("an integer number of milliseconds from 100 to ", kMaxBarrierTimeoutMs));
+}
+
+int fetchTcpConnections() {
+  return static_cast<int>(integer("KVCOMM_FETCH_TCP_CONNECTIONS", 4, 1, 16, "an integer from 1 to 16"));
+}
+
 bool multicastRequested() {
   return integer("KVCOMM_MULTICAST", 0, 0, 1, "0 or 1") == 1;
 }
@@ -155,6 +187,9 @@ void validate() {
   handleType();
   fetchPath();
   fetchCopyEngineMinBytes();
+  fetchTransport();
+  fetchNetTimeoutMs();
+  fetchTcpConnections();
   multicastRequested();
 }
 

@@ -62,6 +62,22 @@ FetchPathKnob fetchPath();
 /// (default 4 MiB).
 int64_t fetchCopyEngineMinBytes();
 
+/// KVCOMM_FETCH_TRANSPORT = auto | peer | rdma | tcp: what carries a fetch from another member. auto: the peer
+/// mappings on one host, RDMA READ to another host when both members have an RDMA device, else TCP. peer, rdma, tcp
+/// demand that transport for every other member (one it cannot reach is an error, never a silent substitute).
+enum class FetchTransportKnob { Auto, Peer, Rdma, Tcp };
+FetchTransportKnob fetchTransport();
+/// "auto", "peer", "rdma", "tcp".
+const char* fetchTransportText(FetchTransportKnob knob) noexcept;
+
+/// KVCOMM_FETCH_NET_TIMEOUT_MS: bound on how long a network fetch waits for progress from a source (connect, reply,
+/// next bytes, completions) before it fails naming the source; default 3000; an integer in [100, kMaxBarrierTimeoutMs].
+int64_t fetchNetTimeoutMs();
+
+/// KVCOMM_FETCH_TCP_CONNECTIONS: TCP connections a member opens to each source it fetches from (used in parallel
+/// by large fetches); default 4; an integer in [1, 16].
+int fetchTcpConnections();
+
 /// Reads every KVCOMM_* knob; throws InvalidArgumentError for the first one whose value is not accepted. Run at the
 /// start of TcpBootstrap and Communicator::create, so a bad knob is reported before any rank waits on another.
 void validate();

@@ -185,10 +185,94 @@ class CudaCopier : public DeviceCopier {
   cudaStream_t own_ = nullptr;
 };
 
+// Copies of one call as few API calls as possible: 2-D copies one by one, plain ones in one batch.
+void enqueueCopies(const std::vector<CopyDesc>& descs, cudaStream_t s, const char* what) {
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<size_t> sizes;
+  for (const CopyDesc& c : descs) {
+    if (c.height > 1) {
+      checkCuda(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.height, cudaMemcpyDefault, s), what);
+    } else if (s == nullptr || descs.size() == 1) {
+      checkCuda(cudaMemcpyAsync(c.dst, c.src, c.width, cudaMemcpyDefault, s), what);
+    } else {
+      dsts.push_back(c.dst);
+      srcs.push_back(c.src);
+      sizes.push_back(c.width);
+    }
+  }
+  if (dsts.empty()) return;
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  size_t first = 0;
+  checkCuda(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &first, 1, s), what);
+}
+
+class CudaHostStaging : public HostStaging {
+ public:
+  CudaHostStaging(int device, size_t slotBytes, int slots) : bytes_(slotBytes), events_(static_cast<size_t>(slots)) {
+    checkCuda(cudaSetDevice(device), "cudaSetDevice (fetch staging)");
+    checkCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cudaError_t e = cudaHostAlloc(&host_, slotBytes * static_cast<size_t>(slots), cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaStreamDestroy(stream_);
+      checkCuda(e, "cudaHostAlloc (fetch network staging)");
+    }
+  }
+  ~CudaHostStaging() override {
+    for (auto& ev : events_)
+      if (ev) {
+        try {
+          ev->wait();
+        } catch (const std::exception& e) {
+          KVCOMM_WARN("fetch staging teardown: ", e.what());
+        }
+      }
+    events_.clear();
+    cudaFreeHost(host_);
+    cudaStreamDestroy(stream_);
+  }
+  size_t slotBytes() const override { return bytes_; }
+  int slots() const override { return static_cast<int>(events_.size()); }
+  char* slot(int i) override { return static_cast<char*>(host_) + static_cast<size_t>(i) * bytes_; }
+  void toHost(int i, const std::vector<CopyDesc>& copies) override {
+    enqueueCopies(copies, stream_, "cudaMemcpyAsync (fetch staging, device to host)");
+    events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(stream_);
+  }
+  Stream ownStream() override { return reinterpret_cast<Stream>(stream_); }
+  void toDevice(int i, const std::vector<CopyDesc>& copies, Stream stream) override {
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+    enqueueCopies(copies, s, "cudaMemcpyAsync (fetch staging, host to device)");
+    events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(s);
+  }
+  bool slotDone(int i) override {
+    auto& ev = events_[static_cast<size_t>(i)];
+    return !ev || ev->done();
+  }
+  void waitSlot(int i) override {
+    auto& ev = events_[static_cast<size_t>(i)];
+    if (ev) ev->wait();
+  }
+
+ private:
+  size_t bytes_;
+  void* host_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<std::unique_ptr<CudaEvent>> events_;
+};
+
 }  // namespace
 
 std::unique_ptr<DeviceCopier> makeDeviceCopier() {
   return std::make_unique<CudaCopier>();
+}
+
+std::unique_ptr<HostStaging> makeHostStaging(int device, size_t slotBytes, int slots) {
+  return std::make_unique<CudaHostStaging>(device, slotBytes, slots);
+}
+
+void bindCudaDevice(int device) {
+  checkCuda(cudaSetDevice(device), "cudaSetDevice (fetch network thread)");
 }
 
 }  // namespace kvcomm::detail

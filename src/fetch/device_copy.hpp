@@ -52,4 +52,31 @@ class DeviceCopier {
 /// Throws Unsupported in a build without CUDA.
 std::unique_ptr<DeviceCopier> makeDeviceCopier();
 
+/// Pinned host memory between the network and a CUDA buffer: `slots` buffers of `slotBytes`; copies between a slot
+/// and device memory are enqueued as one batch per call and tracked by an event per slot, so one slot is filled or
+/// sent while another's copy runs (double buffering). Creation binds the calling thread to the buffer's device;
+/// another thread that uses it (a pooled connection's next user) binds itself first (bindCudaDevice). One thread at a
+/// time. Destruction waits for every copy.
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  virtual size_t slotBytes() const = 0;
+  virtual int slots() const = 0;
+  virtual char* slot(int i) = 0;
+  /// Device -> slot `i` (each desc's dst lies in the slot), on the staging's own stream; waitSlot(i) before reading.
+  virtual void toHost(int i, const std::vector<CopyDesc>& copies) = 0;
+  /// Slot `i` -> device (each desc's src lies in the slot), on `stream` (nullptr: the legacy default stream), in
+  /// that stream's order; the slot may be refilled once slotDone(i).
+  virtual void toDevice(int i, const std::vector<CopyDesc>& copies, Stream stream) = 0;
+  /// The staging's own non-blocking stream (polled fetches given no stream).
+  virtual Stream ownStream() = 0;
+  virtual bool slotDone(int i) = 0;
+  virtual void waitSlot(int i) = 0;
+};
+
+/// Throws Unsupported in a build without CUDA; CudaError when pinned memory cannot be had.
+std::unique_ptr<HostStaging> makeHostStaging(int device, size_t slotBytes, int slots);
+/// Makes `device` current on the calling thread (threads that use a staging made on another thread).
+void bindCudaDevice(int device);
+
 }  // namespace kvcomm::detail

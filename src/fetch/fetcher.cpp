@@ -10,13 +10,21 @@
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "common/log.hpp"
+#include "common/socket.hpp"
+#include "fetch/fetcher_internals.hpp"
 #include "fetch/layout_registry.hpp"
+#include "fetch/negotiation.hpp"
 #include "fetch/peer_transport.hpp"
 #include "fetch/planner.hpp"
+#include "fetch/tcp_server.hpp"
+#include "fetch/tcp_transport.hpp"
+#include "fetch/verbs_transport.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/fetch.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/device_memory.hpp"
+#include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 
 namespace kvcomm {
@@ -37,11 +45,27 @@ const char* fetchPathName(FetchPath path) {
   return "?";
 }
 
+const char* fetchTransportName(FetchTransportKind kind) {
+  switch (kind) {
+    case FetchTransportKind::None:
+      return "none";
+    case FetchTransportKind::Peer:
+      return "peer";
+    case FetchTransportKind::Tcp:
+      return "tcp";
+    case FetchTransportKind::Rdma:
+      return "rdma";
+  }
+  return "?";
+}
+
 std::string FetchPlanInfo::toString() const {
   std::ostringstream os;
   os << "pairs " << pairsIn << " (" << pairsSkipped << " skipped) -> runs " << runsOut << " (kernel " << kernelRuns
-     << ", copy engine " << copyEngineRuns << ", host " << hostRuns << "), " << bytes << " bytes, path "
-     << fetchPathName(path) << ", planned in " << planMicros << " us";
+     << ", copy engine " << copyEngineRuns << ", host " << hostRuns;
+  if (tcpRuns) os << ", tcp " << tcpRuns;
+  if (rdmaRuns) os << ", rdma " << rdmaRuns;
+  os << "), " << bytes << " bytes, path " << fetchPathName(path) << ", planned in " << planMicros << " us";
   return os.str();
 }
 
@@ -89,6 +113,47 @@ FetchPath parsePathKnob() {
   return FetchPath::Auto;
 }
 
+// Runs whose source a network transport reaches are counted as its runs, not as a same-host path's.
+void attributeRuns(detail::PlanOutput& plan, const std::vector<detail::Route>& routes, size_t numRegions) {
+  FetchPlanInfo& info = plan.info;
+  for (const detail::BlockRun& r : plan.runs) {
+    detail::Route route = routes[static_cast<size_t>(r.rank)];
+    if (route != detail::Route::Tcp && route != detail::Route::Rdma) continue;
+    size_t& from = r.path == FetchPath::CopyEngine ? info.copyEngineRuns
+                   : r.path == FetchPath::Kernel   ? info.kernelRuns
+                                                   : info.hostRuns;
+    from -= numRegions;
+    (route == detail::Route::Tcp ? info.tcpRuns : info.rdmaRuns) += numRegions;
+  }
+  if (!info.tcpRuns && !info.rdmaRuns) return;
+  int used = (info.kernelRuns > 0) + (info.copyEngineRuns > 0) + (info.hostRuns > 0);
+  if (used == 1)
+    info.path = info.copyEngineRuns ? FetchPath::CopyEngine : info.kernelRuns ? FetchPath::Kernel : FetchPath::Host;
+}
+
+// A polled fetch over several transports: done when every part is; failed when any part failed (after every part
+// ended: nothing may still write when the failure is reported).
+class CompositeOp : public detail::TransportOp {
+ public:
+  explicit CompositeOp(std::vector<std::unique_ptr<detail::TransportOp>> parts) : parts_(std::move(parts)) {}
+  void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
+    bool all = true;
+    std::string errors;
+    for (auto& p : parts_) {
+      bool f = false;
+      std::string e;
+      p->poll(blocksDone, &f, &e);
+      all = all && f;
+      if (!e.empty()) errors += (errors.empty() ? "" : "; ") + e;
+    }
+    *finished = all;
+    *error = all ? errors : "";
+  }
+
+ private:
+  std::vector<std::unique_ptr<detail::TransportOp>> parts_;
+};
+
 }  // namespace
 
 struct FetchPlan::Impl {
@@ -123,14 +188,33 @@ struct Fetcher::Impl {
   std::unique_ptr<detail::DeviceCopier> copier;  // CUDA buffers
   detail::PeerContext ctx;
   std::unique_ptr<detail::FetchTransport> peer;
+  std::vector<detail::Route> routes;           // by rank
   std::vector<detail::FetchTransport*> route;  // by rank: the transport that reaches it (nullptr: none)
   std::vector<uint8_t> reachable;
   std::vector<std::string> why;
+  // Network transports: what members exchanged, this rank's served memory and server, the requester sides.
+  std::shared_ptr<SymmetricBuffer::Impl> symm;
+  uint64_t unbackListener = 0;
+  std::vector<detail::RemoteDescriptor> descs;
+  std::shared_ptr<detail::ServedMemory> served;
+  std::unique_ptr<detail::TcpServer> server;
+  std::unique_ptr<detail::FetchTransport> tcp;
+  std::unique_ptr<detail::VerbsFabric> verbs;  // this rank's RDMA device, registrations and queue pairs
+  std::unique_ptr<detail::FetchTransport> rdma;
+  bool rdmaInGroup = false;    // some pair reads over RDMA: refresh() re-exchanges chunk keys
   Barrier barrier;             // fetchAll, when every member is reachable here
   std::mutex mu;               // one submission at a time (staging, copier, scratch)
   detail::PlanOutput scratch;  // plans of fetch()/fetchAll(), made and submitted at once: reused, never reallocated
 
   ~Impl() {
+    // Stop serving first (no request reads the memory afterwards), then the requester sides (they drain), then the
+    // same-host copies; the buffer itself goes last (the members above).
+    if (symm && unbackListener) detail::removeUnbackListener(*symm, unbackListener);
+    if (served) served->close();
+    server.reset();
+    rdma.reset();
+    verbs.reset();
+    tcp.reset();
     if (copier) copier->drain();  // nothing in flight may outlive the tables and staging
   }
 
@@ -175,6 +259,23 @@ struct Fetcher::Impl {
     in.copyEngineMinRunBytes =
         o.copyEngineMinRunBytes ? o.copyEngineMinRunBytes : static_cast<uint64_t>(env::fetchCopyEngineMinBytes());
     detail::planFetch(requests, in, out);
+    out.generation = generation;
+    attributeRuns(out, routes, table.numRegions);
+  }
+
+  // The plan's runs split by the transport that reaches their source.
+  std::vector<std::pair<detail::FetchTransport*, std::vector<size_t>>> split(const detail::PlanOutput& plan) const {
+    std::vector<std::pair<detail::FetchTransport*, std::vector<size_t>>> parts;
+    for (size_t i = 0; i < plan.runs.size(); ++i) {
+      detail::FetchTransport* t = route[static_cast<size_t>(plan.runs[i].rank)];
+      auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == t; });
+      if (it == parts.end()) {
+        parts.push_back({t, {}});
+        it = parts.end() - 1;
+      }
+      it->second.push_back(i);
+    }
+    return parts;
   }
 
   void submitLocked(const detail::PlanOutput& plan, Stream stream) {
@@ -182,9 +283,11 @@ struct Fetcher::Impl {
       KVCOMM_CHECK_ARG(!copier->capturing(stream), "Fetcher::submit",
                        "a fetch with host-side block ids cannot be captured in a CUDA graph (the ids would be frozen "
                        "into it); use fetchDevice() with ids in device memory");
-    std::vector<size_t> runs(plan.runs.size());
-    for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
-    peer->submit(plan, runs, stream);  // every reachable source is the peer transport's today
+    // Same-host copies first (asynchronous on CUDA), then the network transports (they return once received).
+    auto parts = split(plan);
+    std::stable_sort(parts.begin(), parts.end(),
+                     [&](const auto& a, const auto& b) { return (a.first == peer.get()) > (b.first == peer.get()); });
+    for (auto& [t, runs] : parts) t->submit(plan, runs, stream);
   }
 
   void writeTables() {
@@ -195,6 +298,150 @@ struct Fetcher::Impl {
     dstTables->write(mineViews);
   }
 };
+
+namespace {
+
+// Negotiation and the network transports (phases of fetch/negotiation.hpp), collective: every member takes part in
+// every step, whatever it needs itself.
+void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
+  Communicator& comm = impl.comm;
+  const int n = comm.size(), me = comm.rank();
+  const char* call = "Fetcher::create";
+  env::FetchTransportKnob demand = env::FetchTransportKnob::Auto;
+  detail::RemoteDescriptor mine{};
+  int64_t timeoutMs = 0;
+  detail::allSucceed(comm, "Fetcher::create (transports)", [&] {
+    demand = env::fetchTransport();
+    timeoutMs = env::fetchNetTimeoutMs();
+    auto served = std::make_shared<detail::ServedMemory>();
+    served->base = static_cast<char*>(buffer.local());
+    served->kind = impl.kind;
+    served->device = detail::bufferDevice(*impl.symm);
+    detail::randomBytes(&served->regionId, sizeof(uint64_t));
+    served->groupId = comm.id();
+    const size_t R = impl.table.numRegions;
+    served->regions.assign(impl.table.views.begin() + static_cast<std::ptrdiff_t>(me * R),
+                           impl.table.views.begin() + static_cast<std::ptrdiff_t>((me + 1) * R));
+    served->minBlocks = impl.table.minBlocks[static_cast<size_t>(me)];
+    served->blockBytesSum = impl.table.blockBytesSum;
+    served->generation = impl.generation;
+    served->layoutHash = impl.table.hashes[static_cast<size_t>(me)];
+    served->backed = buffer.backedRanges();
+    impl.served = served;
+    // The listener exists from here (its address travels in the descriptor); it serves only if someone reads this
+    // rank over TCP.
+    detail::TcpServerOptions so;
+    so.netTimeoutMs = timeoutMs;
+    impl.server = std::make_unique<detail::TcpServer>(served, detail::pickLocalAddress(), so);
+    uint32_t caps = detail::kCapDirect | detail::kCapTcp;
+    std::string noRdma;
+    const GpuInfo& gpu = comm.topology().members[static_cast<size_t>(me)].gpu;
+    impl.verbs = detail::VerbsFabric::open(nullptr, impl.kind, served->device, gpu.pciBusId, buffer.handleType(),
+                                           timeoutMs, &noRdma);
+    if (impl.verbs) caps |= detail::kCapRdma;
+    if (demand == env::FetchTransportKnob::Rdma && !impl.verbs)
+      KVCOMM_THROW(Unsupported, call, "KVCOMM_FETCH_TRANSPORT=rdma, but this rank has no usable RDMA device: ", noRdma);
+    mine.head = detail::makeHead(caps);
+    mine.demand = static_cast<uint32_t>(demand);
+    mine.memoryKind = static_cast<uint32_t>(impl.kind);
+    mine.regionId = served->regionId;
+    mine.generation = impl.generation;
+    mine.capacity = buffer.capacity();
+    mine.layoutHash = served->layoutHash;
+    if (mine.head.caps & detail::kCapTcp) mine.tcp = impl.server->endpoint();
+    if (impl.verbs) {
+      std::snprintf(mine.rdmaDevice, sizeof(mine.rdmaDevice), "%s", impl.verbs->deviceName().c_str());
+      std::snprintf(mine.rdmaLinkLayer, sizeof(mine.rdmaLinkLayer), "%s", impl.verbs->linkLayer().c_str());
+    } else {
+      std::snprintf(mine.note, sizeof(mine.note), "no RDMA: %s", noRdma.c_str());
+    }
+  });
+  // Phase 1: heads (every version keeps their form); the same checks, so the same error, on every rank.
+  std::vector<detail::DescriptorHead> heads(static_cast<size_t>(n));
+  heads[static_cast<size_t>(me)] = mine.head;
+  comm.allgather(heads.data(), sizeof(detail::DescriptorHead));
+  detail::checkHeads(heads, call);
+  // Phase 2: descriptors.
+  impl.descs.assign(static_cast<size_t>(n), detail::RemoteDescriptor{});
+  impl.descs[static_cast<size_t>(me)] = mine;
+  comm.allgather(impl.descs.data(), sizeof(detail::RemoteDescriptor));
+  for (int r = 0; r < n; ++r) {
+    std::string bad = detail::checkDescriptor(impl.descs[static_cast<size_t>(r)], heads[static_cast<size_t>(r)], r);
+    KVCOMM_CHECK_ARG(bad.empty(), call, bad);
+  }
+  // Phase 3: routes, and who reads whom over what.
+  detail::RouteInput in;
+  in.me = me;
+  in.demand = demand;
+  in.descs = impl.descs;
+  for (int r = 0; r < n; ++r) in.mapped.push_back(buffer.isMapped(r) ? 1 : 0);
+  impl.routes = detail::chooseRoutes(in, &impl.why);
+  std::vector<detail::Route> matrix(static_cast<size_t>(n * n));
+  std::copy(impl.routes.begin(), impl.routes.end(), matrix.begin() + static_cast<std::ptrdiff_t>(me * n));
+  comm.allgather(matrix.data(), static_cast<size_t>(n) * sizeof(detail::Route));
+  bool serveTcp = false, rdmaInGroup = false;
+  for (int r = 0; r < n; ++r)
+    serveTcp = serveTcp || (r != me && matrix[static_cast<size_t>(r * n + me)] == detail::Route::Tcp);
+  for (detail::Route x : matrix) rdmaInGroup = rdmaInGroup || x == detail::Route::Rdma;
+  detail::allSucceed(comm, "Fetcher::create (fetch server)", [&] {
+    if (serveTcp)
+      impl.server->start();
+    else
+      impl.server.reset();  // nobody reads this rank over TCP: no thread, no open port
+  });
+  impl.rdmaInGroup = rdmaInGroup;
+  if (rdmaInGroup)
+    detail::VerbsFabric::connectAll(comm, impl.verbs.get(), static_cast<char*>(buffer.local()),
+                                    detail::localPieces(*impl.symm), matrix);
+  else
+    impl.verbs.reset();
+  detail::NetContext net;
+  net.local = static_cast<char*>(buffer.local());
+  net.kind = impl.kind;
+  net.device = impl.served->device;
+  net.rank = me;
+  net.groupId = comm.id();
+  net.table = &impl.table;
+  net.descs = impl.descs;
+  net.netTimeoutMs = timeoutMs;
+  net.connectionsPerSource = env::fetchTcpConnections();
+  bool anyTcp = false, anyRdma = false;
+  for (detail::Route x : impl.routes) {
+    anyTcp = anyTcp || x == detail::Route::Tcp;
+    anyRdma = anyRdma || x == detail::Route::Rdma;
+  }
+  if (anyTcp) impl.tcp = detail::makeTcpTransport(net);
+  if (anyRdma) impl.rdma = detail::makeVerbsTransport(net, impl.verbs.get());
+  // This rank's memory stops being served before any of it is unmapped (release, close).
+  std::weak_ptr<detail::ServedMemory> served = impl.served;
+  detail::VerbsFabric* fabric = impl.verbs.get();
+  impl.unbackListener = detail::addUnbackListener(*impl.symm, [served, fabric](const std::vector<Range>& ranges) {
+    if (auto s = served.lock()) s->unback(ranges);
+    if (fabric) fabric->unback(ranges);
+  });
+  impl.route.assign(static_cast<size_t>(n), nullptr);
+  impl.reachable.assign(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    detail::FetchTransport* t = nullptr;
+    switch (impl.routes[static_cast<size_t>(r)]) {
+      case detail::Route::Peer:
+        t = impl.peer.get();
+        break;
+      case detail::Route::Tcp:
+        t = impl.tcp.get();
+        break;
+      case detail::Route::Rdma:
+        t = impl.rdma.get();
+        break;
+      case detail::Route::None:
+        break;
+    }
+    impl.route[static_cast<size_t>(r)] = t;
+    impl.reachable[static_cast<size_t>(r)] = t != nullptr;
+  }
+}
+
+}  // namespace
 
 Fetcher::Fetcher() = default;
 Fetcher::Fetcher(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -243,20 +490,10 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   impl->ctx.copier = impl->copier.get();
   for (const MemberInfo& m : comm.topology().members) impl->ctx.pids.push_back(m.pid);
   impl->peer = detail::makePeerTransport(impl->ctx);
-  impl->route.assign(static_cast<size_t>(n), nullptr);
-  impl->reachable.assign(static_cast<size_t>(n), 0);
-  impl->why.assign(static_cast<size_t>(n), "");
+  impl->symm = buffer.impl_;
+  setupTransports(*impl, buffer);
   int everyone = 1;
-  for (int r = 0; r < n; ++r) {
-    std::string no = impl->peer->unreachable(r);
-    if (no.empty()) {
-      impl->route[static_cast<size_t>(r)] = impl->peer.get();
-      impl->reachable[static_cast<size_t>(r)] = 1;
-    } else {
-      impl->why[static_cast<size_t>(r)] = no;
-      everyone = 0;
-    }
-  }
+  for (int r = 0; r < n; ++r) everyone = everyone && impl->peer->unreachable(r).empty();
   // The collective form needs a barrier every member can run: agree on whether every member reaches every other.
   std::vector<int32_t> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm.rank())] = everyone && n <= kMaxHandlePeers;
@@ -314,9 +551,10 @@ void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
   if (!batch.srcRanks)
     KVCOMM_CHECK_ARG(batch.count == 0 || (batch.srcRank >= 0 && batch.srcRank < impl_->comm.size()), call, "srcRank ",
                      batch.srcRank, " is outside the group of ", impl_->comm.size(), " (or pass srcRanks)");
-  if (!batch.srcRanks && batch.count > 0 && !impl_->reachable[static_cast<size_t>(batch.srcRank)])
+  if (!batch.srcRanks && batch.count > 0 && !impl_->buf.isMapped(batch.srcRank))
     KVCOMM_THROW(Unsupported, call, "source rank ", batch.srcRank,
-                 " cannot be reached by the kernel path: ", impl_->why[static_cast<size_t>(batch.srcRank)]);
+                 " is not mapped here (another host, or no P2P access): device-side ids need the same-host peer "
+                 "mappings; use fetch() or start() with host ids for sources on other hosts");
   if (batch.count == 0) return;
   detail::FetchLaunch f = detail::makeFetchLaunch(impl_->ctx, batch.count);
   f.srcBlocks = batch.srcBlocks;
@@ -434,13 +672,18 @@ FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const F
   op->owner = impl_;
   op->plan = plan;
   op->blocksDone.assign(plan->runs.size(), 0);
-  std::vector<size_t> runs(plan->runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   std::lock_guard<std::mutex> lock(impl_->mu);
   detail::BufferUse use(impl_->buf, "Fetcher::start");
   if (impl_->kind == MemoryKind::Cuda && stream)
     KVCOMM_CHECK_ARG(!impl_->copier->capturing(stream), "Fetcher::start", "a polled fetch cannot be captured");
-  op->op = impl_->peer->start(plan, std::move(runs), options, stream);
+  auto parts = impl_->split(*plan);
+  if (parts.size() == 1) {
+    op->op = parts[0].first->start(plan, std::move(parts[0].second), options, stream);
+  } else {
+    std::vector<std::unique_ptr<detail::TransportOp>> ops;
+    for (auto& [t, runs] : parts) ops.push_back(t->start(plan, std::move(runs), options, stream));
+    op->op = std::make_unique<CompositeOp>(std::move(ops));
+  }
   return FetchOperation(std::move(op));
 }
 
@@ -455,6 +698,30 @@ void Fetcher::refresh() {
   });
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->generation = b.generation();
+  if (impl_->served) {  // what this rank serves follows the buffer
+    std::unique_lock<std::shared_mutex> served(impl_->served->mu);
+    impl_->served->generation = impl_->generation;
+    impl_->served->backed = b.backedRanges();
+  }
+  if (impl_->rdmaInGroup)
+    detail::VerbsFabric::refreshAll(impl_->comm, impl_->verbs.get(), static_cast<char*>(b.local()),
+                                    detail::localPieces(*impl_->symm));
+}
+
+FetchTransportKind Fetcher::transport(int rank) const {
+  KVCOMM_CHECK_ARG(impl_ && rank >= 0 && rank < impl_->comm.size(), "Fetcher::transport", "rank ", rank,
+                   " out of range (or empty fetcher)");
+  switch (impl_->routes[static_cast<size_t>(rank)]) {
+    case detail::Route::Peer:
+      return FetchTransportKind::Peer;
+    case detail::Route::Tcp:
+      return FetchTransportKind::Tcp;
+    case detail::Route::Rdma:
+      return FetchTransportKind::Rdma;
+    case detail::Route::None:
+      break;
+  }
+  return FetchTransportKind::None;
 }
 
 const KvLayout& Fetcher::layout(int rank) const {
@@ -479,6 +746,20 @@ FetchDeviceHandle Fetcher::deviceHandle() const {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::deviceHandle", "empty fetcher");
   return impl_->ctx.handle;
 }
+
+namespace detail {
+
+RemoteDescriptor FetcherInternals::descriptor(const Fetcher& f, int rank) {
+  KVCOMM_CHECK_ARG(f.impl_ && rank >= 0 && rank < f.impl_->comm.size(), "FetcherInternals::descriptor", "rank ", rank);
+  return f.impl_->descs[static_cast<size_t>(rank)];
+}
+
+TcpServer::Stats FetcherInternals::serverStats(const Fetcher& f) {
+  KVCOMM_CHECK_ARG(f.impl_, "FetcherInternals::serverStats", "empty fetcher");
+  return f.impl_->server ? f.impl_->server->stats() : TcpServer::Stats{};
+}
+
+}  // namespace detail
 
 DeviceError Fetcher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::pollError", "empty fetcher");

@@ -50,6 +50,8 @@ struct PlanOutput {
   FetchPairs pairs;
   std::vector<BlockRun> runs;
   FetchPlanInfo info;
+  uint64_t generation =
+      0;  ///< the buffer generation it was validated at (set by the Fetcher; network requests name it)
 };
 
 /// Validates every request and pair, then coalesces (maximal runs in request order). Throws InvalidArgumentError

@@ -90,6 +90,10 @@ const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature) {
       need(reinterpret_cast<const void*>(d.cuMemHostGetDevicePointer), "cuMemHostGetDevicePointer",
            "device waits on the health flag");
       break;
+    case CudaFeature::GpuDirectRdma:
+      need(reinterpret_cast<const void*>(d.cuMemGetHandleForAddressRange), "cuMemGetHandleForAddressRange",
+           "RDMA registration of GPU memory (dma-buf)");
+      break;
     case CudaFeature::Core:
       break;
   }

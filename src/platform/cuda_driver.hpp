@@ -28,7 +28,7 @@ namespace kvcomm::detail {
 #define KVCOMM_CU_OPTIONAL_FUNCS(X)                                                                            \
   X(cuGetErrorName) X(cuGetErrorString) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)      \
   X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemHostRegister)                 \
-  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer)
+  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuMemGetHandleForAddressRange) X(cuFlushGPUDirectRDMAWrites)
 // clang-format on
 
 struct CudaDriver {
@@ -48,10 +48,11 @@ struct CudaDriver {
 
 /// What a caller needs of the driver beyond the required entry points.
 enum class CudaFeature {
-  Core,          ///< the required entry points only
-  LegacyIpc,     ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
-  AdoptMemory,   ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
-  HostRegister,  ///< cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer (the health flag on devices)
+  Core,           ///< the required entry points only
+  LegacyIpc,      ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
+  AdoptMemory,    ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
+  HostRegister,   ///< cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer (the health flag on devices)
+  GpuDirectRdma,  ///< cuMemGetHandleForAddressRange (dma-buf export of GPU memory for RDMA registration)
 };
 
 /// The process's driver table, loaded on first use; never throws.

@@ -14,6 +14,7 @@
 #include "common/socket.hpp"
 #include "kvcomm/symm.hpp"
 #include "platform/gpu_info.hpp"
+#include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 #include "symm/legacy_ipc.hpp"
 #include "symm/rendezvous.hpp"
@@ -152,8 +153,23 @@ struct SymmetricBuffer::Impl {
   uint64_t id = 0;
   uint64_t generation = 0;
   std::unique_ptr<detail::LegacyIpc> ipc;  // legacy CUDA IPC mode
+  std::mutex listenersMu;
+  std::map<uint64_t, detail::UnbackListener> unbackListeners;  // fetch's network transports
+  uint64_t nextListener = 1;
 
   ~Impl() { closeNow(); }
+
+  // Tells the layers above that `ranges` of this rank's memory are about to go (they stop serving them first).
+  void notifyUnback(const std::vector<Range>& ranges) noexcept {
+    std::lock_guard<std::mutex> lock(listenersMu);
+    for (auto& [id, fn] : unbackListeners) {
+      try {
+        fn(ranges);
+      } catch (const std::exception& e) {
+        KVCOMM_WARN("SymmetricBuffer: a listener failed before memory was unmapped: ", e.what());
+      }
+    }
+  }
 
   void checkOpen(const char* call) const { KVCOMM_CHECK_ARG(!closing, call, "the buffer is closed"); }
 
@@ -190,6 +206,7 @@ struct SymmetricBuffer::Impl {
   // Teardown order: peer windows first (our view of others), then this rank's own memory. Never talks to peers.
   void closeNow() noexcept {
     if (closed) return;
+    notifyUnback({Range{0, capacity}});
     closed = true;
     try {
       windows.clear();
@@ -494,6 +511,7 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
     if (inside(off, p.bytes) < 0)
       local = detail::Outcome::failure(cat("range cuts through the allocation at offset ", off));
   detail::vote(impl_->comm, "SymmetricBuffer::release", local);
+  impl_->notifyUnback(ranges);  // servers of this memory stop reading it before the engine may unmap it
   // Exclusive: no operation on another thread writes through a window while it is unmapped.
   std::unique_lock<std::shared_mutex> state(impl_->stateMu);
   for (const Range& r : ranges) impl_->backed.remove(r.offset, r.bytes);
@@ -567,6 +585,38 @@ const uint64_t* SymmetricBuffer::backedBitmap() const {
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->closing ? nullptr : impl_->backedBits;
 }
+
+namespace detail {
+
+std::vector<LocalPiece> localPieces(const SymmetricBuffer::Impl& impl) {
+  std::shared_lock<std::shared_mutex> state(impl.stateMu);
+  std::vector<LocalPiece> out;
+  if (impl.closed) return out;
+  if (impl.ipc) {  // legacy IPC: one allocation, as far as it is mapped
+    if (impl.backed.total()) out.push_back({0, impl.backed.total(), impl.base});
+    return out;
+  }
+  for (const auto& [off, p] : impl.localPieces) out.push_back({off, p.bytes, impl.base + off});
+  return out;
+}
+
+int bufferDevice(const SymmetricBuffer::Impl& impl) {
+  return impl.backend ? impl.backend->device() : -1;
+}
+
+uint64_t addUnbackListener(SymmetricBuffer::Impl& impl, UnbackListener listener) {
+  std::lock_guard<std::mutex> lock(impl.listenersMu);
+  uint64_t id = impl.nextListener++;
+  impl.unbackListeners[id] = std::move(listener);
+  return id;
+}
+
+void removeUnbackListener(SymmetricBuffer::Impl& impl, uint64_t id) noexcept {
+  std::lock_guard<std::mutex> lock(impl.listenersMu);
+  impl.unbackListeners.erase(id);
+}
+
+}  // namespace detail
 
 SymmDeviceHandle SymmetricBuffer::deviceHandle() const {
   KVCOMM_CHECK_ARG(impl_ && !impl_->closing, "SymmetricBuffer::deviceHandle", "empty or closed buffer");

@@ -86,6 +86,21 @@ if [ "$what" != perf ]; then
     grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
+  # Two processes in two network namespaces are two hosts: TCP fetch from one GPU's memory into the other's, byte for
+  # byte over whole buffers (and two members per namespace: peer mappings within a host, TCP between hosts). Runs as
+  # root here; a skip (no namespaces, no iproute2) fails the step.
+  step "fetch across hosts: GPU to GPU over TCP between two network namespaces"
+  timeout 300 tests/scripts/netns_fetch.sh "$build/tests/unit/fetch_probe" --kind cuda --hosts 2 --cases suite,mixed \
+    2>&1 | tee "$OUT/netns_fetch_cuda.txt" | grep -E "^(PASS|FAIL|SKIPPED)|rank .* exited"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "fetch across hosts: the host-memory suite (4 namespaces: kill -9, link down, malformed requests)"
+  timeout 300 tests/scripts/netns_fetch.sh "$build/tests/unit/fetch_probe" 2>&1 | tee "$OUT/netns_fetch_host.txt" | \
+    grep -E "^(PASS [a-z]|FAIL|SKIPPED)|^(kill|linkdown|malformed):"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "RDMA device tests (tests/rdma: exit 77 = not run, no RDMA device)"
+  timeout 120 "$build/tests/rdma/kvcomm_rdma_tests" 2>&1 | tee "$OUT/rdma.txt" | tail -5
+  rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
+
   # A GPU is present, so every CUDA case must have run: a skipped one fails the script (its reason is in the log).
   step "skipped CUDA cases"
   tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" "$OUT/arena.txt" ||
@@ -118,6 +133,12 @@ if [ "$what" != tests ]; then
   for kind in cuda host; do
     timeout 300 "${mpi[@]}" "$build/perf/perf_symm_rendezvous" --kind $kind --json "$OUT/perf.jsonl" 2>&1 | \
       tee -a "$OUT/perf.txt" | tail -9 || status=1
+  done
+  for k in cuda host; do
+    step "perf: fetch across hosts (two network namespaces, $k memory): TCP vs plain send/recv, RDMA rows"
+    timeout 300 perf/fetch_netns.sh "$build/perf/perf_fetch" --kind $k --reps 20 --json "$OUT/perf.jsonl" 2>&1 | \
+      tee -a "$OUT/perf.txt" | tail -16
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
   for b in "$build"/perf/perf_publish "$build"/perf/perf_fetch; do
     [ -x "$b" ] || continue

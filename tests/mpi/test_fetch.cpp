@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/capabilities.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
@@ -358,6 +359,82 @@ TEST_P(Fetch, WorksOnAdoptedEngineMemory) {
   comm.barrier();
   f = Fetcher();
   buf.close();
+}
+
+TEST_P(Fetch, OneHostPicksThePeerMappingsAndTcpWhenDemanded) {
+  auto comm = kvtest::tcpWorld();
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, {4096, 2, false, 16}, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  {
+    ScopedEnv automatic("KVCOMM_FETCH_TRANSPORT", "auto");
+    Fetcher f = Fetcher::create(buf, mine);
+    for (int r = 0; r < comm.size(); ++r)
+      EXPECT_EQ(f.transport(r), buf.isMapped(r) ? kvcomm::FetchTransportKind::Peer : kvcomm::FetchTransportKind::Tcp)
+          << "rank " << r;
+  }
+  {
+    ScopedEnv tcp("KVCOMM_FETCH_TRANSPORT", "tcp");
+    Fetcher f = Fetcher::create(buf, mine);
+    for (int r = 0; r < comm.size(); ++r)
+      EXPECT_EQ(f.transport(r), r == comm.rank() ? kvcomm::FetchTransportKind::Peer : kvcomm::FetchTransportKind::Tcp)
+          << "rank " << r;
+    EXPECT_STREQ(kvcomm::fetchTransportName(f.transport((comm.rank() + 1) % comm.size())), "tcp");
+  }
+  {
+    ScopedEnv bad("KVCOMM_FETCH_TRANSPORT", "carrier-pigeon");
+    expectError([&] { Fetcher::create(buf, mine); }, kvcomm::ErrorCode::InvalidArgument,
+                {"KVCOMM_FETCH_TRANSPORT", "carrier-pigeon", "auto, peer, rdma, tcp"});
+  }
+  comm.barrier();
+}
+
+// Every fetch form over the TCP transport (a server per member, on this host's interface), byte for byte against the
+// oracle with guard bytes: CUDA buffers go through pinned staging on both ends.
+TEST_P(Fetch, OverTcpMatchesPerBlockOracle) {
+  auto comm = kvtest::tcpWorld();
+  ScopedEnv tcp("KVCOMM_FETCH_TRANSPORT", "tcp");
+  for (const FetchCase& c : {FetchCase{4096, 4, true, 64}, FetchCase{656 * 16, 3, false, 48},
+                             FetchCase{1 << 20, 2, true, 16}, FetchCase{48, 64, false, 200}})
+    scenario(comm, c, 400, 3, [&](Fetcher& f, const FetchBatch& b) {
+      kvcomm::FetchPlanInfo info = f.fetch(b.requests());
+      size_t remote = 0;
+      for (size_t k = 0; k < b.ranks.size(); ++k)
+        if (b.ranks[k] != comm.rank())
+          for (size_t i = 0; i < b.src[k].size(); ++i) remote += b.src[k][i] != -1 && b.dst[k][i] != -1;
+      EXPECT_EQ(info.tcpRuns > 0, remote > 0) << info.toString();
+      EXPECT_EQ(info.rdmaRuns, 0u);
+      EXPECT_EQ(info.runsOut, info.kernelRuns + info.copyEngineRuns + info.hostRuns + info.tcpRuns);
+      kvcomm::FetchPlan plan = f.plan(b.requests());
+      f.submit(plan);
+      kvcomm::FetchOperation op = f.start(b.requests());  // the same bytes again, polled
+      kvcomm::FetchStatus st = op.wait(20000);
+      EXPECT_EQ(st.state, kvcomm::FetchState::Done) << st.error;
+      EXPECT_EQ(st.bytesDone, st.bytesTotal);
+    });
+}
+
+TEST_P(Fetch, DemandedRdmaRunsWhereThereIsADeviceAndIsRefusedLoudlyWhereNot) {
+  auto comm = kvtest::tcpWorld();
+  ScopedEnv rdma("KVCOMM_FETCH_TRANSPORT", "rdma");
+  if (!kvcomm::capabilities().rdma) {
+    size_t extent = 0, most = 0;
+    KvLayout mine = layoutOf(comm, {4096, 2, false, 16}, &extent, &most);
+    auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+    expectError([&] { Fetcher::create(buf, mine); }, kvcomm::ErrorCode::Unsupported,
+                {"KVCOMM_FETCH_TRANSPORT=rdma", "no usable RDMA device"});
+    comm.barrier();
+    return;
+  }
+  // A device is present: the blocks move by RDMA READ between the members of this host (loopback through the NIC).
+  scenario(comm, FetchCase{8192, 3, true, 64}, 300, 3, [&](Fetcher& f, const FetchBatch& b) {
+    for (int r = 0; r < comm.size(); ++r)
+      EXPECT_EQ(f.transport(r), r == comm.rank() ? kvcomm::FetchTransportKind::Peer : kvcomm::FetchTransportKind::Rdma);
+    kvcomm::FetchPlanInfo info = f.fetch(b.requests());
+    EXPECT_EQ(info.tcpRuns, 0u);
+    kvcomm::FetchStatus st = f.start(b.requests()).wait(20000);
+    EXPECT_EQ(st.state, kvcomm::FetchState::Done) << st.error;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fetch, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);

@@ -16,9 +16,9 @@ expect() {  # description output pattern...
 }
 out=$(FAKE_CUDA_MISSING= run)
 expect "a complete driver" "$out" "^cuda driver: usable \(version 12040\)" "^core: available" "^legacy-ipc: available" \
-  "^adopt: available" "^host-register: available"
+  "^adopt: available" "^host-register: available" "^gpudirect-rdma: available"
 # Entry points kvcomm never calls must not be asked for: a driver without them is complete.
-out=$(FAKE_CUDA_MISSING=cuDeviceGetP2PAttribute,cuDevicePrimaryCtxRelease,cuMemGetAddressRange,cuMemGetHandleForAddressRange,cuPointerGetAttribute,cuFlushGPUDirectRDMAWrites run)
+out=$(FAKE_CUDA_MISSING=cuDeviceGetP2PAttribute,cuDevicePrimaryCtxRelease,cuMemGetAddressRange,cuPointerGetAttribute run)
 expect "a driver without entry points kvcomm does not call" "$out" "^cuda driver: usable" "^missing optional: $" \
   "^legacy-ipc: available"
 out=$(FAKE_CUDA_MISSING=cuIpcOpenMemHandle,cuMemRetainAllocationHandle,cuGetErrorString run)
@@ -29,6 +29,10 @@ expect "a driver without optional entry points" "$out" "^cuda driver: usable" \
 out=$(FAKE_CUDA_MISSING=cuMemHostGetDevicePointer run)
 expect "a driver without host registration" "$out" "^cuda driver: usable" "^core: available" \
   "^host-register: Unsupported: .*lacks cuMemHostGetDevicePointer, which device waits on the health flag needs"
+out=$(FAKE_CUDA_MISSING=cuMemGetHandleForAddressRange,cuFlushGPUDirectRDMAWrites run)
+expect "a driver without the GPUDirect RDMA entry points" "$out" "^cuda driver: usable" \
+  "^missing optional: cuMemGetHandleForAddressRange, cuFlushGPUDirectRDMAWrites$" "^core: available" \
+  "^gpudirect-rdma: Unsupported: .*lacks cuMemGetHandleForAddressRange, which RDMA registration of GPU memory"
 out=$(FAKE_CUDA_MISSING=cuMemCreate run)
 expect "a driver without a required entry point" "$out" "^cuda driver: unusable .* - the CUDA driver lacks cuMemCreate" \
   "^core: Unsupported: .*lacks cuMemCreate"

@@ -42,6 +42,8 @@ expect 2 "--stepfactor 1 is out of range" perf/perf_publish -b 1K -e 1M -f 1
 expect 2 "give --tokens or -b/-e, not both" perf/perf_publish --tokens 1 -b 1K
 expect 2 "--reps 0 is out of range" perf/perf_fetch --reps 0
 expect 2 "--kind 'gpu' is not one of: cuda, host" perf/perf_fetch --kind gpu
+expect 2 "--net-rank needs --id-file" perf/perf_fetch --net-rank 0
+expect 2 "--net-rank 2 is out of range" perf/perf_fetch --net-rank 2 --id-file /tmp/x
 expect 2 "--sizes-gib item 0 is out of range" perf/perf_symm_rendezvous --sizes-gib 0
 expect 2 "--iters 99999999999999999999 is out of range" perf/perf_symm_rendezvous --iters 99999999999999999999
 expect 2 "give --sizes-gib or -b/-e, not both" perf/perf_symm_rendezvous --sizes-gib 1 -e 2G

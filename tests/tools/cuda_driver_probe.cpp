@@ -15,7 +15,8 @@ int main() {
       {"core", kvcomm::detail::CudaFeature::Core},
       {"legacy-ipc", kvcomm::detail::CudaFeature::LegacyIpc},
       {"adopt", kvcomm::detail::CudaFeature::AdoptMemory},
-      {"host-register", kvcomm::detail::CudaFeature::HostRegister}};
+      {"host-register", kvcomm::detail::CudaFeature::HostRegister},
+      {"gpudirect-rdma", kvcomm::detail::CudaFeature::GpuDirectRdma}};
   for (auto [name, feature] : features) {
     try {
       kvcomm::detail::requireCudaDriver("probe", feature);

@@ -161,6 +161,35 @@ TEST(Env, MulticastIsZeroOrOne) {
       << env::multicastRefusal();
 }
 
+TEST(Env, FetchTransportKnobsAreStrict) {
+  const std::pair<const char*, env::FetchTransportKnob> good[] = {{"", env::FetchTransportKnob::Auto},
+                                                                  {"auto", env::FetchTransportKnob::Auto},
+                                                                  {"peer", env::FetchTransportKnob::Peer},
+                                                                  {"RDMA", env::FetchTransportKnob::Rdma},
+                                                                  {"tcp", env::FetchTransportKnob::Tcp}};
+  for (auto [v, knob] : good) {
+    ScopedEnv e("KVCOMM_FETCH_TRANSPORT", v);
+    EXPECT_EQ(env::fetchTransport(), knob) << v;
+  }
+  EXPECT_STREQ(env::fetchTransportText(env::FetchTransportKnob::Rdma), "rdma");
+  for (const char* v : {"ib", "verbs", "nvlink", "tcp "})
+    expectRejected("KVCOMM_FETCH_TRANSPORT", v, [] { env::fetchTransport(); }, {"auto", "peer", "rdma", "tcp"});
+  {
+    ScopedEnv a("KVCOMM_FETCH_NET_TIMEOUT_MS", nullptr), b("KVCOMM_FETCH_TCP_CONNECTIONS", "");
+    EXPECT_EQ(env::fetchNetTimeoutMs(), 3000);
+    EXPECT_EQ(env::fetchTcpConnections(), 4);
+  }
+  {
+    ScopedEnv a("KVCOMM_FETCH_NET_TIMEOUT_MS", "100"), b("KVCOMM_FETCH_TCP_CONNECTIONS", "16");
+    EXPECT_EQ(env::fetchNetTimeoutMs(), 100);
+    EXPECT_EQ(env::fetchTcpConnections(), 16);
+  }
+  for (const char* v : {"99", "-1", "3s", "86400001"})
+    expectRejected("KVCOMM_FETCH_NET_TIMEOUT_MS", v, [] { env::fetchNetTimeoutMs(); }, {"from 100 to 86400000"});
+  for (const char* v : {"0", "17", "many"})
+    expectRejected("KVCOMM_FETCH_TCP_CONNECTIONS", v, [] { env::fetchTcpConnections(); }, {"from 1 to 16"});
+}
+
 TEST(Env, ABadKnobStopsTheBootstrapAndTheCommunicatorBeforeAnyWait) {
   ScopedEnv e("KVCOMM_HANDLE_TYPE", "posix");  // read by no bootstrap call, still refused up front
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();

@@ -1,0 +1,295 @@
+#include "fetch/tcp_server.hpp"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "fetch/device_copy.hpp"
+#include "fetch/negotiation.hpp"
+#include "fetch/net_io.hpp"
+
+namespace kvcomm::detail {
+
+ServedView ServedMemory::view() const {
+  ServedView v;
+  v.generation = generation;
+  v.layoutHash = layoutHash;
+  v.regions = regions.data();
+  v.numRegions = regions.size();
+  v.minBlocks = minBlocks;
+  v.blockBytesSum = blockBytesSum;
+  v.backed = backed.data();
+  v.numBacked = backed.size();
+  return v;
+}
+
+void ServedMemory::unback(const std::vector<Range>& ranges) {
+  std::unique_lock<std::shared_mutex> lock(mu);  // waits for every read in flight
+  std::vector<Range> keep;
+  for (const Range& b : backed) {
+    // Subtract every released range from b.
+    std::vector<Range> parts{b};
+    for (const Range& r : ranges) {
+      std::vector<Range> next;
+      for (const Range& p : parts) {
+        size_t lo = std::max(p.offset, r.offset), hi = std::min(p.offset + p.bytes, r.offset + r.bytes);
+        if (lo >= hi) {
+          next.push_back(p);
+          continue;
+        }
+        if (p.offset < lo) next.push_back({p.offset, lo - p.offset});
+        if (hi < p.offset + p.bytes) next.push_back({hi, p.offset + p.bytes - hi});
+      }
+      parts.swap(next);
+    }
+    keep.insert(keep.end(), parts.begin(), parts.end());
+  }
+  backed.swap(keep);
+}
+
+void ServedMemory::close() {
+  std::unique_lock<std::shared_mutex> lock(mu);
+  open = false;
+  backed.clear();
+}
+
+TcpServer::TcpServer(std::shared_ptr<ServedMemory> memory, const SockAddr& addr, const TcpServerOptions& options)
+    : mem_(std::move(memory)), opt_(options) {
+  listener_ = listenTcp(addr, &endpoint_);
+  int p[2];
+  KVCOMM_CHECK_SYS(pipe2(p, O_CLOEXEC | O_NONBLOCK));
+  wakeRead_.reset(p[0]);
+  wakeWrite_.reset(p[1]);
+  setNonBlocking(listener_.get(), true);
+}
+
+TcpServer::~TcpServer() {
+  stop_ = true;
+  if (wakeWrite_) {
+    char c = 1;
+    (void)::write(wakeWrite_.get(), &c, 1);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::lock_guard<std::mutex> lock(connsMu_);
+    for (auto& c : conns_)
+      if (c->fd) ::shutdown(c->fd.get(), SHUT_RDWR);  // cuts blocking I/O; handlers see stop_ too
+  }
+  reap(true);
+}
+
+void TcpServer::start() {
+  if (!acceptor_.joinable()) acceptor_ = std::thread([this] { acceptLoop(); });
+}
+
+TcpServer::Stats TcpServer::stats() const {
+  Stats s;
+  s.accepted = accepted_;
+  s.refused = refused_;
+  s.served = served_;
+  s.rejected = rejected_;
+  s.open = open_;
+  return s;
+}
+
+void TcpServer::reap(bool all) {
+  std::list<std::unique_ptr<Conn>> finished;
+  {
+    std::lock_guard<std::mutex> lock(connsMu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (all || (*it)->done) {
+        finished.push_back(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished)
+    if (c->thread.joinable()) c->thread.join();
+}
+
+void TcpServer::acceptLoop() {
+  bool exhaustedLogged = false;
+  while (!stop_) {
+    pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wakeRead_.get(), POLLIN, 0}};
+    int rc = poll(p, 2, 200);
+    reap(false);
+    if (stop_) break;
+    if (rc <= 0 || !(p[0].revents & POLLIN)) continue;
+    int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        if (!exhaustedLogged) KVCOMM_WARN("fetch server: accept: ", std::strerror(errno), " (retrying)");
+        exhaustedLogged = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // no spin while descriptors are exhausted
+      }
+      continue;
+    }
+    Fd conn(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (open_.load() >= opt_.maxConnections) {
+      // Best effort: the refusal fits any socket buffer; a peer that sent nothing yet still reads it.
+      WireHelloReply r = makeHelloReply(WireStatus::Busy, kFetchProtocolVersion, 0, mem_->regionId,
+                                        cat("the fetch server is at its cap of ", opt_.maxConnections, " connections"));
+      (void)::send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ++refused_;
+      continue;
+    }
+    auto c = std::make_unique<Conn>();
+    c->fd = std::move(conn);
+    Conn* raw = c.get();
+    ++open_;
+    ++accepted_;
+    std::lock_guard<std::mutex> lock(connsMu_);
+    conns_.push_back(std::move(c));
+    raw->thread = std::thread([this, raw] {
+      try {
+        serve(*raw);
+      } catch (const std::exception& e) {
+        KVCOMM_WARN("fetch server: connection ended: ", e.what());
+      }
+      {
+        std::lock_guard<std::mutex> lock(connsMu_);  // the destructor shuts descriptors down under this lock
+        raw->fd.reset();                             // closed now, not when the acceptor reaps the thread
+      }
+      --open_;
+      raw->done = true;
+    });
+  }
+}
+
+namespace {
+
+bool sendStruct(int fd, const void* p, size_t n, int64_t stallMs, const std::atomic<bool>* stop) {
+  iovec v{const_cast<void*>(p), n};
+  int err = 0;
+  return writeAll(fd, &v, 1, stallMs, stop, &err) == IoResult::Ok;
+}
+
+bool sendError(int fd, WireStatus status, uint64_t requestId, const std::string& why, int64_t stallMs,
+               const std::atomic<bool>* stop) {
+  WireReply r{};
+  r.magic = kWireReplyMagic;
+  r.status = static_cast<int32_t>(status);
+  r.requestId = requestId;
+  r.errorBytes = static_cast<uint32_t>(std::min<size_t>(why.size(), kMaxWireErrorText));
+  iovec v[2] = {{&r, sizeof(r)}, {const_cast<char*>(why.data()), r.errorBytes}};
+  int err = 0;
+  return writeAll(fd, v, 2, stallMs, stop, &err) == IoResult::Ok;
+}
+
+}  // namespace
+
+void TcpServer::serve(Conn& c) {
+  const int fd = c.fd.get();
+  const int64_t stall = opt_.netTimeoutMs;
+  const uint32_t caps = (kCapDirect | kCapTcp) & ~fetchTestHooks().withhold;
+  int err = 0;
+  // Phase 1: the hello.
+  WireHello hello{};
+  if (readExact(fd, &hello, sizeof(hello), opt_.helloMs, opt_.helloMs, &stop_, &err) != IoResult::Ok) return;
+  std::string why = decodeHello(&hello, sizeof(hello), &hello);
+  WireStatus refusal = WireStatus::Ok;
+  uint16_t version = 0;
+  if (!why.empty()) {
+    refusal = WireStatus::Malformed;
+  } else if ((version = agreeVersion(kFetchProtocolVersion, kFetchMinProtocolVersion, hello.version,
+                                     hello.minVersion)) == 0) {
+    refusal = WireStatus::VersionMismatch;
+    why = cat("the server speaks fetch protocol ", kFetchMinProtocolVersion, " to ", kFetchProtocolVersion,
+              ", the requester ", hello.minVersion, " to ", hello.version);
+  } else if (hello.regionId != mem_->regionId || hello.groupId != mem_->groupId) {
+    refusal = WireStatus::WrongRegion;
+    why = cat("this server serves region 0x", std::hex, mem_->regionId, " of group 0x", mem_->groupId,
+              ", not region 0x", hello.regionId, " of group 0x", hello.groupId, " (a stale descriptor?)");
+  }
+  WireHelloReply reply =
+      makeHelloReply(refusal, refusal == WireStatus::Ok ? version : kFetchProtocolVersion, caps, mem_->regionId, why);
+  if (!sendStruct(fd, &reply, sizeof(reply), stall, &stop_) || refusal != WireStatus::Ok) {
+    if (refusal != WireStatus::Ok) ++rejected_;
+    return;
+  }
+
+  // Phase 2: requests, one at a time. Storage is fixed: a request costs no allocation.
+  WireRun runs[kMaxRunsPerRequest];
+  std::unique_ptr<HostStaging> staging;  // CUDA memory, made on first use on this thread
+  for (;;) {
+    IoResult idle = waitReadable(fd, opt_.idleMs, &stop_);
+    if (idle != IoResult::Ok) return;  // idle too long, or stopping
+    WireRequest req{};
+    if (readExact(fd, &req, sizeof(req), stall, stall, &stop_, &err) != IoResult::Ok) return;  // EOF or truncated
+    why = decodeRequest(&req, sizeof(req), &req);
+    if (!why.empty()) {
+      ++rejected_;
+      WireStatus s = req.magic == kWireRequestMagic && req.numRuns > kMaxRunsPerRequest ? WireStatus::Oversize
+                                                                                        : WireStatus::Malformed;
+      sendError(fd, s, req.requestId, why, stall, &stop_);
+      return;  // the stream cannot be trusted after a header that is not a request
+    }
+    if (readExact(fd, runs, req.numRuns * sizeof(WireRun), stall, stall, &stop_, &err) != IoResult::Ok) return;
+    std::shared_lock<std::shared_mutex> lock(mem_->mu);
+    uint64_t payload = 0;
+    WireStatus st = WireStatus::Closing;
+    if (mem_->open) {
+      st = validateRequest(req, runs, mem_->view(), &payload, &why);
+    } else {
+      why = "the fetcher serving this memory is closing";
+    }
+    if (st != WireStatus::Ok) {
+      lock.unlock();
+      ++rejected_;
+      if (!sendError(fd, st, req.requestId, why, stall, &stop_) || st == WireStatus::Closing) return;
+      continue;
+    }
+    WireReply head{};
+    head.magic = kWireReplyMagic;
+    head.requestId = req.requestId;
+    head.payloadBytes = payload;
+    SegmentCursor cursor(mem_->regions.data(), mem_->regions.size(), runs, req.numRuns);
+    if (mem_->kind == MemoryKind::Host) {
+      // The header leaves with the first segments: one system call (and one packet) for a small reply.
+      if (sendSegments(fd, cursor, mem_->base, payload, stall, &stop_, &err, &head, sizeof(head)) != IoResult::Ok)
+        return;
+    } else {
+      if (!staging) staging = makeHostStaging(mem_->device, opt_.stagingSlotBytes, 2);
+      if (!sendStruct(fd, &head, sizeof(head), stall, &stop_)) return;
+      // Device -> slot k while slot k^1 is on the wire.
+      uint64_t left = payload;
+      size_t filled[2] = {0, 0};
+      auto fill = [&](int k) {
+        std::vector<CopyDesc> copies;
+        size_t at = 0;
+        uint64_t off = 0, len = 0;
+        while (at < staging->slotBytes() && left > 0 &&
+               cursor.take(std::min<uint64_t>(left, staging->slotBytes() - at), &off, &len)) {
+          copies.push_back({staging->slot(k) + at, mem_->base + off, static_cast<size_t>(len), 1, 0, 0});
+          at += len;
+          left -= len;
+        }
+        filled[k] = at;
+        if (!copies.empty()) staging->toHost(k, copies);
+      };
+      fill(0);
+      fill(1);
+      for (int k = 0; filled[k] > 0; k ^= 1) {
+        staging->waitSlot(k);
+        iovec v{staging->slot(k), filled[k]};
+        if (writeAll(fd, &v, 1, stall, &stop_, &err) != IoResult::Ok) return;
+        fill(k);
+      }
+    }
+    ++served_;
+  }
+}
+
+}  // namespace kvcomm::detail
