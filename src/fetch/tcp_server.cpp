@@ -75,7 +75,9 @@ TcpServer::~TcpServer() {
   stop_ = true;
   if (wakeWrite_) {
     char c = 1;
-    (void)::write(wakeWrite_.get(), &c, 1);
+    if (::write(wakeWrite_.get(), &c, 1) < 0) {
+      // The acceptor also polls its stop flag: a lost wake-up only delays the join by one poll period.
+    }
   }
   if (acceptor_.joinable()) acceptor_.join();
   {
