@@ -283,6 +283,13 @@ int fds() {
 #endif
 #endif
 
+int memfdMappings() {
+  std::ifstream f("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(f, line);) n += line.find("/memfd:") != std::string::npos;
+  return n;
+}
+
 int mappings() {
 #ifdef KVTEST_ASAN
   // AddressSanitizer's allocator maps and unmaps regions of its own as it goes: count kvcomm's memfd mappings only

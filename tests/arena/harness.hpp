@@ -109,6 +109,9 @@ kvcomm::KvLayout recvLayout(kvcomm::ArenaSession& s, int64_t timeoutMs = 20000);
 /// as it goes: the memfd mappings only).
 int fds();
 int mappings();
+/// Mappings of kvcomm's shared memory only (memfd chunks): what an import would leave behind, without the heap
+/// regions a thread's allocator may add (glibc versions differ there).
+int memfdMappings();
 /// Free bytes of the current CUDA device (0 for host memory or without CUDA).
 size_t deviceFreeBytes(kvcomm::MemoryKind kind);
 
