@@ -11,6 +11,8 @@ OUT=${OUT:-/tmp/kvcomm-gpu}
 mkdir -p "$OUT"
 np=${KVCOMM_GPU_NP:-2}
 build=${KVCOMM_BUILD_DIR:-build-gpu}
+# iproute2 for the network-namespace tests, carried in .ipr/ where the machine lacks it (tests/gpu/iproute2.sh).
+source tests/gpu/iproute2.sh
 status=0
 step() { echo; echo "=== $*"; }
 
