@@ -33,9 +33,9 @@ class DeviceEvent {
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
-  /// Launches the gather kernel over `n` pairs (host arrays): inline in the launch for small batches, else copied
-  /// into pinned, device-mapped staging the kernel reads directly. A staging slot is reused only after the kernel
-  /// that read it finished.
+  /// Launches the gather kernel over `n` pairs (host arrays): inline in the launch for small batches, else written
+  /// into pinned, device-mapped staging the kernel reads directly (or, for long lists, copies into device memory in
+  /// stream order first). A staging slot is reused only after the kernel that read it finished.
   virtual void launchPairs(FetchLaunch base, const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
                            Stream stream) = 0;
   /// Enqueues copy-engine descriptors (one batch where the API allows, else one call each).
