@@ -15,8 +15,11 @@
 #include "mpi/mpi_util.hpp"
 #include "support/fetch_oracle.hpp"
 #include "support/memory.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
+
+using kvtest::ScopedEnv;
 
 using kvcomm::Fetcher;
 using kvcomm::FetchPath;
@@ -25,25 +28,6 @@ using kvcomm::MemoryKind;
 using kvcomm::SymmetricBuffer;
 using kvtest::FetchBatch;
 using kvtest::FetchCase;
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // Expects an Error of `code` whose message holds every fragment.
 template <typename Fn>

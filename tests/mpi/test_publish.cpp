@@ -14,8 +14,11 @@
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
 #include "support/publish_oracle.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
+
+using kvtest::ScopedEnv;
 
 using kvcomm::MemoryKind;
 using kvcomm::Publisher;
@@ -24,26 +27,6 @@ using kvcomm::SymmetricBuffer;
 using kvtest::CacheLayout;
 using kvtest::Geometry;
 using kvtest::Inputs;
-
-// Sets an environment knob for one scope (on this rank; tests set it on every rank).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // A call's inputs in the buffer's memory kind.
 struct Staged {

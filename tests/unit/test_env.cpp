@@ -12,36 +12,15 @@
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
+
+using kvtest::ScopedEnv;
 
 namespace env = kvcomm::env;
 
 // Sets (or unsets, with nullptr) one variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // `read` must throw InvalidArgumentError whose message names the variable, the value and every accepted spelling.
 void expectRejected(const char* name, const char* value, const std::function<void()>& read,
                     const std::vector<std::string>& accepted) {
