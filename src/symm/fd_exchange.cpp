@@ -53,9 +53,8 @@ size_t recvPlain(int sock, void* data, size_t len, const char* what) {
   return static_cast<size_t>(n);
 }
 
-}  // namespace
-
-void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds) {
+// One sendmsg of `payload` with `fds` attached (SCM_RIGHTS); returns sendmsg's result, errno as it left it.
+ssize_t sendmsgWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds, int flags) {
   iovec iov{const_cast<void*>(payload), len};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -70,27 +69,19 @@ void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size
     c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
     std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
   }
-  ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  return sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+}
+
+}  // namespace
+
+void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds) {
+  ssize_t n = sendmsgWithFds(sock, payload, len, fds, nfds, 0);
   if (n != static_cast<ssize_t>(len))
     KVCOMM_THROW(NetworkError, "sendmsg(SCM_RIGHTS)", n < 0 ? std::strerror(errno) : "short send");
 }
 
 bool trySendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds) {
-  iovec iov{const_cast<void*>(payload), len};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * nfds));
-  if (nfds > 0) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
-  ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ssize_t n = sendmsgWithFds(sock, payload, len, fds, nfds, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;  // nothing was sent: retry when writable
   if (n != static_cast<ssize_t>(len))
     KVCOMM_THROW(NetworkError, "sendmsg(SCM_RIGHTS)", n < 0 ? std::strerror(errno) : "short send");
