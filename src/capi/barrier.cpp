@@ -3,6 +3,7 @@
 #include "common/check.hpp"
 
 using kvcomm::capi::guard;
+using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
 
 namespace {
@@ -57,27 +58,17 @@ kvcommResult_t kvcommBarrierWait(kvcommBarrier_t barrier, kvcommStream_t stream,
 }
 
 kvcommResult_t kvcommBarrierLanes(kvcommBarrier_t barrier, int* lanes) {
-  return guard("kvcommBarrierLanes", [&] {
-    auto& b = get(barrier, "kvcommBarrierLanes");
-    requireNonNull(lanes, "kvcommBarrierLanes", "lanes");
-    *lanes = b.lanes();
-  });
+  return query("kvcommBarrierLanes", lanes, "lanes", [&](const char* call) { return get(barrier, call).lanes(); });
 }
 
 kvcommResult_t kvcommBarrierKind(kvcommBarrier_t barrier, kvcommMemoryKind_t* kind) {
-  return guard("kvcommBarrierKind", [&] {
-    auto& b = get(barrier, "kvcommBarrierKind");
-    requireNonNull(kind, "kvcommBarrierKind", "kind");
-    *kind = kvcomm::capi::toC(b.kind());
-  });
+  return query("kvcommBarrierKind", kind, "kind",
+               [&](const char* call) { return kvcomm::capi::toC(get(barrier, call).kind()); });
 }
 
 kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm) {
-  return guard("kvcommBarrierComm", [&] {
-    auto& b = get(barrier, "kvcommBarrierComm");
-    requireNonNull(comm, "kvcommBarrierComm", "comm");
-    *comm = new kvcommComm{b.communicator()};
-  });
+  return query("kvcommBarrierComm", comm, "comm",
+               [&](const char* call) { return new kvcommComm{get(barrier, call).communicator()}; });
 }
 
 kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed) {

@@ -6,6 +6,7 @@
 
 using kvcomm::capi::guard;
 using kvcomm::capi::kindOf;
+using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
 
 namespace {
@@ -74,11 +75,7 @@ kvcommResult_t kvcommBufferClose(kvcommBuffer_t buffer) {
 }
 
 kvcommResult_t kvcommBufferLocal(kvcommBuffer_t buffer, void** ptr) {
-  return guard("kvcommBufferLocal", [&] {
-    auto& b = get(buffer, "kvcommBufferLocal");
-    requireNonNull(ptr, "kvcommBufferLocal", "ptr");
-    *ptr = b.local();
-  });
+  return query("kvcommBufferLocal", ptr, "ptr", [&](const char* call) { return get(buffer, call).local(); });
 }
 
 kvcommResult_t kvcommBufferPeer(kvcommBuffer_t buffer, int rank, void** ptr) {
@@ -101,43 +98,25 @@ kvcommResult_t kvcommBufferIsMapped(kvcommBuffer_t buffer, int rank, int* mapped
 }
 
 kvcommResult_t kvcommBufferRank(kvcommBuffer_t buffer, int* rank) {
-  return guard("kvcommBufferRank", [&] {
-    auto& b = get(buffer, "kvcommBufferRank");
-    requireNonNull(rank, "kvcommBufferRank", "rank");
-    *rank = b.rank();
-  });
+  return query("kvcommBufferRank", rank, "rank", [&](const char* call) { return get(buffer, call).rank(); });
 }
 
 kvcommResult_t kvcommBufferSize(kvcommBuffer_t buffer, int* size) {
-  return guard("kvcommBufferSize", [&] {
-    auto& b = get(buffer, "kvcommBufferSize");
-    requireNonNull(size, "kvcommBufferSize", "size");
-    *size = b.size();
-  });
+  return query("kvcommBufferSize", size, "size", [&](const char* call) { return get(buffer, call).size(); });
 }
 
 kvcommResult_t kvcommBufferCapacity(kvcommBuffer_t buffer, size_t* bytes) {
-  return guard("kvcommBufferCapacity", [&] {
-    auto& b = get(buffer, "kvcommBufferCapacity");
-    requireNonNull(bytes, "kvcommBufferCapacity", "bytes");
-    *bytes = b.capacity();
-  });
+  return query("kvcommBufferCapacity", bytes, "bytes", [&](const char* call) { return get(buffer, call).capacity(); });
 }
 
 kvcommResult_t kvcommBufferMappedBytes(kvcommBuffer_t buffer, size_t* bytes) {
-  return guard("kvcommBufferMappedBytes", [&] {
-    auto& b = get(buffer, "kvcommBufferMappedBytes");
-    requireNonNull(bytes, "kvcommBufferMappedBytes", "bytes");
-    *bytes = b.mappedBytes();
-  });
+  return query("kvcommBufferMappedBytes", bytes, "bytes",
+               [&](const char* call) { return get(buffer, call).mappedBytes(); });
 }
 
 kvcommResult_t kvcommBufferIsBacked(kvcommBuffer_t buffer, size_t offset, size_t bytes, int* backed) {
-  return guard("kvcommBufferIsBacked", [&] {
-    auto& b = get(buffer, "kvcommBufferIsBacked");
-    requireNonNull(backed, "kvcommBufferIsBacked", "backed");
-    *backed = b.isBacked(offset, bytes) ? 1 : 0;
-  });
+  return query("kvcommBufferIsBacked", backed, "backed",
+               [&](const char* call) { return get(buffer, call).isBacked(offset, bytes) ? 1 : 0; });
 }
 
 kvcommResult_t kvcommBufferBackedRanges(kvcommBuffer_t buffer, kvcommRange* ranges, size_t capacity, size_t* count) {
@@ -152,35 +131,23 @@ kvcommResult_t kvcommBufferBackedRanges(kvcommBuffer_t buffer, kvcommRange* rang
 }
 
 kvcommResult_t kvcommBufferGeneration(kvcommBuffer_t buffer, uint64_t* generation) {
-  return guard("kvcommBufferGeneration", [&] {
-    auto& b = get(buffer, "kvcommBufferGeneration");
-    requireNonNull(generation, "kvcommBufferGeneration", "generation");
-    *generation = b.generation();
-  });
+  return query("kvcommBufferGeneration", generation, "generation",
+               [&](const char* call) { return get(buffer, call).generation(); });
 }
 
 kvcommResult_t kvcommBufferGranularity(kvcommBuffer_t buffer, size_t* bytes) {
-  return guard("kvcommBufferGranularity", [&] {
-    auto& b = get(buffer, "kvcommBufferGranularity");
-    requireNonNull(bytes, "kvcommBufferGranularity", "bytes");
-    *bytes = b.granularity();
-  });
+  return query("kvcommBufferGranularity", bytes, "bytes",
+               [&](const char* call) { return get(buffer, call).granularity(); });
 }
 
 kvcommResult_t kvcommBufferKind(kvcommBuffer_t buffer, kvcommMemoryKind_t* kind) {
-  return guard("kvcommBufferKind", [&] {
-    auto& b = get(buffer, "kvcommBufferKind");
-    requireNonNull(kind, "kvcommBufferKind", "kind");
-    *kind = kvcomm::capi::toC(b.kind());
-  });
+  return query("kvcommBufferKind", kind, "kind",
+               [&](const char* call) { return kvcomm::capi::toC(get(buffer, call).kind()); });
 }
 
 kvcommResult_t kvcommBufferAdopted(kvcommBuffer_t buffer, int* adopted) {
-  return guard("kvcommBufferAdopted", [&] {
-    auto& b = get(buffer, "kvcommBufferAdopted");
-    requireNonNull(adopted, "kvcommBufferAdopted", "adopted");
-    *adopted = b.adopted() ? 1 : 0;
-  });
+  return query("kvcommBufferAdopted", adopted, "adopted",
+               [&](const char* call) { return get(buffer, call).adopted() ? 1 : 0; });
 }
 
 kvcommResult_t kvcommBufferHandleType(kvcommBuffer_t buffer, char* text, size_t textBytes, size_t* needed) {
@@ -191,27 +158,18 @@ kvcommResult_t kvcommBufferHandleType(kvcommBuffer_t buffer, char* text, size_t 
 }
 
 kvcommResult_t kvcommBufferComm(kvcommBuffer_t buffer, kvcommComm_t* comm) {
-  return guard("kvcommBufferComm", [&] {
-    auto& b = get(buffer, "kvcommBufferComm");
-    requireNonNull(comm, "kvcommBufferComm", "comm");
-    *comm = new kvcommComm{b.communicator()};
-  });
+  return query("kvcommBufferComm", comm, "comm",
+               [&](const char* call) { return new kvcommComm{get(buffer, call).communicator()}; });
 }
 
 kvcommResult_t kvcommBufferPeerTable(kvcommBuffer_t buffer, const uint64_t** table) {
-  return guard("kvcommBufferPeerTable", [&] {
-    auto& b = get(buffer, "kvcommBufferPeerTable");
-    requireNonNull(table, "kvcommBufferPeerTable", "table");
-    *table = b.peerTable();
-  });
+  return query("kvcommBufferPeerTable", table, "table",
+               [&](const char* call) { return get(buffer, call).peerTable(); });
 }
 
 kvcommResult_t kvcommBufferBackedBitmap(kvcommBuffer_t buffer, const uint64_t** bitmap) {
-  return guard("kvcommBufferBackedBitmap", [&] {
-    auto& b = get(buffer, "kvcommBufferBackedBitmap");
-    requireNonNull(bitmap, "kvcommBufferBackedBitmap", "bitmap");
-    *bitmap = b.backedBitmap();
-  });
+  return query("kvcommBufferBackedBitmap", bitmap, "bitmap",
+               [&](const char* call) { return get(buffer, call).backedBitmap(); });
 }
 
 }  // extern "C"

@@ -85,6 +85,16 @@ kvcommResult_t guard(const char* call, F&& body) noexcept {
 /// Throws InvalidArgumentError naming `call` when `p` is null.
 void requireNonNull(const void* p, const char* call, const char* what);
 
+/// The shape of every C getter: under guard(), refuses a null `out` (named `outName`) and stores `read(call)` there.
+/// `read` looks the handle up itself, so a null or empty handle is reported by the same checks as everywhere else.
+template <typename Out, typename Read>
+kvcommResult_t query(const char* call, Out* out, const char* outName, Read&& read) noexcept {
+  return guard(call, [&] {
+    requireNonNull(out, call, outName);
+    *out = read(call);
+  });
+}
+
 /// Copies `s` into `text` (NUL-terminated, truncated) and reports the full size in *needed.
 void copyString(const std::string& s, char* text, size_t textBytes, size_t* needed, const char* call);
 

@@ -5,6 +5,7 @@
 #include "common/check.hpp"
 
 using kvcomm::capi::guard;
+using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
 
 namespace {
@@ -34,35 +35,20 @@ kvcommResult_t kvcommCommDestroy(kvcommComm_t comm) {
 }
 
 kvcommResult_t kvcommCommRank(kvcommComm_t comm, int* rank) {
-  return guard("kvcommCommRank", [&] {
-    auto& c = get(comm, "kvcommCommRank");
-    requireNonNull(rank, "kvcommCommRank", "rank");
-    *rank = c.rank();
-  });
+  return query("kvcommCommRank", rank, "rank", [&](const char* call) { return get(comm, call).rank(); });
 }
 
 kvcommResult_t kvcommCommSize(kvcommComm_t comm, int* size) {
-  return guard("kvcommCommSize", [&] {
-    auto& c = get(comm, "kvcommCommSize");
-    requireNonNull(size, "kvcommCommSize", "size");
-    *size = c.size();
-  });
+  return query("kvcommCommSize", size, "size", [&](const char* call) { return get(comm, call).size(); });
 }
 
 kvcommResult_t kvcommCommWorldRank(kvcommComm_t comm, int rank, int* worldRank) {
-  return guard("kvcommCommWorldRank", [&] {
-    auto& c = get(comm, "kvcommCommWorldRank");
-    requireNonNull(worldRank, "kvcommCommWorldRank", "worldRank");
-    *worldRank = c.worldRank(rank);
-  });
+  return query("kvcommCommWorldRank", worldRank, "worldRank",
+               [&](const char* call) { return get(comm, call).worldRank(rank); });
 }
 
 kvcommResult_t kvcommCommId(kvcommComm_t comm, uint64_t* id) {
-  return guard("kvcommCommId", [&] {
-    auto& c = get(comm, "kvcommCommId");
-    requireNonNull(id, "kvcommCommId", "id");
-    *id = c.id();
-  });
+  return query("kvcommCommId", id, "id", [&](const char* call) { return get(comm, call).id(); });
 }
 
 kvcommResult_t kvcommCommAbort(kvcommComm_t comm) {
@@ -115,11 +101,8 @@ kvcommResult_t kvcommCommRecv(kvcommComm_t comm, void* data, size_t bytes, int p
 }
 
 kvcommResult_t kvcommCommNumHosts(kvcommComm_t comm, int* numHosts) {
-  return guard("kvcommCommNumHosts", [&] {
-    auto& c = get(comm, "kvcommCommNumHosts");
-    requireNonNull(numHosts, "kvcommCommNumHosts", "numHosts");
-    *numHosts = c.topology().numHosts;
-  });
+  return query("kvcommCommNumHosts", numHosts, "numHosts",
+               [&](const char* call) { return get(comm, call).topology().numHosts; });
 }
 
 kvcommResult_t kvcommCommMember(kvcommComm_t comm, int rank, kvcommMemberInfo* info) {

@@ -8,6 +8,7 @@
 #include "common/check.hpp"
 
 using kvcomm::capi::guard;
+using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
 
 namespace {
@@ -345,19 +346,13 @@ kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRe
 }
 
 kvcommResult_t kvcommFetcherLayoutHash(kvcommFetcher_t fetcher, int rank, uint64_t* hash) {
-  return guard("kvcommFetcherLayoutHash", [&] {
-    auto& f = get(fetcher, "kvcommFetcherLayoutHash");
-    requireNonNull(hash, "kvcommFetcherLayoutHash", "hash");
-    *hash = f.layoutHash(rank);
-  });
+  return query("kvcommFetcherLayoutHash", hash, "hash",
+               [&](const char* call) { return get(fetcher, call).layoutHash(rank); });
 }
 
 kvcommResult_t kvcommFetcherGeneration(kvcommFetcher_t fetcher, uint64_t* generation) {
-  return guard("kvcommFetcherGeneration", [&] {
-    auto& f = get(fetcher, "kvcommFetcherGeneration");
-    requireNonNull(generation, "kvcommFetcherGeneration", "generation");
-    *generation = f.generation();
-  });
+  return query("kvcommFetcherGeneration", generation, "generation",
+               [&](const char* call) { return get(fetcher, call).generation(); });
 }
 
 kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, size_t handleBytes, size_t* needed) {

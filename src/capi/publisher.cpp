@@ -6,6 +6,7 @@
 #include "kvcomm/capabilities.hpp"
 
 using kvcomm::capi::guard;
+using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
 
 namespace {
@@ -121,19 +122,14 @@ kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcomm
 }
 
 kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode) {
-  return guard("kvcommPublisherMode", [&] {
-    auto& p = get(publisher, "kvcommPublisherMode");
-    requireNonNull(mode, "kvcommPublisherMode", "mode");
-    *mode = p.mode() == kvcomm::PublishMode::Direct ? kvcommPublishDirect : kvcommPublishFallback;
+  return query("kvcommPublisherMode", mode, "mode", [&](const char* call) {
+    return get(publisher, call).mode() == kvcomm::PublishMode::Direct ? kvcommPublishDirect : kvcommPublishFallback;
   });
 }
 
 kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason) {
-  return guard("kvcommPublisherModeReason", [&] {
-    auto& p = get(publisher, "kvcommPublisherModeReason");
-    requireNonNull(reason, "kvcommPublisherModeReason", "reason");
-    *reason = p.modeReason().c_str();
-  });
+  return query("kvcommPublisherModeReason", reason, "reason",
+               [&](const char* call) { return get(publisher, call).modeReason().c_str(); });
 }
 
 kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDeviceError* error) {
