@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "kvcomm/capabilities.hpp"
+#include "support/sanitizers.hpp"
 
 #ifdef KVCOMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -274,14 +275,6 @@ int fds() {
   closedir(d);
   return n - 1;  // the directory's own descriptor
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define KVTEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KVTEST_ASAN 1
-#endif
-#endif
 
 int memfdMappings() {
   std::ifstream f("/proc/self/maps");

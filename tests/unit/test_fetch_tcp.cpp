@@ -32,6 +32,7 @@
 #include "support/fetch_oracle.hpp"
 #include "support/memory.hpp"
 #include "support/processes.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -165,7 +166,10 @@ TEST(TcpFetchServer, ThousandMalformedRequestsCostNoDescriptorAndNoMemoryAndVali
                fds0, fds1, rss0 / 1048576.0, rss1 / 1048576.0, validReads.load(),
                static_cast<unsigned long long>(s.rejected - rejected0));
   EXPECT_EQ(fds1, fds0);
-  EXPECT_LT(rss1, rss0 + (2u << 20));
+  if (kvtest::kSanitizerAllocator)  // freed memory stays in the sanitizer's quarantine; ASan's leak check covers it
+    std::fprintf(stderr, "RSS not compared: built with a sanitizer's allocator\n");
+  else
+    EXPECT_LT(rss1, rss0 + (2u << 20));
   EXPECT_EQ(validFailures.load(), 0);
   EXPECT_GT(validReads.load(), 10);
   EXPECT_GE(s.rejected - rejected0, 1000u * 11 / 14 - 10);  // every answered kind was refused
