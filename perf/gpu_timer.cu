@@ -47,6 +47,28 @@ __global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle
   if (t == 0) b.epochs[lane] = epoch;
 }
 
+// Floor of a one-row publishAndBarrier: one block stores `vecs` 16-byte vectors into the peer (no slot load, no
+// checks), then runs kvcomm's barrierBlock (its release orders them before the flag).
+__global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, uint4* dst,
+                                 const uint4* src, int vecs) {
+  uint64_t epoch = kvcomm::barrierNextEpoch(b, lane);
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) dst[i] = src[i];
+  kvcomm::barrierBlock(b, lane, epoch);
+}
+
+// Floor of the scatter: row r (rowBytes, a multiple of 16) to slot slots[r] of the peer, one 16-byte column per
+// thread over the whole grid, with no bounds checks and nothing else.
+__global__ void __launch_bounds__(256)
+    scatterRows(char* dst, const char* src, const int64_t* slots, int64_t rows, int64_t cols) {
+  int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < rows * cols; c += threads) {
+    int64_t r = c / cols, col = c - r * cols;
+    uint4 v = reinterpret_cast<const uint4*>(src + r * cols * 16)[col];
+    int64_t slot = slots[r];
+    if (slot >= 0) reinterpret_cast<uint4*>(dst + slot * cols * 16)[col] = v;
+  }
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
@@ -86,6 +108,28 @@ void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream)
 
 void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream) {
   barrierProbe<<<1, 32, 0, stream>>>(b, lane, variant);
+}
+
+void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
+                            size_t bytes, CUstream_st* stream) {
+  storeThenBarrier<<<1, 64, 0, stream>>>(b, lane, static_cast<uint4*>(peerDst), static_cast<const uint4*>(src),
+                                         static_cast<int>(bytes / 16));
+}
+
+void launchScatterProbe(void* peerDst, const void* src, const int64_t* slots, int64_t rows, size_t rowBytes,
+                        CUstream_st* stream) {
+  static int blocks = 0;
+  if (!blocks) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    blocks = sms * 8;
+  }
+  int64_t cols = static_cast<int64_t>(rowBytes / 16);
+  int grid = static_cast<int>(std::min<int64_t>(blocks, (rows * cols + 255) / 256));
+  if (grid > 0)
+    scatterRows<<<grid, 256, 0, stream>>>(static_cast<char*>(peerDst), static_cast<const char*>(src), slots, rows,
+                                          cols);
 }
 
 CUstream_st* makeStream() {

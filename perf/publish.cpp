@@ -83,7 +83,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   const size_t region = static_cast<size_t>(n) * maxTokens * rowBytes + (4u << 20);
   auto buf = kvcomm::SymmetricBuffer::create(world, region, region, kvcomm::MemoryKind::Cuda);
   kvcomm::PublisherOptions dopts;
-  dopts.lanes = 4;  // lanes 1-3 for the barrier probes
+  dopts.lanes = 5;  // lanes 1-4 for the barrier probes
   auto direct = kvcomm::Publisher::create(buf, dopts);
   setenv("KVCOMM_DIRECT", "0", 1);
   kvcomm::PublisherOptions fo;
@@ -232,6 +232,13 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     auto cp =
         timeBoth([&](CUstream_st* st) { cudaMemcpyAsync(peerDst, rows, bytes, cudaMemcpyDeviceToDevice, st); }, reps);
     auto sm = timeBoth([&](CUstream_st* st) { kvbench::launchSmCopy(peerDst, rows, bytes & ~size_t(15), st); }, reps);
+    // The same rows to the same shuffled slots by a bare scatter kernel (no checks): what the scatter itself costs.
+    auto scatter = timeBoth(
+        [&](CUstream_st* st) {
+          kvbench::launchScatterProbe(peerDst, rows, slots, static_cast<int64_t>(T), rowBytes, st);
+        },
+        reps);
+    auto publishOnly = timeBoth([&](CUstream_st* st) { direct.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
     double cpGBs = bytes / (cp.second.median * 1e3);
     // ratio: against the baseline; bw: bandwidth into the peer and its fraction of the copy engine's.
     auto row = [&](const char* name, std::pair<Stats, Stats> v, bool ratio, bool bw) {
@@ -250,6 +257,18 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("NCCL AllGather + insert (baseline)", base, true, false);
     row("cudaMemcpy into peer (copy engine)", cp, false, true);
     row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
+    row("probe: bare scatter kernel into peer (same slots)", scatter, false, true);
+    row("kvcomm publish alone (no barrier)", publishOnly, false, true);
+    if (T == 1) {
+      auto h = direct.barrierHandle();
+      row("probe: one block stores the row, then barrierBlock",
+          timeBoth(
+              [&](CUstream_st* st) {
+                kvbench::launchStoreThenBarrier(h, 4, peerDst, rows, rowBytes & ~size_t(15), st);
+              },
+              reps),
+          false, false);
+    }
     // The split barrier with other work between the halves, against the fused publish+barrier followed by the same
     // work, and the work alone: what the exchange adds to a step when it overlaps.
     if (T <= 4096) {
@@ -263,6 +282,19 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
               direct.wait(st, 0);
             },
             reps);
+        auto fusedSplit = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publishAndSignal(tensors, slots, SlotType::Int64, T, st, 0);
+              kvbench::launchSpin(w, st);
+              direct.wait(st, 0);
+            },
+            reps);
+        auto unsynced = timeBoth(
+            [&](CUstream_st* st) {
+              direct.publish(tensors, slots, SlotType::Int64, T, st);
+              kvbench::launchSpin(w, st);
+            },
+            reps);
         auto fusedThen = timeBoth(
             [&](CUstream_st* st) {
               direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0);
@@ -271,6 +303,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
             reps);
         auto alone = timeBoth([&](CUstream_st* st) { kvbench::launchSpin(w, st); }, reps);
         row(("publish + signal, " + us + " us of work, wait").c_str(), split, false, false);
+        row(("publishAndSignal, " + us + " us of work, wait").c_str(), fusedSplit, false, false);
+        row(("publish (no barrier), then " + us + " us of work").c_str(), unsynced, false, false);
         row(("publishAndBarrier, then " + us + " us of work").c_str(), fusedThen, false, false);
         row((us + " us of work alone").c_str(), alone, false, false);
       }

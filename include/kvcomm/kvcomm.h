@@ -10,7 +10,8 @@
  *   -> kvcommCommSplit / kvcommLayoutCreate
  *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate, kvcommBarrierCreate, kvcommFetcherCreate
  *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier, or
- *      kvcommPublisherSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice / kvcommFetchStart
+ *      kvcommPublisherSignal / kvcommPublishAndSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice /
+ * kvcommFetchStart
  *   -> kvcommFetchOperationDestroy, kvcommFetchPlanDestroy, kvcommFetcherDestroy, kvcommBarrierDestroy,
  *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommLayoutDestroy, kvcommCommDestroy (local, any order: a
  *      handle keeps what it uses alive).
@@ -340,6 +341,11 @@ kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t s
 kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
                                        const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
                                        kvcommStream_t stream, int lane);
+/** kvcommPublish then kvcommPublisherSignal, as one kernel in Direct mode; pair it with kvcommPublisherWait just
+ *  before the rows are read (Fallback mode: kvcommPublish then the whole barrier). */
+kvcommResult_t kvcommPublishAndSignal(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                                      const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                                      kvcommStream_t stream, int lane);
 kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode);
 /** Why this mode was chosen; valid for the publisher's life. */
 kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason);

@@ -133,6 +133,14 @@ class KVCOMM_API Publisher {
   /// publishAndBarrier() with checked sizes (see the sized publish()).
   void publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
                          Stream stream = nullptr, int lane = 0);
+  /// publish() then signal(), as one kernel in Direct mode: the kernel's last block releases every block's rows and
+  /// announces them on `lane`; pair it with wait() just before the rows are read (Fallback: publish() then the whole
+  /// barrier, as signal() does).
+  void publishAndSignal(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
+                        size_t numTokens, Stream stream = nullptr, int lane = 0);
+  /// publishAndSignal() with checked sizes (see the sized publish()).
+  void publishAndSignal(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+                        Stream stream = nullptr, int lane = 0);
 
   PublishMode mode() const;
   /// Why this mode was chosen.

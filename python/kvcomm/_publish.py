@@ -157,7 +157,7 @@ class Publisher:
         call = "Publisher.publish"
         raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, False, 0)
+        self._native._publish(raw, slots, slot64, n, s, 0, 0)
         del keep
 
     def publish_and_barrier(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
@@ -166,7 +166,17 @@ class Publisher:
         call = "Publisher.publish_and_barrier"
         raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, True, lane)
+        self._native._publish(raw, slots, slot64, n, s, 2, lane)
+        del keep
+
+    def publish_and_signal(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
+                           num_tokens: Optional[int] = None, stream: Any = None, lane: int = 0) -> None:
+        """publish() then signal(), as one kernel in Direct mode: pair it with wait() just before the rows are read,
+        so the round trip overlaps the work in between (Fallback mode: publish() then the whole barrier)."""
+        call = "Publisher.publish_and_signal"
+        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
+        s = _stream_handle(stream, self._buffer, call)
+        self._native._publish(raw, slots, slot64, n, s, 1, lane)
         del keep
 
     def barrier(self, stream: Any = None, lane: int = 0) -> None:

@@ -57,17 +57,20 @@ void bindPublish(nb::module_& m) {
       .def(
           "_publish",
           [](Publisher& p, const std::vector<RawTensor>& tensors, uintptr_t slots, bool slot64, size_t numTokens,
-             uintptr_t stream, bool fused, int lane) {
+             uintptr_t stream, int then, int lane) {
             auto t = toTensors(tensors);
             SlotType type = slot64 ? SlotType::Int64 : SlotType::Int32;
-            if (fused)
-              p.publishAndBarrier(t, reinterpret_cast<const void*>(slots), type, numTokens, toStream(stream), lane);
+            const void* slotPtr = reinterpret_cast<const void*>(slots);
+            if (then == 2)
+              p.publishAndBarrier(t, slotPtr, type, numTokens, toStream(stream), lane);
+            else if (then == 1)
+              p.publishAndSignal(t, slotPtr, type, numTokens, toStream(stream), lane);
             else
-              p.publish(t, reinterpret_cast<const void*>(slots), type, numTokens, toStream(stream));
+              p.publish(t, slotPtr, type, numTokens, toStream(stream));
           },
           nb::arg("tensors"), nb::arg("slots"), nb::arg("slot64"), nb::arg("num_tokens"), nb::arg("stream"),
-          nb::arg("fused"), nb::arg("lane"), nb::call_guard<nb::gil_scoped_release>(),
-          "Internal: publish (or publishAndBarrier) on raw pointers the package validated.")
+          nb::arg("then"), nb::arg("lane"), nb::call_guard<nb::gil_scoped_release>(),
+          "Internal: publish, then nothing (0), signal (1) or barrier (2), on raw pointers the package validated.")
       .def(
           "barrier", [](Publisher& p, uintptr_t stream, int lane) { p.barrier(toStream(stream), lane); },
           nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),

@@ -121,6 +121,16 @@ kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcomm
   });
 }
 
+kvcommResult_t kvcommPublishAndSignal(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
+                                      const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
+                                      kvcommStream_t stream, int lane) {
+  return guard("kvcommPublishAndSignal", [&] {
+    auto& p = get(publisher, "kvcommPublishAndSignal");
+    p.publishAndSignal(tensorsOf(tensors, numTensors, "kvcommPublishAndSignal"), slotMapping,
+                       slotTypeOf(slotType, "kvcommPublishAndSignal"), numTokens, stream, lane);
+  });
+}
+
 kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode) {
   return query("kvcommPublisherMode", mode, "mode", [&](const char* call) {
     return get(publisher, call).mode() == kvcomm::PublishMode::Direct ? kvcommPublishDirect : kvcommPublishFallback;

@@ -106,7 +106,9 @@ struct FetchLaunch {
 enum class BarrierStep { Signal = 1, Wait = 2, Both = 3 };
 
 // CUDA launches; `stream` is a cudaStream_t. Not compiled without CUDA.
-void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane);
+// With fusedBarrier, the kernel's end runs `after` on `lane` (Both: barrierAfterGrid; Signal: the first half only).
+void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane,
+                   BarrierStep after = BarrierStep::Both);
 void launchBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step, void* stream);
 void launchPack(const PackLaunch& p, void* stream);
 void launchFetch(const FetchLaunch& f, void* stream);

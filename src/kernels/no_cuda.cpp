@@ -4,7 +4,7 @@
 
 namespace kvcomm::detail {
 
-void launchPublish(const PublishLaunch&, void*, const BarrierDeviceHandle*, int) {
+void launchPublish(const PublishLaunch&, void*, const BarrierDeviceHandle*, int, BarrierStep) {
   KVCOMM_THROW(Unsupported, "publish (cuda)", "libkvcomm was built without CUDA");
 }
 void launchBarrier(const BarrierDeviceHandle&, int, BarrierStep, void*) {

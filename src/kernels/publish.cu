@@ -97,11 +97,12 @@ __device__ __forceinline__ void copyTensor(const PublishLaunch& p, const Publish
 
 // One kernel per vector width: when every tensor of a call shares it (the common case) the kernel holds a single
 // copy loop, uses fewer registers and runs more blocks per SM; mixed widths take the generic kernel (VEC = 0).
-template <bool Fused, int VEC, typename Index>
+// After: 0 (publish only), or the BarrierStep the kernel's end runs (Both, or Signal for the split barrier).
+template <int After, int VEC, typename Index>
 __global__ void __launch_bounds__(kThreads, VEC == 0 ? 2 : (sizeof(Index) == 8 ? 3 : 4))
     publishKernel(const __grid_constant__ PublishLaunch p, const __grid_constant__ BarrierDeviceHandle b,
                   int barrierLane) {
-  const uint64_t epoch = Fused ? barrierNextEpoch(b, barrierLane) : 0;
+  const uint64_t epoch = After != 0 ? barrierNextEpoch(b, barrierLane) : 0;
   const Index tid = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   const Index threads = static_cast<Index>(gridDim.x) * blockDim.x;
 #pragma unroll
@@ -129,32 +130,33 @@ __global__ void __launch_bounds__(kThreads, VEC == 0 ? 2 : (sizeof(Index) == 8 ?
       }
     }
   }
-  if (Fused) barrierAfterGrid(b, barrierLane, epoch);
+  if constexpr (After == static_cast<int>(BarrierStep::Both)) barrierAfterGrid(b, barrierLane, epoch);
+  if constexpr (After == static_cast<int>(BarrierStep::Signal)) barrierSignalAfterGrid(b, barrierLane, epoch);
 }
 
-template <bool Fused, typename Index>
+template <int After, typename Index>
 void launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const BarrierDeviceHandle& b, int lane) {
   int vec = p.t[0].vec;
   for (int k = 1; k < p.numTensors; ++k)
     if (p.t[k].vec != vec) vec = 0;
   switch (vec) {
     case 16:
-      publishKernel<Fused, 16, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 16, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
     case 8:
-      publishKernel<Fused, 8, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 8, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
     case 4:
-      publishKernel<Fused, 4, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 4, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
     case 2:
-      publishKernel<Fused, 2, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 2, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
     case 1:
-      publishKernel<Fused, 1, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 1, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
     default:
-      publishKernel<Fused, 0, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
+      publishKernel<After, 0, Index><<<blocks, kThreads, 0, s>>>(p, b, lane);
       break;
   }
 }
@@ -182,7 +184,8 @@ __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ P
 
 }  // namespace
 
-void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane) {
+void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHandle* fusedBarrier, int lane,
+                   BarrierStep after) {
   int64_t items = 0;  // (row, vector column) pairs over all tensors
   for (int k = 0; k < p.numTensors; ++k) {
     int64_t vec = p.t[k].vec > 0 ? p.t[k].vec : 1;
@@ -200,10 +203,13 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
   bool narrow = items + static_cast<int64_t>(blocks) * kThreads * kUnroll < (int64_t(1) << 31);
   BarrierDeviceHandle none{};
   const BarrierDeviceHandle& b = fusedBarrier ? *fusedBarrier : none;
-  if (fusedBarrier) {
-    narrow ? launchWith<true, int32_t>(p, blocks, s, b, lane) : launchWith<true, int64_t>(p, blocks, s, b, lane);
+  constexpr int kBoth = static_cast<int>(BarrierStep::Both), kSignal = static_cast<int>(BarrierStep::Signal);
+  if (!fusedBarrier) {
+    narrow ? launchWith<0, int32_t>(p, blocks, s, b, lane) : launchWith<0, int64_t>(p, blocks, s, b, lane);
+  } else if (after == BarrierStep::Signal) {
+    narrow ? launchWith<kSignal, int32_t>(p, blocks, s, b, lane) : launchWith<kSignal, int64_t>(p, blocks, s, b, lane);
   } else {
-    narrow ? launchWith<false, int32_t>(p, blocks, s, b, lane) : launchWith<false, int64_t>(p, blocks, s, b, lane);
+    narrow ? launchWith<kBoth, int32_t>(p, blocks, s, b, lane) : launchWith<kBoth, int64_t>(p, blocks, s, b, lane);
   }
   checkLaunch("publish kernel launch");
 }

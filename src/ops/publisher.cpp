@@ -131,22 +131,28 @@ struct Publisher::Impl {
     return p;
   }
 
-  // publish() and publishAndBarrier(): the buffer is held steady (and checked open) only while rows go into it.
+  // What a publish runs after its rows, in the same kernel in Direct mode on CUDA.
+  enum class Then { Nothing, Signal, Barrier };
+
+  // publish(), publishAndSignal() and publishAndBarrier(): the buffer is held steady (and checked open) only while
+  // rows go into it.
   void run(const std::vector<CacheTensor>& tensors, const void* slots, SlotType type, size_t numTokens, Stream stream,
-           bool fuse, int lane, const char* call) {
+           Then then, int lane, const char* call) {
     detail::checkHealthy(buf.communicator(), call);
-    if (fuse) checkLane(lane, call);
+    if (then != Then::Nothing) checkLane(lane, call);
     if (mode == PublishMode::Direct) {
       {
         detail::BufferUse use(buf, call);
         auto p = launchFor(use, tensors, slots, type, numTokens);
         if (kind == MemoryKind::Cuda) {
-          detail::launchPublish(p, stream, fuse ? &bar : nullptr, lane);
+          auto step = then == Then::Signal ? detail::BarrierStep::Signal : detail::BarrierStep::Both;
+          detail::launchPublish(p, stream, then != Then::Nothing ? &bar : nullptr, lane, step);
           return;
         }
         detail::hostPublish(p);
       }
-      if (fuse) barrier.barrier(stream, lane);
+      if (then == Then::Barrier) barrier.barrier(stream, lane);
+      if (then == Then::Signal) barrier.signal(stream, lane);
       return;
     }
     detail::PublishLaunch p;
@@ -155,7 +161,7 @@ struct Publisher::Impl {
       p = launchFor(use, tensors, slots, type, numTokens);
     }
     publishFallback(p, stream, call);
-    if (fuse) transport->barrier(stream);
+    if (then != Then::Nothing) transport->barrier(stream);  // the fallback's signal is the whole barrier
   }
 
   // Sized calls: the counts the caller states are checked before anything is read.
@@ -351,7 +357,7 @@ void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slo
                         size_t numTokens, Stream stream) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  impl_->run(tensors, slotMapping, slotType, numTokens, stream, false, 0, "Publisher::publish");
+  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Nothing, 0, "Publisher::publish");
 }
 
 void Publisher::publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
@@ -359,7 +365,7 @@ void Publisher::publish(const std::vector<CacheTensor>& tensors, const SlotMappi
   KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
   detail::RankScope scope(impl_->rank());
   Impl::checkSlots(slots, numTokens, "Publisher::publish");
-  impl_->run(tensors, slots.data, slots.type, numTokens, stream, false, 0, "Publisher::publish");
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Nothing, 0, "Publisher::publish");
 }
 
 void Publisher::barrier(Stream stream, int lane) {
@@ -392,7 +398,8 @@ void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const
                                   size_t numTokens, Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  impl_->run(tensors, slotMapping, slotType, numTokens, stream, true, lane, "Publisher::publishAndBarrier");
+  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Barrier, lane,
+             "Publisher::publishAndBarrier");
 }
 
 void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
@@ -400,7 +407,25 @@ void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const
   KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
   Impl::checkSlots(slots, numTokens, "Publisher::publishAndBarrier");
-  impl_->run(tensors, slots.data, slots.type, numTokens, stream, true, lane, "Publisher::publishAndBarrier");
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Barrier, lane,
+             "Publisher::publishAndBarrier");
+}
+
+void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
+                                 size_t numTokens, Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndSignal", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Signal, lane,
+             "Publisher::publishAndSignal");
+}
+
+void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
+                                 Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndSignal", "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  Impl::checkSlots(slots, numTokens, "Publisher::publishAndSignal");
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Signal, lane,
+             "Publisher::publishAndSignal");
 }
 
 PublishMode Publisher::mode() const {

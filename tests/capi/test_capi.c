@@ -383,6 +383,17 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   OK(kvcommPublisherWait(pub, NULL, 0));
   oracleApply(image, 3);
   checkReplicas(buf, image, mapped, "round 3 (publish + signal/wait)");
+  OK(kvcommCommBarrier(world));
+
+  /* Round 4: int32 slots, the fused publish + signal on lane 1, then the wait. */
+  for (int i = 0; i < kTokens; ++i) slots32[i] = (int32_t)slotOf(4, rank, i);
+  makeSources(4, rank, mainSrc, keys, scales);
+  describe(t, mainSrc, keys, scales);
+  OK(kvcommPublishAndSignal(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 1));
+  OK(kvcommPublisherWait(pub, NULL, 1));
+  oracleApply(image, 4);
+  checkReplicas(buf, image, mapped, "round 4 (int32, publishAndSignal + wait)");
+  FAILS(kvcommPublishAndSignal(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 7), kvcommInvalidArgument, "lane");
   FAILS(kvcommPublisherSignal(pub, NULL, 2), kvcommInvalidArgument, "lane");
   FAILS(kvcommPublisherWait(NULL, NULL, 0), kvcommInvalidArgument, "publisher");
   kvcommDeviceError derr;

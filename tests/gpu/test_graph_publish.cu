@@ -75,26 +75,30 @@ TEST_F(GraphPublish, ThousandReplaysWithNewInputsEveryReplay) {
   Fixed in(g, kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, g, 1));
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  // Two graphs: publish then barrier (two kernels), and the fused kernel; replays alternate between them.
-  cudaGraphExec_t exec[2];
-  for (int fused = 0; fused < 2; ++fused) {
+  // Three graphs: publish then barrier (two kernels), the fused kernel, and the fused publish + signal then the wait;
+  // replays rotate among them.
+  cudaGraphExec_t exec[3];
+  for (int how = 0; how < 3; ++how) {
     cudaGraph_t graph;
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    if (fused)
-      pub.publishAndBarrier(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
-    else {
+    if (how == 0) {
       pub.publish(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s);
       pub.barrier(s, 0);
+    } else if (how == 1) {
+      pub.publishAndBarrier(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
+    } else {
+      pub.publishAndSignal(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
+      pub.wait(s, 0);
     }
     CUDA_OK(cudaStreamEndCapture(s, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec[fused], graph, 0));
+    CUDA_OK(cudaGraphInstantiate(&exec[how], graph, 0));
     cudaGraphDestroy(graph);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   for (int replay = 0; replay < 1000; ++replay) {
     auto mine = kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, g, replay + 1);
     in.load(mine, s);
-    CUDA_OK(cudaGraphLaunch(exec[replay % 2], s));
+    CUDA_OK(cudaGraphLaunch(exec[replay % 3], s));
     CUDA_OK(cudaStreamSynchronize(s));
     for (int r = 0; r < world.size(); ++r)
       kvtest::applyOracle(want, g, kvtest::makeInputs(seed_, r, world.size(), tokens, g, replay + 1));

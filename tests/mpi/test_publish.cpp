@@ -82,9 +82,12 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
     return v;
   }
 
+  // How a scenario synchronises after its rows: publish() then barrier(), or one of the fused calls.
+  enum class Then { Barrier, FusedBarrier, FusedSignalThenWait };
+
   // One scenario end to end on `buf`: poison, publish every rank's rows, barrier, compare with the oracle.
   void runScenario(SymmetricBuffer& buf, Publisher& pub, CacheLayout layout, size_t rowBytes, size_t tokens,
-                   SlotType type, uint64_t seed, bool fused = false) {
+                   SlotType type, uint64_t seed, Then then = Then::Barrier) {
     Communicator& comm = buf.communicator();
     Geometry g = kvtest::makeGeometry(layout, rowBytes, comm.size() * tokens + tokens / 4 + 16);
     ASSERT_LE(g.regionBytes, buf.mappedBytes());
@@ -92,11 +95,18 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
     Inputs in = kvtest::makeInputs(seed, comm.rank(), comm.size(), tokens, g);
     Staged s = stage(g, in, type);
     comm.barrier();  // every replica is poisoned before anyone publishes
-    if (fused) {
-      pub.publishAndBarrier(s.tensors, s.slots->data(), type, tokens);
-    } else {
-      pub.publish(s.tensors, s.slots->data(), type, tokens);
-      pub.barrier();
+    switch (then) {
+      case Then::FusedBarrier:
+        pub.publishAndBarrier(s.tensors, s.slots->data(), type, tokens);
+        break;
+      case Then::FusedSignalThenWait:
+        pub.publishAndSignal(s.tensors, s.slots->data(), type, tokens);
+        pub.wait();
+        break;
+      case Then::Barrier:
+        pub.publish(s.tensors, s.slots->data(), type, tokens);
+        pub.barrier();
+        break;
     }
     auto got = replica(buf, g.regionBytes);
     pub.checkErrors();
@@ -130,7 +140,7 @@ TEST_P(Publish, MatchesGatherInsertOracleAcrossSizesAndLayouts) {
       if (tokens * rowBytes * static_cast<size_t>(world.size()) > rowsCap) continue;
       for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
         SlotType type = (scenario++ % 2) ? SlotType::Int32 : SlotType::Int64;
-        runScenario(buf, pub, layout, rowBytes, tokens, type, seed_ + scenario, scenario % 3 == 0);
+        runScenario(buf, pub, layout, rowBytes, tokens, type, seed_ + scenario, static_cast<Then>(scenario % 3));
         if (HasFailure()) return;
       }
     }
@@ -182,11 +192,13 @@ TEST_P(Publish, DirectAndFallbackGiveIdenticalCaches) {
   }
   ASSERT_EQ(pd.mode(), kvcomm::PublishMode::Direct) << pd.modeReason();
   ASSERT_EQ(pf.mode(), kvcomm::PublishMode::Fallback) << pf.modeReason();
+  int round = 0;
   for (auto [tokens, rowBytes] : {std::pair<size_t, size_t>{256, 656}, {7, 7}, {1000, 132}})
     for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
       uint64_t seed = seed_ + tokens + rowBytes;
-      runScenario(direct, pd, layout, rowBytes, tokens, SlotType::Int64, seed);
-      runScenario(fallback, pf, layout, rowBytes, tokens, SlotType::Int32, seed);
+      auto then = static_cast<Then>(round++ % 3);  // every way to synchronise, in both modes
+      runScenario(direct, pd, layout, rowBytes, tokens, SlotType::Int64, seed, then);
+      runScenario(fallback, pf, layout, rowBytes, tokens, SlotType::Int32, seed, then);
       Geometry g = kvtest::makeGeometry(layout, rowBytes, world.size() * tokens + tokens / 4 + 16);
       EXPECT_EQ(replica(direct, g.regionBytes), replica(fallback, g.regionBytes)) << "direct and fallback differ";
       world.barrier();

@@ -79,7 +79,7 @@ def test_publish_byte_exact_torch(world):
     buf = _poisoned_buffer(world)
     pub = kvcomm.Publisher(buf, barrier_timeout_ms=60000)
     image = np.full(buf.mapped_bytes, POISON, np.uint8)
-    for rnd, slot_dtype in ((0, torch.int64), (1, torch.int32), (2, torch.int64)):
+    for rnd, slot_dtype in ((0, torch.int64), (1, torch.int32), (2, torch.int64), (3, torch.int32)):
         main, keys, scales, slots = _rank_data(rnd, world.rank)
         tensors = _tensors(_cuda(main), _cuda(keys), _cuda(scales))
         slot_t = _cuda(slots).to(slot_dtype)
@@ -88,10 +88,13 @@ def test_publish_byte_exact_torch(world):
             pub.barrier()
         elif rnd == 1:
             pub.publish_and_barrier(tensors, slot_t, lane=1)
-        else:  # the split barrier: signal right after the stores, wait just before the reads
+        elif rnd == 2:  # the split barrier: signal right after the stores, wait just before the reads
             pub.publish(tensors, slot_t)
             pub.signal(lane=1)
             pub.wait(lane=1)
+        else:  # the same split, with the signal fused into the publish kernel
+            pub.publish_and_signal(tensors, slot_t, lane=0)
+            pub.wait(lane=0)
         torch.cuda.synchronize()
         pub.check_errors()
         _oracle(image, rnd, world.size)

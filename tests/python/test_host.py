@@ -200,6 +200,16 @@ def _publish(comm: kvcomm.Communicator) -> str:
     _assert_replicas(buf, image, "round 2 (signal/wait)")
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
         pub.signal(lane=2)
+    comm.barrier()
+
+    # Round 3: publish and signal in one call (int32 slots), then the wait.
+    main, keys, scales, slots = _rank_data(3, comm.rank)
+    pub.publish_and_signal(_tensors(main, keys, scales), slots.astype(np.int32), lane=1)
+    pub.wait(lane=1)
+    _oracle(image, 3)
+    _assert_replicas(buf, image, "round 3 (publish_and_signal/wait)")
+    with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
+        pub.publish_and_signal(_tensors(main, keys, scales), slots, lane=5)
     assert pub.poll_error() is None
     pub.check_errors()
     return pub.mode.name

@@ -259,21 +259,40 @@ KVCOMM_DEVICE_INLINE bool barrierSyncScope(const BarrierDeviceHandle& b, int lan
   return barrierWaitScope<S>(b, lane, order);
 }
 
+/// True in exactly one block of the grid: the last to arrive on `lane` after its stores (call from every thread of
+/// every block, once). Arrivals synchronise at GPU scope (release by each block, acquire by the last), so a
+/// system-scope release by the last block then covers every block's stores, by cumulativity. The last block resets
+/// the arrival count (graph replays start at zero).
+KVCOMM_DEVICE_INLINE bool barrierLastBlock(const BarrierDeviceHandle& b, int lane) {
+  if (gridDim.x == 1) return true;
+  __shared__ uint32_t last;
+  __syncthreads();
+  if (threadIdx.x == 0) last = addAcqRelGpu(&b.arrivals[lane], 1u) == gridDim.x - 1 ? 1u : 0u;
+  __syncthreads();
+  if (!last) return false;
+  if (threadIdx.x == 0) b.arrivals[lane] = 0;  // the next launch starts from zero (this kernel is the last user)
+  return true;
+}
+
 /// For kernels that write with many blocks and then synchronise: every block calls it once after its last store,
-/// with barrierNextEpoch() read at the kernel's start; the last block to arrive runs barrierBlock() and resets the
-/// arrival count (so graph replays start at zero). Returns true in the block that ran the barrier.
-/// Arrivals synchronise at GPU scope (release by each block, acquire by the last); the last block's system-scope
-/// release then covers every block's stores, by cumulativity.
+/// with barrierNextEpoch() read at the kernel's start; the last block to arrive (barrierLastBlock()) runs
+/// barrierBlock(). Returns true in the block that ran the barrier.
 KVCOMM_DEVICE_INLINE bool barrierAfterGrid(const BarrierDeviceHandle& b, int lane, uint64_t epoch) {
-  if (gridDim.x > 1) {
-    __shared__ uint32_t last;
-    __syncthreads();
-    if (threadIdx.x == 0) last = addAcqRelGpu(&b.arrivals[lane], 1u) == gridDim.x - 1 ? 1u : 0u;
-    __syncthreads();
-    if (!last) return false;
-    if (threadIdx.x == 0) b.arrivals[lane] = 0;  // the next launch starts from zero (this kernel is the last user)
-  }
+  if (!barrierLastBlock(b, lane)) return false;
   barrierBlock(b, lane, epoch);
+  return true;
+}
+
+/// The first half of barrierAfterGrid(): the last block to arrive announces `epoch` (barrierNextEpoch(), read at the
+/// kernel's start) to every member with a system-scope release covering every block's stores, and advances the
+/// lane's epoch; nobody waits. Pair it with barrierWaitBlock() (or the host's Barrier::wait()) before the reads.
+KVCOMM_DEVICE_INLINE bool barrierSignalAfterGrid(const BarrierDeviceHandle& b, int lane, uint64_t epoch) {
+  if (!barrierLastBlock(b, lane)) return false;
+  __syncthreads();
+  int t = static_cast<int>(threadIdx.x);
+  if (t < b.size && t != b.rank && b.peerSignals[t] != 0) barrierSignal(b, lane, t, epoch);
+  __syncthreads();
+  if (t == 0) b.epochs[lane] = epoch;
   return true;
 }
 
