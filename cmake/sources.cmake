@@ -63,6 +63,7 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/publish.cu
     src/kernels/barrier.cu
     src/kernels/fetch.cu
+    src/kernels/dependent_launch.cu
     src/fetch/device_copy.cpp
     src/fetch/gpu_direct.cpp
     src/ops/device_memory.cpp

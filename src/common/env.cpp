@@ -161,6 +161,10 @@ int fetchTcpConnections() {
   return static_cast<int>(integer("KVCOMM_FETCH_TCP_CONNECTIONS", 4, 1, 16, "an integer from 1 to 16"));
 }
 
+bool dependentLaunch() {
+  return integer("KVCOMM_PDL", 1, 0, 1, "0 or 1") == 1;
+}
+
 bool multicastRequested() {
   return integer("KVCOMM_MULTICAST", 0, 0, 1, "0 or 1") == 1;
 }
@@ -191,6 +195,7 @@ void validate() {
   fetchNetTimeoutMs();
   fetchTcpConnections();
   multicastRequested();
+  dependentLaunch();
 }
 
 }  // namespace kvcomm::env

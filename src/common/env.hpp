@@ -54,6 +54,10 @@ bool multicastRequested();
 /// NVSHMEM_DISABLE_NVLS=1 is set, or not opted in. Never throws: a KVCOMM_MULTICAST that is not accepted is the reason.
 std::string multicastRefusal();
 
+/// KVCOMM_PDL = 0 | 1 (default 1): launch the publish and barrier kernels with programmatic dependent launch on
+/// GPUs of compute capability 9.0 and up, so their launch overlaps the end of the kernel before them.
+bool dependentLaunch();
+
 /// KVCOMM_FETCH_PATH = auto | kernel | copy (or ce) | host: the path a fetch with FetchOptions::path Auto takes.
 enum class FetchPathKnob { Auto, Kernel, Copy, Host };
 FetchPathKnob fetchPath();

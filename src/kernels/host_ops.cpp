@@ -30,13 +30,14 @@ int64_t slotAt(const PublishLaunch& p, int source, int64_t i) {
 
 void hostPublish(const PublishLaunch& p) {
   // Validate every row first: a bad slot changes nothing.
+  const uint64_t prefix = p.backedPrefix ? *p.backedPrefix : 0;
   for (int s = 0; s < p.numSources; ++s)
     for (int64_t i = 0; i < p.numTokens; ++i) {
       int64_t slot = slotAt(p, s, i);
       if (slot < 0) continue;
       for (int k = 0; k < p.numTensors; ++k) {
         uint64_t dst;
-        if (!rowDestination(p, p.t[k], slot, &dst))
+        if (!rowDestination(p, p.t[k], slot, &dst, prefix))
           KVCOMM_THROW(InvalidArgument, "publish", "token ", static_cast<int64_t>(s) * p.numTokens + i, ": slot ", slot,
                        " of tensor ", k,
                        " lands outside the tensor's region (offset + limitBytes) or the backed part of the buffer; "
@@ -50,7 +51,7 @@ void hostPublish(const PublishLaunch& p) {
       for (int k = 0; k < p.numTensors; ++k) {
         const PublishTensorDesc& t = p.t[k];
         uint64_t dst = 0;
-        rowDestination(p, t, slot, &dst);  // true: every row was checked above
+        rowDestination(p, t, slot, &dst, prefix);  // true: every row was checked above
         const char* src = t.src + static_cast<uint64_t>(s) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride;
         for (int r = 0; r < p.replicas.size; ++r)
           if (p.replicas.isMapped(r)) std::memcpy(p.replicas.peer(r) + dst, src, t.rowBytes);

@@ -42,15 +42,18 @@ struct PublishLaunch {
   int32_t numSources;
   int32_t slot64;  // 1: int64 slots, 0: int32
   int32_t numTensors;
-  int32_t granShift;       // log2 of the buffer's granularity
-  const uint64_t* backed;  // the buffer's backed-granule bitmap (SymmetricBuffer::backedBitmap())
-  uint64_t capacity;       // bytes of the buffer
+  int32_t granShift;             // log2 of the buffer's granularity
+  const uint64_t* backed;        // the buffer's backed-granule bitmap (SymmetricBuffer::backedBitmap())
+  const uint64_t* backedPrefix;  // the word beside it: bytes backed from offset 0 (loaded once per kernel)
+  uint64_t capacity;             // bytes of the buffer
   DeviceErrorRecord* error;
 };
 
-/// Whether [dst, dst + bytes) lies wholly in backed granules (host and device).
-KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, uint64_t bytes) {
+/// Whether [dst, dst + bytes) lies wholly in backed granules (host and device). `prefix`: bytes backed from offset 0
+/// (*p.backedPrefix, read once by the caller; 0 to always consult the bitmap): rows below it need no bitmap load.
+KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, uint64_t bytes, uint64_t prefix = 0) {
   if (bytes == 0 || dst > p.capacity || bytes > p.capacity - dst) return false;
+  if (dst + bytes <= prefix) return true;
   for (uint64_t g = dst >> p.granShift, last = (dst + bytes - 1) >> p.granShift; g <= last; ++g)
     if (!((p.backed[g >> 6] >> (g & 63)) & 1u)) return false;
   return true;
@@ -59,9 +62,9 @@ KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, u
 /// Where `slot`'s row of tensor `t` lands, checked (host and device): no step of the computation may wrap, the row
 /// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written).
 KVCOMM_HOST_DEVICE_INLINE bool rowDestination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot,
-                                              uint64_t* dst) {
+                                              uint64_t* dst, uint64_t prefix = 0) {
   return slotDestinationChecked(slot, t.offset, t.blockSize, t.blockStride, t.rowStride, t.rowBytes, t.limit, dst) &&
-         rowBacked(p, *dst, t.rowBytes);
+         rowBacked(p, *dst, t.rowBytes, prefix);
 }
 
 /// Packs rows and slots into one contiguous per-rank record for the fallback's allgather:

@@ -126,6 +126,7 @@ struct Publisher::Impl {
     p.numSources = 1;
     p.error = error;
     p.backed = use.backedBitmap();
+    p.backedPrefix = use.backedPrefix();
     p.capacity = buf.capacity();
     p.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
     return p;
@@ -204,6 +205,7 @@ struct Publisher::Impl {
       }
       detail::BufferUse use(buf, call);  // the buffer may have been closed, or grown, while the rows were gathered
       ins.backed = use.backedBitmap();
+      ins.backedPrefix = use.backedPrefix();
       detail::launchPublish(ins, stream, nullptr, 0);
       return;
     }
@@ -242,6 +244,7 @@ struct Publisher::Impl {
     }
     detail::BufferUse use(buf, call);  // the buffer may have been closed, or grown, while the rows were gathered
     ins.backed = use.backedBitmap();
+    ins.backedPrefix = use.backedPrefix();
     if (kind == MemoryKind::Cuda)
       detail::launchPublish(ins, stream, nullptr, 0);
     else

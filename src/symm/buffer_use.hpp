@@ -27,6 +27,8 @@ class BufferUse {
   size_t mappedBytes() const;
   bool isBacked(size_t offset, size_t bytes) const;
   const uint64_t* backedBitmap() const;
+  /// The word beside the bitmap (same memory kind): bytes backed from offset 0 on every member.
+  const uint64_t* backedPrefix() const;
 
  private:
   SymmetricBuffer::Impl* impl_ = nullptr;

@@ -148,6 +148,7 @@ struct SymmetricBuffer::Impl {
   std::vector<uint64_t> bases;                      // by rank
   uint64_t* table = nullptr;
   uint64_t* backedBits = nullptr;         // granule bitmap kernels check rows against
+  uint64_t* backedPrefix = nullptr;       // the word after it: bytes backed from offset 0
   detail::TableMemory* tables = nullptr;  // the backend, or the legacy-IPC state
   IntervalSet backed;
   uint64_t id = 0;
@@ -212,6 +213,7 @@ struct SymmetricBuffer::Impl {
       windows.clear();
       if (tables && backedBits) tables->freeTable(backedBits);
       backedBits = nullptr;
+      backedPrefix = nullptr;
       if (table && backend) backend->freeTable(table);  // the legacy-IPC state frees its own peer table
       table = nullptr;
       ipc.reset();
@@ -303,14 +305,21 @@ struct SymmetricBuffer::Impl {
           (t.sameHost(me, r) && (kind == MemoryKind::Host || (t.canAccessPeer(me, r) && t.canAccessPeer(r, me))));
   }
 
-  // Rewrites the granule bitmap from `backed` (allocated on first use; its address never changes afterwards).
+  // Rewrites the granule bitmap from `backed` (allocated on first use; its address never changes afterwards), and
+  // the word after it: how many bytes from offset 0 are backed, which kernels load once (not per row) and check most
+  // rows against before they look at the bitmap.
   void writeBacked() {
     size_t granules = (capacity + gran - 1) / gran;
-    std::vector<uint64_t> words((granules + 63) / 64 + 1, 0);
+    size_t bitWords = (granules + 63) / 64 + 1;
+    std::vector<uint64_t> words(bitWords + 1, 0);
     for (const Range& r : backed.ranges())
       for (size_t g = r.offset / gran; g < (r.offset + r.bytes) / gran; ++g) words[g / 64] |= 1ull << (g % 64);
+    size_t prefix = 0;
+    while (prefix < granules && ((words[prefix / 64] >> (prefix % 64)) & 1u)) ++prefix;
+    words[bitWords] = std::min<uint64_t>(static_cast<uint64_t>(prefix) * gran, capacity);
     if (!backedBits) backedBits = tables->allocTable(words.size());
     tables->writeTable(backedBits, words);
+    backedPrefix = backedBits + bitWords;
   }
 };
 
@@ -658,6 +667,9 @@ bool BufferUse::isBacked(size_t offset, size_t bytes) const {
 }
 const uint64_t* BufferUse::backedBitmap() const {
   return impl_->backedBits;
+}
+const uint64_t* BufferUse::backedPrefix() const {
+  return impl_->backedPrefix;
 }
 
 }  // namespace detail

@@ -312,6 +312,92 @@ TEST_P(Publish, SlotBeyondTheBufferIsReportedAndNotWritten) {
   world.barrier();
 }
 
+// Rows are checked against what is backed when they are written: the fast check against the backed prefix
+// ([0, g) here, below a released hole) and the bitmap beyond it. A row below the prefix and one past the hole land; a
+// row straddling the prefix's end into the hole and one inside the hole are refused and write nothing; once the hole
+// is committed again the same rows land.
+TEST_P(Publish, RowsAroundAReleasedHoleLandOnlyWhereBacked) {
+  auto world = kvtest::tcpWorld();
+  size_t g;
+  {
+    kvtest::EngineCache probe(kind_, 1u << 21);
+    g = probe.granularity();
+  }
+  kvtest::EngineCache cache(kind_, 4 * g);
+  for (size_t i = 0; i < 4; ++i) cache.commit(i * g, g);
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), 4 * g, kind_);
+  buf.commit({{0, 4 * g}});
+  auto pub = Publisher::create(buf);
+  const size_t row = 384;  // does not divide g: one slot straddles each granule boundary
+  const int me = world.rank(), n = world.size();
+  kvtest::fillMemory(kind_, buf.local(), kvtest::kPoison, 4 * g);
+  world.barrier();
+  buf.release({{g, g}});
+  cache.release(g);
+  const int64_t straddle = static_cast<int64_t>(g / row);           // [g - 128, g + 256)
+  const int64_t inHole = straddle + 1 + me;                         // inside [g, 2g)
+  const int64_t below = static_cast<int64_t>(me);                   // in [0, g): below the prefix
+  const int64_t past = static_cast<int64_t>(2 * g / row) + 1 + me;  // in [2g, 3g): checked on the bitmap
+  auto src = kvtest::pattern(seed_, static_cast<uint64_t>(me), 2 * row);
+  kvtest::Memory rows(kind_, 2 * row), slots(kind_, 2 * sizeof(int64_t));
+  kvtest::toMemory(kind_, rows.data(), src.data(), src.size());
+  kvcomm::CacheTensor t;
+  t.src = rows.data();
+  t.rowBytes = row;
+  // Publishes rows 0 and 1 of `src` at slots a and b (b < 0: one row), then a barrier; returns whether it was refused.
+  auto publishAt = [&](int64_t a, int64_t b) {
+    int64_t sl[2] = {a, b};
+    kvtest::toMemory(kind_, slots.data(), sl, sizeof(sl));
+    bool refused = false;
+    try {
+      pub.publish({t}, slots.data(), SlotType::Int64, 2);
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      refused = true;  // host backend: refused before anything is written
+      EXPECT_NE(std::string(e.what()).find("backed"), std::string::npos) << e.what();
+    }
+    pub.barrier();
+    kvtest::synchronize(kind_);
+    if (kind_ == MemoryKind::Cuda) {
+      try {
+        pub.checkErrors();
+      } catch (const kvcomm::InvalidArgumentError& e) {
+        refused = true;  // device: the row was not written and was recorded
+        EXPECT_NE(std::string(e.what()).find("slot"), std::string::npos) << e.what();
+      }
+    }
+    return refused;
+  };
+  auto rowAt = [&](int64_t slot) {  // this rank's replica
+    std::vector<uint8_t> v(row);
+    kvtest::fromMemory(kind_, v.data(), static_cast<char*>(buf.local()) + slot * static_cast<int64_t>(row), row);
+    return v;
+  };
+  auto rowOf = [&](int r, int i) {  // row i of rank r's source
+    auto all = kvtest::pattern(seed_, static_cast<uint64_t>(r), 2 * row);
+    return std::vector<uint8_t>(all.begin() + i * static_cast<int64_t>(row), all.begin() + (i + 1) * row);
+  };
+  EXPECT_FALSE(publishAt(below, past)) << "rows below the prefix and past the hole are backed";
+  EXPECT_TRUE(publishAt(straddle, -1)) << "a row crossing into the released hole was accepted";
+  EXPECT_TRUE(publishAt(inHole, -1)) << "a row inside the released hole was accepted";
+  world.barrier();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(rowAt(r), rowOf(r, 0)) << "rank " << r << "'s row below the prefix";
+    EXPECT_EQ(rowAt(static_cast<int64_t>(2 * g / row) + 1 + r), rowOf(r, 1)) << "rank " << r << "'s row past the hole";
+  }
+  std::vector<uint8_t> head(128);  // the straddling row's bytes below g: still poison
+  kvtest::fromMemory(kind_, head.data(), static_cast<char*>(buf.local()) + g - 128, 128);
+  EXPECT_EQ(head, std::vector<uint8_t>(128, kvtest::kPoison)) << "a refused row wrote its backed part";
+  world.barrier();
+  // Recommit the hole: the prefix covers it again and the same rows land (rank 0 also the straddling one).
+  cache.commit(g, g);
+  buf.commit({{g, g}});
+  EXPECT_FALSE(publishAt(me == 0 ? straddle : -1, inHole)) << "the recommitted hole still refuses rows";
+  world.barrier();
+  EXPECT_EQ(rowAt(straddle), rowOf(0, 0)) << "the straddling row";
+  for (int r = 0; r < n; ++r) EXPECT_EQ(rowAt(straddle + 1 + r), rowOf(r, 1)) << "rank " << r << "'s row in the hole";
+  world.barrier();
+}
+
 TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
   auto world = kvtest::tcpWorld();
   auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);

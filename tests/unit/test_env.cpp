@@ -123,6 +123,18 @@ TEST(Env, HandleTypeAcceptsItsSpellingsAndRejectsTheRest) {
     expectRejected("KVCOMM_HANDLE_TYPE", v, [] { env::handleType(); }, {"auto", "posix_fd", "fabric", "ipc"});
 }
 
+TEST(Env, DependentLaunchIsOnByDefaultAndZeroOrOne) {
+  {
+    ScopedEnv e("KVCOMM_PDL", nullptr);
+    EXPECT_TRUE(env::dependentLaunch());
+  }
+  {
+    ScopedEnv e("KVCOMM_PDL", "0");
+    EXPECT_FALSE(env::dependentLaunch());
+  }
+  expectRejected("KVCOMM_PDL", "off", [] { env::dependentLaunch(); }, {"0 or 1"});
+}
+
 TEST(Env, MulticastIsZeroOrOne) {
   {
     ScopedEnv e("KVCOMM_MULTICAST", "1");
