@@ -47,12 +47,18 @@ __global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle
   if (t == 0) b.epochs[lane] = epoch;
 }
 
-// Floor of a one-row publishAndBarrier: one block stores `vecs` 16-byte vectors into the peer (no slot load, no
-// checks), then runs kvcomm's barrierBlock (its release orders them before the flag).
-__global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, uint4* dst,
-                                 const uint4* src, int vecs) {
+// Floor of a one-row publishAndBarrier: one block loads the row's slot from memory, stores the row there in the
+// peer (no checks, one replica), then runs kvcomm's barrierBlock (its release orders the row before the flag).
+// Launched like kvcomm's kernels (dependent launch where on), so it waits for the kernel before it first.
+__global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, char* dst,
+                                 const uint4* src, const int64_t* slot, int vecs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   uint64_t epoch = kvcomm::barrierNextEpoch(b, lane);
-  for (int i = threadIdx.x; i < vecs; i += blockDim.x) dst[i] = src[i];
+  uint4* row = reinterpret_cast<uint4*>(dst + *slot * vecs * 16);
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) row[i] = src[i];
   kvcomm::barrierBlock(b, lane, epoch);
 }
 
@@ -111,9 +117,19 @@ void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int vari
 }
 
 void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
-                            size_t bytes, CUstream_st* stream) {
-  storeThenBarrier<<<1, 64, 0, stream>>>(b, lane, static_cast<uint4*>(peerDst), static_cast<const uint4*>(src),
-                                         static_cast<int>(bytes / 16));
+                            const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1);
+  config.blockDim = dim3(64);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, storeThenBarrier, b, lane, static_cast<char*>(peerDst),
+                           static_cast<const uint4*>(src), slot, static_cast<int>(bytes / 16)),
+        "store-then-barrier probe launch");
 }
 
 void launchScatterProbe(void* peerDst, const void* src, const int64_t* slots, int64_t rows, size_t rowBytes,

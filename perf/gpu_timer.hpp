@@ -30,10 +30,11 @@ void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream)
 /// correct barrier); 2 = __threadfence_system() then a relaxed signal (fence instead of a release store).
 void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream);
 
-/// The floor of a one-row publishAndBarrier: one block stores `bytes` (a multiple of 16) from `src` into `peerDst`
-/// with no slot load and no checks, then runs barrierBlock on `lane` (its own lane: it shares the Publisher's flags).
+/// The floor of a one-row publishAndBarrier: one block loads *slot (device memory), stores `bytes` (a multiple of
+/// 16) from `src` at byte *slot * bytes of `peerDst` with no checks, then runs barrierBlock on `lane` (its own lane:
+/// it shares the Publisher's flags). `dependent`: launched with programmatic dependent launch, as kvcomm's kernels.
 void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
-                            size_t bytes, CUstream_st* stream);
+                            const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream);
 
 /// The floor of the scatter: row r of `src` (rowBytes, a multiple of 16) to slot slots[r] (< 0: skipped) of
 /// `peerDst`, 16-byte columns over the whole grid, no bounds checks.

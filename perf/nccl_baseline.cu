@@ -21,6 +21,8 @@ struct Nccl {
   decltype(&::ncclCommInitRank) commInitRank = nullptr;
   decltype(&::ncclCommDestroy) commDestroy = nullptr;
   decltype(&::ncclAllGather) allGather = nullptr;
+  decltype(&::ncclGroupStart) groupStart = nullptr;
+  decltype(&::ncclGroupEnd) groupEnd = nullptr;
   decltype(&::ncclGetErrorString) getErrorString = nullptr;
 };
 
@@ -42,6 +44,8 @@ const Nccl& nccl() {
     n.commInitRank = reinterpret_cast<decltype(n.commInitRank)>(sym("ncclCommInitRank"));
     n.commDestroy = reinterpret_cast<decltype(n.commDestroy)>(sym("ncclCommDestroy"));
     n.allGather = reinterpret_cast<decltype(n.allGather)>(sym("ncclAllGather"));
+    n.groupStart = reinterpret_cast<decltype(n.groupStart)>(sym("ncclGroupStart"));
+    n.groupEnd = reinterpret_cast<decltype(n.groupEnd)>(sym("ncclGroupEnd"));
     n.getErrorString = reinterpret_cast<decltype(n.getErrorString)>(sym("ncclGetErrorString"));
     return n;
   }();
@@ -118,6 +122,15 @@ NcclBaseline::~NcclBaseline() {
 
 void NcclBaseline::allGather(const void* send, void* recv, size_t bytes, CUstream_st* stream) {
   check(nccl().allGather(send, recv, bytes, ncclUint8, static_cast<ncclComm_t>(comm_), stream), "ncclAllGather");
+}
+
+void NcclBaseline::allGatherPair(const void* sendA, void* recvA, size_t bytesA, const void* sendB, void* recvB,
+                                 size_t bytesB, CUstream_st* stream) {
+  auto c = static_cast<ncclComm_t>(comm_);
+  check(nccl().groupStart(), "ncclGroupStart");
+  check(nccl().allGather(sendA, recvA, bytesA, ncclUint8, c, stream), "ncclAllGather");
+  check(nccl().allGather(sendB, recvB, bytesB, ncclUint8, c, stream), "ncclAllGather");
+  check(nccl().groupEnd(), "ncclGroupEnd");
 }
 
 void launchInsert(const InsertArgs& a, CUstream_st* stream) {

@@ -22,6 +22,9 @@ class NcclBaseline {
   NcclBaseline& operator=(const NcclBaseline&) = delete;
   /// ncclAllGather of `bytes` bytes per rank from `send` into `recv` (ranks' blocks in rank order), on `stream`.
   void allGather(const void* send, void* recv, size_t bytes, CUstream_st* stream);
+  /// Two AllGathers in one NCCL group (what kvcomm's fallback moves: the slots and the rows, from separate buffers).
+  void allGatherPair(const void* sendA, void* recvA, size_t bytesA, const void* sendB, void* recvB, size_t bytesB,
+                     CUstream_st* stream);
 
  private:
   void* comm_ = nullptr;

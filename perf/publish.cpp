@@ -232,6 +232,11 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
           kvbench::launchInsert(ins, st);
         },
         reps);
+    // What each moves through NCCL, without the insert: the baseline's one packed record, and the fallback's two
+    // gathers (the caller's slots and rows are separate buffers; the baseline packed them outside the timing).
+    auto ncclRecord = timeBoth([&](CUstream_st* st) { nccl.allGather(send, recv, record, st); }, reps);
+    auto ncclPair = timeBoth(
+        [&](CUstream_st* st) { nccl.allGatherPair(slots, recv, T * 8, rows, recv + n * slotPart, bytes, st); }, reps);
     // Copy-engine writes of the same bytes into the peer's memory, through the same mapping.
     char* peerDst = static_cast<char*>(buf.peer((me + 1) % n));
     auto cp =
@@ -260,19 +265,23 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("kvcomm publish+barrier, slots in order", pbSeq, true, true);
     row("kvcomm fallback (pack+nccl+insert)", fb, true, false);
     row("NCCL AllGather + insert (baseline)", base, true, false);
+    row("probe: NCCL AllGather of the packed record alone", ncclRecord, true, false);
+    row("probe: NCCL group of AllGathers, slots and rows", ncclPair, true, false);
     row("cudaMemcpy into peer (copy engine)", cp, false, true);
     row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
     row("probe: bare scatter kernel into peer (same slots)", scatter, false, true);
     row("kvcomm publish alone (no barrier)", publishOnly, false, true);
     if (T == 1) {
       auto h = direct.barrierHandle();
-      row("probe: one block stores the row, then barrierBlock",
-          timeBoth(
-              [&](CUstream_st* st) {
-                kvbench::launchStoreThenBarrier(h, 4, peerDst, rows, rowBytes & ~size_t(15), st);
-              },
-              reps),
-          false, false);
+      for (bool dependent : {false, true})
+        row(dependent ? "probe: one block loads the slot, stores the row, barrierBlock (dependent launch)"
+                      : "probe: one block loads the slot, stores the row, barrierBlock",
+            timeBoth(
+                [&](CUstream_st* st) {
+                  kvbench::launchStoreThenBarrier(h, 4, peerDst, rows, slots, rowBytes & ~size_t(15), dependent, st);
+                },
+                reps),
+            false, false);
     }
     // The split barrier with other work between the halves, against the fused publish+barrier followed by the same
     // work, and the work alone: what the exchange adds to a step when it overlaps.

@@ -111,24 +111,23 @@ KVCOMM_DEVICE_INLINE void barrierSignal(const BarrierDeviceHandle& b, int lane, 
 
 /// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
 /// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
-/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with relaxed loads (the
-/// health flag, in host memory, every 64 polls) and acquires once.
+/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with acquire loads, so the
+/// load that sees the epoch is the acquire (no second load after it); the health flag, in host memory, every 64 polls.
 KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
   const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
-  if (loadRelaxedSystem(flag) < epoch) {
-    uint64_t start = globalTimerNs();
-    for (uint32_t spin = 1; loadRelaxedSystem(flag) < epoch; ++spin) {
-      if ((spin & 63) == 0 && barrierGroupFailed(b)) {
-        recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
-        return false;
-      }
-      if (globalTimerNs() - start > b.timeoutNs) {
-        recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
-        return false;
-      }
+  if (loadAcquireSystem(flag) >= epoch) return true;
+  uint64_t start = globalTimerNs();
+  for (uint32_t spin = 1; loadAcquireSystem(flag) < epoch; ++spin) {
+    if ((spin & 63) == 0 && barrierGroupFailed(b)) {
+      recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
+      return false;
+    }
+    if (globalTimerNs() - start > b.timeoutNs) {
+      recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
+      return false;
     }
   }
-  return loadAcquireSystem(flag) >= epoch;
+  return true;
 }
 
 /// Block-scope barrier: the calling block's threads [0, size) each signal `epoch` (barrierNextEpoch()) and wait for
