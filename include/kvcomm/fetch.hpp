@@ -242,6 +242,7 @@ class KVCOMM_API Fetcher {
   FetchPlanInfo fetchAll(const std::vector<FetchRequest>& requests, Stream stream = nullptr,
                          const FetchOptions& options = {});
   /// Collective: revalidates every member's layout against the buffer as it is now and adopts its generation.
+  /// Returns once every member serves the new generation (a fetch right after it is never refused as stale).
   void refresh();
 
   /// The transport this rank's fetches from member `rank` take (chosen at create: see KVCOMM_FETCH_TRANSPORT).

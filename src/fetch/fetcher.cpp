@@ -696,16 +696,21 @@ void Fetcher::refresh() {
         impl_->mine, b.capacity(), [&](uint64_t off, uint64_t bytes) { return b.isBacked(off, bytes); },
         "Fetcher::refresh");
   });
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->generation = b.generation();
-  if (impl_->served) {  // what this rank serves follows the buffer
-    std::unique_lock<std::shared_mutex> served(impl_->served->mu);
-    impl_->served->generation = impl_->generation;
-    impl_->served->backed = b.backedRanges();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->generation = b.generation();
+    if (impl_->served) {  // what this rank serves follows the buffer
+      std::unique_lock<std::shared_mutex> served(impl_->served->mu);
+      impl_->served->generation = impl_->generation;
+      impl_->served->backed = b.backedRanges();
+    }
+    if (impl_->rdmaInGroup)
+      detail::VerbsFabric::refreshAll(impl_->comm, impl_->verbs.get(), static_cast<char*>(b.local()),
+                                      detail::localPieces(*impl_->symm));
   }
-  if (impl_->rdmaInGroup)
-    detail::VerbsFabric::refreshAll(impl_->comm, impl_->verbs.get(), static_cast<char*>(b.local()),
-                                    detail::localPieces(*impl_->symm));
+  // Nobody returns (and fetches at the new generation) before every member serves it: a member still between the
+  // vote and its update would refuse the request as stale.
+  impl_->comm.barrier();
 }
 
 FetchTransportKind Fetcher::transport(int rank) const {
