@@ -165,6 +165,16 @@ struct Publisher::Impl {
     if (then != Then::Nothing) transport->barrier(stream);  // the fallback's signal is the whole barrier
   }
 
+  // Every publish entry point (publish, publishAndSignal, publishAndBarrier; plain and sized): refuses an empty
+  // publisher, checks a sized call's count, then run().
+  static void enter(Impl* impl, const char* call, const std::vector<CacheTensor>& tensors, const void* slots,
+                    SlotType type, size_t numTokens, const SlotMapping* sized, Stream stream, Then then, int lane) {
+    KVCOMM_CHECK_ARG(impl, call, "empty publisher");
+    detail::RankScope scope(impl->rank());
+    if (sized) checkSlots(*sized, numTokens, call);
+    impl->run(tensors, slots, type, numTokens, stream, then, lane, call);
+  }
+
   // Sized calls: the counts the caller states are checked before anything is read.
   static void checkSlots(const SlotMapping& slots, size_t numTokens, const char* call) {
     KVCOMM_CHECK_ARG(numTokens <= slots.count, call, "numTokens ", numTokens, " exceeds the slot mapping's ",
@@ -358,17 +368,14 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
 
 void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                         size_t numTokens, Stream stream) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Nothing, 0, "Publisher::publish");
+  Impl::enter(impl_.get(), "Publisher::publish", tensors, slotMapping, slotType, numTokens, nullptr, stream,
+              Impl::Then::Nothing, 0);
 }
 
 void Publisher::publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
                         Stream stream) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publish", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  Impl::checkSlots(slots, numTokens, "Publisher::publish");
-  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Nothing, 0, "Publisher::publish");
+  Impl::enter(impl_.get(), "Publisher::publish", tensors, slots.data, slots.type, numTokens, &slots, stream,
+              Impl::Then::Nothing, 0);
 }
 
 void Publisher::barrier(Stream stream, int lane) {
@@ -399,36 +406,26 @@ void Publisher::wait(Stream stream, int lane) {
 
 void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                                   size_t numTokens, Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Barrier, lane,
-             "Publisher::publishAndBarrier");
+  Impl::enter(impl_.get(), "Publisher::publishAndBarrier", tensors, slotMapping, slotType, numTokens, nullptr, stream,
+              Impl::Then::Barrier, lane);
 }
 
 void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
                                   Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndBarrier", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  Impl::checkSlots(slots, numTokens, "Publisher::publishAndBarrier");
-  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Barrier, lane,
-             "Publisher::publishAndBarrier");
+  Impl::enter(impl_.get(), "Publisher::publishAndBarrier", tensors, slots.data, slots.type, numTokens, &slots, stream,
+              Impl::Then::Barrier, lane);
 }
 
 void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
                                  size_t numTokens, Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndSignal", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->run(tensors, slotMapping, slotType, numTokens, stream, Impl::Then::Signal, lane,
-             "Publisher::publishAndSignal");
+  Impl::enter(impl_.get(), "Publisher::publishAndSignal", tensors, slotMapping, slotType, numTokens, nullptr, stream,
+              Impl::Then::Signal, lane);
 }
 
 void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
                                  Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::publishAndSignal", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  Impl::checkSlots(slots, numTokens, "Publisher::publishAndSignal");
-  impl_->run(tensors, slots.data, slots.type, numTokens, stream, Impl::Then::Signal, lane,
-             "Publisher::publishAndSignal");
+  Impl::enter(impl_.get(), "Publisher::publishAndSignal", tensors, slots.data, slots.type, numTokens, &slots, stream,
+              Impl::Then::Signal, lane);
 }
 
 PublishMode Publisher::mode() const {
