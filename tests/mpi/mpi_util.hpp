@@ -12,6 +12,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
 #include "kvcomm/symm.hpp"
+#include "support/memory.hpp"
 
 namespace kvtest {
 
@@ -46,6 +47,15 @@ inline std::string kindName(const ::testing::TestParamInfo<kvcomm::MemoryKind>& 
   return kvcomm::memoryKindName(i.param);
 }
 
+/// Base of the suites run on each memory backend (INSTANTIATE with Host and Cuda, kindName): a CUDA case skips,
+/// saying why, where no GPU is usable; seed_ is equal on every rank and fresh for each case.
+class BackendTest : public ::testing::TestWithParam<kvcomm::MemoryKind> {
+ protected:
+  void SetUp() override;
+  kvcomm::MemoryKind kind_ = kvcomm::MemoryKind::Host;
+  uint64_t seed_ = 0;
+};
+
 /// True on every rank iff `ok` is true on every rank.
 inline bool allRanks(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
@@ -59,6 +69,12 @@ inline uint64_t sharedSeed() {
   if (worldRank() == 0) s = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(time(nullptr));
   MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   return s;
+}
+
+inline void BackendTest::SetUp() {
+  kind_ = GetParam();
+  if (kind_ == kvcomm::MemoryKind::Cuda && !haveGpu()) GTEST_SKIP() << "CUDA backend skipped: " << noGpuReason();
+  seed_ = sharedSeed();
 }
 
 }  // namespace kvtest

@@ -19,13 +19,8 @@ using kvcomm::Barrier;
 using kvcomm::MemoryKind;
 using kvcomm::SymmetricBuffer;
 
-class BarrierTest : public ::testing::TestWithParam<MemoryKind> {
+class BarrierTest : public kvtest::BackendTest {
  protected:
-  void SetUp() override {
-    kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
-      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
-  }
   Barrier make(kvcomm::Communicator& comm, int lanes = 2, int64_t timeoutMs = -1) {
     kvcomm::BarrierOptions o;
     o.lanes = lanes;
@@ -33,7 +28,6 @@ class BarrierTest : public ::testing::TestWithParam<MemoryKind> {
     o.kind = kind_;
     return Barrier::create(comm, o);
   }
-  MemoryKind kind_ = MemoryKind::Host;
 };
 
 // Each round one rank (a different one every time) stalls before writing its stamp into every peer's slot; the

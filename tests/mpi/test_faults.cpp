@@ -31,14 +31,8 @@ using kvcomm::SymmetricBuffer;
 
 constexpr uint8_t kPoison = 0xA5;
 
-class Faults : public ::testing::TestWithParam<MemoryKind> {
+class Faults : public kvtest::BackendTest {
  protected:
-  void SetUp() override {
-    kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
-      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
-    seed_ = kvtest::sharedSeed();
-  }
   std::vector<uint8_t> read(const void* p, size_t n) {
     kvtest::synchronize(kind_);
     std::vector<uint8_t> v(n);
@@ -63,8 +57,6 @@ class Faults : public ::testing::TestWithParam<MemoryKind> {
     return what;
   }
   void callsAfterClose(const char* direct);
-  MemoryKind kind_ = MemoryKind::Host;
-  uint64_t seed_ = 0;
 };
 
 // Host memory only: the CPU stores through the mappings, so these race with grow/close on other threads; device
@@ -127,11 +119,7 @@ TEST_P(Faults, DestinationsThatWouldWrapAreRefusedAndWriteNothing) {
 // (all or nothing); the device writes the good rows and reports the bad one.
 TEST_P(Faults, RowsPastATensorsLimitAreRefusedAndTheNextLayerIsUntouched) {
   auto world = kvtest::tcpWorld();
-  size_t g;
-  {
-    kvtest::EngineCache probe(kind_, 1u << 21);
-    g = probe.granularity();
-  }
+  const size_t g = kvtest::EngineCache::granularityOf(kind_);
   const size_t layer = 4 * g;
   kvtest::EngineCache cache(kind_, 2 * layer);
   cache.commit(0, layer);

@@ -41,15 +41,8 @@ void expectError(Fn&& fn, kvcomm::ErrorCode code, std::vector<std::string> fragm
   }
 }
 
-class Fetch : public ::testing::TestWithParam<MemoryKind> {
+class Fetch : public kvtest::BackendTest {
  protected:
-  void SetUp() override {
-    kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
-      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
-    seed_ = kvtest::sharedSeed();
-  }
-
   // One case: every rank's buffer filled with its blocks, a fetcher, then `run(fetcher, batch)`; every rank's
   // whole buffer compared with the oracle.
   template <typename Run>
@@ -109,9 +102,6 @@ class Fetch : public ::testing::TestWithParam<MemoryKind> {
     if (kind_ == MemoryKind::Host) return {FetchPath::Auto};
     return {FetchPath::Kernel, FetchPath::CopyEngine, FetchPath::Auto};
   }
-
-  MemoryKind kind_ = MemoryKind::Host;
-  uint64_t seed_ = 0;
 };
 
 TEST_P(Fetch, MatchesPerBlockOracleAcrossLayoutsAndPaths) {

@@ -37,15 +37,8 @@ struct Staged {
   size_t tokens = 0;
 };
 
-class Publish : public ::testing::TestWithParam<MemoryKind> {
+class Publish : public kvtest::BackendTest {
  protected:
-  void SetUp() override {
-    kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
-      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
-    seed_ = kvtest::sharedSeed();
-  }
-
   Staged stage(const Geometry& g, const Inputs& in, SlotType type) {
     Staged s;
     s.type = type;
@@ -121,8 +114,6 @@ class Publish : public ::testing::TestWithParam<MemoryKind> {
   }
 
   using Communicator = kvcomm::Communicator;
-  MemoryKind kind_ = MemoryKind::Host;
-  uint64_t seed_ = 0;
 };
 
 TEST_P(Publish, MatchesGatherInsertOracleAcrossSizesAndLayouts) {
@@ -318,11 +309,7 @@ TEST_P(Publish, SlotBeyondTheBufferIsReportedAndNotWritten) {
 // is committed again the same rows land.
 TEST_P(Publish, RowsAroundAReleasedHoleLandOnlyWhereBacked) {
   auto world = kvtest::tcpWorld();
-  size_t g;
-  {
-    kvtest::EngineCache probe(kind_, 1u << 21);
-    g = probe.granularity();
-  }
+  const size_t g = kvtest::EngineCache::granularityOf(kind_);
   kvtest::EngineCache cache(kind_, 4 * g);
   for (size_t i = 0; i < 4; ++i) cache.commit(i * g, g);
   auto buf = SymmetricBuffer::adopt(world, cache.base(), 4 * g, kind_);

@@ -19,22 +19,14 @@ using kvcomm::MemoryKind;
 using kvcomm::Range;
 using kvcomm::SymmetricBuffer;
 
-class Symm : public ::testing::TestWithParam<MemoryKind> {
+class Symm : public kvtest::BackendTest {
  protected:
-  void SetUp() override {
-    kind_ = GetParam();
-    if (kind_ == MemoryKind::Cuda && !kvtest::haveGpu())
-      GTEST_SKIP() << "CUDA backend skipped: " << kvtest::noGpuReason();
-    seed_ = kvtest::sharedSeed();
-  }
   void put(void* dst, const std::vector<uint8_t>& v) { kvtest::toMemory(kind_, dst, v.data(), v.size()); }
   std::vector<uint8_t> get(const void* src, size_t n) {
     std::vector<uint8_t> v(n);
     kvtest::fromMemory(kind_, v.data(), src, n);
     return v;
   }
-  MemoryKind kind_ = MemoryKind::Host;
-  uint64_t seed_ = 0;
 };
 
 TEST_P(Symm, EveryRankReadsEveryMembersPatternThroughPeerPointers) {
@@ -177,11 +169,7 @@ TEST_P(Symm, SameAdoptedMemoryInPcpAndTpGroupsHasTwoPeerTables) {
 TEST_P(Symm, AdoptCommitReleaseRecommitKeepsAddresses) {
   auto world = kvtest::tcpWorld();
   int n = world.size();
-  size_t g;
-  {
-    kvtest::EngineCache probe(kind_, 1u << 21);
-    g = probe.granularity();
-  }
+  const size_t g = kvtest::EngineCache::granularityOf(kind_);
   const size_t seg = 16 * g;  // one segment per "layer"
   kvtest::EngineCache cache(kind_, 4 * seg);
   // A prefix of every segment, chunks of varying size, gaps between them; segment 1 has two allocations.

@@ -59,6 +59,8 @@ class EngineCache {
   ~EngineCache();
   char* base() const { return base_; }
   size_t granularity() const { return gran_; }
+  /// The granularity a cache of `kind` commits in (a one-granule probe reservation, released at once).
+  static size_t granularityOf(kvcomm::MemoryKind kind) { return EngineCache(kind, 1u << 21).granularity(); }
   void commit(size_t offset, size_t bytes, bool exportable = true);
   void release(size_t offset);
 
