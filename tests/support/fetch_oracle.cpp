@@ -40,6 +40,17 @@ std::vector<uint8_t> blockContent(uint64_t seed, int rank, size_t region, int64_
                  bytes);
 }
 
+kvcomm::KvLayout fillOneRegion(kvcomm::SymmetricBuffer& buf, uint64_t seed, int rank, size_t blockBytes,
+                               size_t blocks) {
+  kvcomm::KvLayout layout;
+  layout.regions.push_back({0, blockBytes, 0, blocks});
+  for (size_t b = 0; b < blocks; ++b) {
+    auto v = blockContent(seed, rank, 0, static_cast<int64_t>(b), blockBytes);
+    std::memcpy(static_cast<char*>(buf.local()) + b * blockBytes, v.data(), blockBytes);
+  }
+  return layout;
+}
+
 std::vector<uint8_t> initialImage(const kvcomm::KvLayout& layout, uint64_t seed, int rank, size_t extent) {
   std::vector<uint8_t> img(extent, kPoison);
   for (size_t j = 0; j < layout.regions.size(); ++j) {

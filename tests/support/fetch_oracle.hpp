@@ -25,6 +25,10 @@ kvcomm::KvLayout makeFetchLayout(const FetchCase& c, uint64_t seed, int rank, si
 /// Bytes of block `block` of region `region` on `rank` before any fetch (deterministic from the seed).
 std::vector<uint8_t> blockContent(uint64_t seed, int rank, size_t region, int64_t block, size_t bytes);
 
+/// One region of `blocks` back-to-back blocks of `blockBytes` from offset 0 of `buf` (host memory), each holding
+/// its blockContent(seed, rank, 0, b): the source side of the fault and hostile-input tests. Returns the layout.
+kvcomm::KvLayout fillOneRegion(kvcomm::SymmetricBuffer& buf, uint64_t seed, int rank, size_t blockBytes, size_t blocks);
+
 /// Rank `rank`'s buffer image [0, extent) before any fetch: kPoison everywhere, then every block's content.
 std::vector<uint8_t> initialImage(const kvcomm::KvLayout& layout, uint64_t seed, int rank, size_t extent);
 

@@ -169,13 +169,8 @@ bool fault(kvcomm::Communicator& comm, const Args& a) {
   const int rank = comm.rank();
   constexpr size_t kBlock = 1 << 20, kBlocks = 64;
   const uint64_t seed = sharedSeed(comm);
-  kvcomm::KvLayout layout;
-  layout.regions.push_back({0, kBlock, 0, kBlocks});
   auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
-  for (size_t b = 0; b < kBlocks; ++b) {
-    auto v = kvtest::blockContent(seed, rank, 0, static_cast<int64_t>(b), kBlock);
-    std::memcpy(static_cast<char*>(buf.local()) + b * kBlock, v.data(), kBlock);
-  }
+  kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
   auto f = kvcomm::Fetcher::create(buf, layout);
   PROBE_CHECK(f.transport(1 - rank) == FetchTransportKind::Tcp, "not over TCP");
   comm.barrier();
@@ -223,13 +218,8 @@ bool malformed(kvcomm::Communicator& comm) {
   const int rank = comm.rank();
   constexpr size_t kBlock = 64 << 10, kBlocks = 64;
   const uint64_t seed = sharedSeed(comm);
-  kvcomm::KvLayout layout;
-  layout.regions.push_back({0, kBlock, 0, kBlocks});
   auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
-  for (size_t b = 0; b < kBlocks; ++b) {
-    auto v = kvtest::blockContent(seed, rank, 0, static_cast<int64_t>(b), kBlock);
-    std::memcpy(static_cast<char*>(buf.local()) + b * kBlock, v.data(), kBlock);
-  }
+  kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
   auto f = kvcomm::Fetcher::create(buf, layout);
   kvtest::FetchTarget t;
   const kvcomm::detail::RemoteDescriptor d = kvcomm::detail::FetcherInternals::descriptor(f, 0);

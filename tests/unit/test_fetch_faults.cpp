@@ -26,13 +26,8 @@ TEST(FetchFaults, SourceThatDiesMidFetchIsReportedWithinFiveSecondsAndNothingIsS
   constexpr size_t kBlock = 1 << 20, kBlocks = 64;
   auto codes = kvtest::runProcesses(2, [&](int rank) {
     auto comm = kvcomm::Communicator::create(std::make_shared<kvcomm::TcpBootstrap>(id, rank, 2, 20000));
-    kvcomm::KvLayout layout;
-    layout.regions.push_back({0, kBlock, 0, kBlocks});
     auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
-    for (size_t b = 0; b < kBlocks; ++b) {
-      auto v = kvtest::blockContent(seed, rank, 0, static_cast<int64_t>(b), kBlock);
-      std::memcpy(static_cast<char*>(buf.local()) + b * kBlock, v.data(), kBlock);
-    }
+    kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
     auto fetcher = kvcomm::Fetcher::create(buf, layout);
     comm.barrier();
     if (rank == 1) {  // the source: dies while rank 0 still reads from it

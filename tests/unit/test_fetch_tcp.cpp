@@ -394,13 +394,8 @@ void sourceFaultMidFetch(bool kill) {
   const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   constexpr size_t kBlock = 1 << 20, kBlocks = 64;
   auto codes = group2([&](int rank, kvcomm::Communicator& comm) {
-    kvcomm::KvLayout layout;
-    layout.regions.push_back({0, kBlock, 0, kBlocks});
     auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
-    for (size_t b = 0; b < kBlocks; ++b) {
-      auto v = kvtest::blockContent(seed, rank, 0, static_cast<int64_t>(b), kBlock);
-      std::memcpy(static_cast<char*>(buf.local()) + b * kBlock, v.data(), kBlock);
-    }
+    kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
     auto fetcher = kvcomm::Fetcher::create(buf, layout);
     if (fetcher.transport(1 - rank) != kvcomm::FetchTransportKind::Tcp) return false;
     const int sourcePid = comm.topology().members[1].pid;
