@@ -18,6 +18,40 @@ void checkCuda(cudaError_t e, const char* what) {
                static_cast<int>(e));
 }
 
+// checkCuda naming the call and what it was for ("call (purpose)"), formatted only on failure.
+void checkCuda(cudaError_t e, const char* call, const char* purpose) {
+  if (e != cudaSuccess) checkCuda(e, cat(call, " (", purpose, ")").c_str());
+}
+
+// Copies of one call in as few API calls as possible: 2-D copies one by one, plain ones in one batch (the legacy
+// default stream, which the batch API refuses, one by one; a lone plain copy too unless `batchLone`). Errors name
+// the call and `purpose`.
+void enqueueCopies(const std::vector<CopyDesc>& descs, cudaStream_t s, cudaMemcpyKind kind, unsigned batchFlags,
+                   bool batchLone, const char* purpose) {
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<size_t> sizes;
+  for (const CopyDesc& c : descs) {
+    if (c.height > 1) {
+      checkCuda(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.height, kind, s), "cudaMemcpy2DAsync",
+                purpose);
+    } else if (s == nullptr || (!batchLone && descs.size() == 1)) {
+      checkCuda(cudaMemcpyAsync(c.dst, c.src, c.width, kind, s), "cudaMemcpyAsync", purpose);
+    } else {
+      dsts.push_back(c.dst);
+      srcs.push_back(c.src);
+      sizes.push_back(c.width);
+    }
+  }
+  if (dsts.empty()) return;
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = batchFlags;
+  size_t first = 0;
+  checkCuda(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &first, 1, s),
+            "cudaMemcpyBatchAsync", purpose);
+}
+
 class CudaEvent : public DeviceEvent {
  public:
   explicit CudaEvent(cudaStream_t s) {
@@ -152,29 +186,8 @@ class CudaCopier : public DeviceCopier {
   }
 
   void copies(const std::vector<CopyDesc>& descs, Stream stream) override {
-    auto s = reinterpret_cast<cudaStream_t>(stream);
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
-    for (const CopyDesc& c : descs) {
-      if (c.height > 1) {
-        checkCuda(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.height, cudaMemcpyDeviceToDevice, s),
-                  "cudaMemcpy2DAsync (fetch run)");
-      } else if (s == nullptr) {  // the batch API refuses the legacy default stream
-        checkCuda(cudaMemcpyAsync(c.dst, c.src, c.width, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync (fetch run)");
-      } else {
-        dsts.push_back(c.dst);
-        srcs.push_back(c.src);
-        sizes.push_back(c.width);
-      }
-    }
-    if (dsts.empty()) return;
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    size_t first = 0;
-    checkCuda(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &first, 1, s),
-              "cudaMemcpyBatchAsync (fetch runs)");
+    enqueueCopies(descs, reinterpret_cast<cudaStream_t>(stream), cudaMemcpyDeviceToDevice,
+                  cudaMemcpyFlagPreferOverlapWithCompute, true, "fetch run");
   }
 
   std::unique_ptr<DeviceEvent> record(Stream stream) override {
@@ -201,29 +214,6 @@ class CudaCopier : public DeviceCopier {
   PairStaging staging_;
   cudaStream_t own_ = nullptr;
 };
-
-// Copies of one call as few API calls as possible: 2-D copies one by one, plain ones in one batch.
-void enqueueCopies(const std::vector<CopyDesc>& descs, cudaStream_t s, const char* what) {
-  std::vector<void*> dsts;
-  std::vector<const void*> srcs;
-  std::vector<size_t> sizes;
-  for (const CopyDesc& c : descs) {
-    if (c.height > 1) {
-      checkCuda(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.height, cudaMemcpyDefault, s), what);
-    } else if (s == nullptr || descs.size() == 1) {
-      checkCuda(cudaMemcpyAsync(c.dst, c.src, c.width, cudaMemcpyDefault, s), what);
-    } else {
-      dsts.push_back(c.dst);
-      srcs.push_back(c.src);
-      sizes.push_back(c.width);
-    }
-  }
-  if (dsts.empty()) return;
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  size_t first = 0;
-  checkCuda(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &first, 1, s), what);
-}
 
 class CudaHostStaging : public HostStaging {
  public:
@@ -253,13 +243,13 @@ class CudaHostStaging : public HostStaging {
   int slots() const override { return static_cast<int>(events_.size()); }
   char* slot(int i) override { return static_cast<char*>(host_) + static_cast<size_t>(i) * bytes_; }
   void toHost(int i, const std::vector<CopyDesc>& copies) override {
-    enqueueCopies(copies, stream_, "cudaMemcpyAsync (fetch staging, device to host)");
+    enqueueCopies(copies, stream_, cudaMemcpyDefault, 0, false, "fetch staging, device to host");
     events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(stream_);
   }
   Stream ownStream() override { return reinterpret_cast<Stream>(stream_); }
   void toDevice(int i, const std::vector<CopyDesc>& copies, Stream stream) override {
     cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
-    enqueueCopies(copies, s, "cudaMemcpyAsync (fetch staging, host to device)");
+    enqueueCopies(copies, s, cudaMemcpyDefault, 0, false, "fetch staging, host to device");
     events_[static_cast<size_t>(i)] = std::make_unique<CudaEvent>(s);
   }
   bool slotDone(int i) override {
