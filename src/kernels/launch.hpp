@@ -24,10 +24,26 @@ struct PublishTensorDesc {
   uint64_t blockSize;
   uint64_t blockStride;
   uint64_t rowStride;
-  uint64_t limit;  // bytes from offset the tensor may address (offset + limit <= capacity, checked on the host)
-  int32_t vec;     // vector width every row start is aligned to
-  int32_t reserved;
+  uint64_t limit;      // bytes from offset the tensor may address (offset + limit <= capacity, checked on the host)
+  uint64_t safeSlots;  // slots below it land inside the limit with no step able to wrap (safeSlotsOf); 0: none
+  int32_t vec;         // vector width every row start is aligned to
+  int32_t blockShift;  // log2 of blockSize when it is a power of two, else -1
 };
+
+/// Slots whose rows need no overflow or limit check: every whole block inside the limit. Relies on what the host
+/// checks before it fills a descriptor: blockSize >= 1, the rows of a block fit in its stride ((blockSize - 1) *
+/// rowStride + rowBytes <= blockStride, so blockStride > 0), and offset + limit <= capacity. Every row of block b ends
+/// by (b + 1) * blockStride, so slots of blocks below limit / blockStride are safe; the rest take the checked path.
+inline uint64_t safeSlotsOf(const PublishTensorDesc& t) {
+  if (t.blockSize == 0 || t.blockStride == 0) return 0;
+  uint64_t blocks = t.limit / t.blockStride, slots = 0;
+  return __builtin_mul_overflow(blocks, t.blockSize, &slots) ? UINT64_MAX : slots;
+}
+
+/// The blockShift field for `blockSize`.
+inline int32_t blockShiftOf(uint64_t blockSize) {
+  return blockSize != 0 && (blockSize & (blockSize - 1)) == 0 ? __builtin_ctzll(blockSize) : -1;
+}
 
 /// Rows of `numSources` x `numTokens` tokens for each tensor, stored at their slots in every replica of `replicas`
 /// (publish) or only in this rank's (insert: replicas.mappedMask = this rank's bit). Slots: int64 or int32; a slot
@@ -60,11 +76,30 @@ KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, u
 }
 
 /// Where `slot`'s row of tensor `t` lands, checked (host and device): no step of the computation may wrap, the row
-/// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written).
+/// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written). Slots
+/// below t.safeSlots (the usual case) skip the overflow-checked arithmetic, which is most of a one-row publish's
+/// instructions between the slot's load and the stores, and divide by shifting when blockSize is a power of two.
 KVCOMM_HOST_DEVICE_INLINE bool rowDestination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot,
                                               uint64_t* dst, uint64_t prefix = 0) {
-  return slotDestinationChecked(slot, t.offset, t.blockSize, t.blockStride, t.rowStride, t.rowBytes, t.limit, dst) &&
-         rowBacked(p, *dst, t.rowBytes, prefix);
+  if (slot >= 0 && static_cast<uint64_t>(slot) < t.safeSlots) {
+    const uint64_t s = static_cast<uint64_t>(slot);
+    uint64_t block, within;
+    if (t.blockShift >= 0) {
+      block = s >> t.blockShift;
+      within = s & ((uint64_t(1) << t.blockShift) - 1);
+    } else if ((s | t.blockSize) >> 32 == 0) {  // 32-bit division: a fraction of the 64-bit one's instructions
+      block = static_cast<uint32_t>(s) / static_cast<uint32_t>(t.blockSize);
+      within = s - block * t.blockSize;
+    } else {
+      block = s / t.blockSize;
+      within = s - block * t.blockSize;
+    }
+    *dst = t.offset + block * t.blockStride + within * t.rowStride;
+  } else if (!slotDestinationChecked(slot, t.offset, t.blockSize, t.blockStride, t.rowStride, t.rowBytes, t.limit,
+                                     dst)) {
+    return false;
+  }
+  return rowBacked(p, *dst, t.rowBytes, prefix);
 }
 
 /// Packs rows and slots into one contiguous per-rank record for the fallback's allgather:

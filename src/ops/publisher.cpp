@@ -98,6 +98,8 @@ struct Publisher::Impl {
                      " bytes) is not inside the backed part of the buffer (", use.mappedBytes(), " bytes backed)");
     KVCOMM_CHECK_ARG(c.rowBytes <= t.limit, call, "tensor ", k, ": a row of ", c.rowBytes,
                      " bytes does not fit in its region (limitBytes ", t.limit, ")");
+    t.safeSlots = detail::safeSlotsOf(t);  // after every check safeSlotsOf relies on
+    t.blockShift = detail::blockShiftOf(t.blockSize);
     if (c.srcBytes != 0 && numTokens > 0) {
       uint64_t last = 0, end = 0;
       KVCOMM_CHECK_ARG(!mulOverflows(numTokens - 1, t.srcStride, &last) && !addOverflows(last, c.rowBytes, &end) &&
