@@ -7,6 +7,7 @@
 
 #include "bench/bench.hpp"
 #include "gpu_timer.hpp"
+#include "kvcomm/device/publish.hpp"
 
 namespace kvbench {
 
@@ -59,6 +60,35 @@ __global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHa
   uint64_t epoch = kvcomm::barrierNextEpoch(b, lane);
   uint4* row = reinterpret_cast<uint4*>(dst + *slot * vecs * 16);
   for (int i = threadIdx.x; i < vecs; i += blockDim.x) row[i] = src[i];
+  kvcomm::barrierBlock(b, lane, epoch);
+}
+
+// The ladder from that floor to kvcomm's one-block publishAndBarrier, one difference added per step: 1 = 256
+// threads instead of 64; 2 = the row also into this rank's own replica; 3 = the destination computed and checked as
+// kvcomm does (slotDestinationChecked); 4 = launch parameters of kvcomm's size (an unused 1 KB argument).
+struct LadderPad {
+  uint64_t word[124];
+};
+template <int Step>
+__global__ void ladderProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, char* peer, char* local,
+                            const uint4* src, const int64_t* slot, int vecs, const __grid_constant__ LadderPad pad) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  (void)pad;
+  uint64_t epoch = kvcomm::barrierNextEpoch(b, lane);
+  const uint64_t rowBytes = static_cast<uint64_t>(vecs) * 16;
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    uint4 v = src[i];
+    int64_t s = *slot;
+    uint64_t dst = static_cast<uint64_t>(s) * rowBytes;
+    if constexpr (Step >= 3) {
+      if (!kvcomm::slotDestinationChecked(s, 0, 1, rowBytes, rowBytes, rowBytes, uint64_t(1) << 40, &dst)) continue;
+    }
+    reinterpret_cast<uint4*>(peer + dst)[i] = v;
+    if constexpr (Step >= 2) reinterpret_cast<uint4*>(local + dst)[i] = v;
+  }
   kvcomm::barrierBlock(b, lane, epoch);
 }
 
@@ -130,6 +160,38 @@ void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void
   check(cudaLaunchKernelEx(&config, storeThenBarrier, b, lane, static_cast<char*>(peerDst),
                            static_cast<const uint4*>(src), slot, static_cast<int>(bytes / 16)),
         "store-then-barrier probe launch");
+}
+
+void launchLadderProbe(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, void* localDst, const void* src,
+                       const int64_t* slot, size_t bytes, int step, CUstream_st* stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1);
+  config.blockDim = dim3(step >= 1 ? 256 : 64);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  auto* peer = static_cast<char*>(peerDst);
+  auto* local = static_cast<char*>(localDst);
+  auto* s = static_cast<const uint4*>(src);
+  int vecs = static_cast<int>(bytes / 16);
+  LadderPad pad{};
+  cudaError_t e = cudaSuccess;
+  switch (step) {
+    case 0:
+    case 1:
+      e = cudaLaunchKernelEx(&config, ladderProbe<1>, b, lane, peer, local, s, slot, vecs, pad);
+      break;
+    case 2:
+      e = cudaLaunchKernelEx(&config, ladderProbe<2>, b, lane, peer, local, s, slot, vecs, pad);
+      break;
+    default:
+      e = cudaLaunchKernelEx(&config, ladderProbe<3>, b, lane, peer, local, s, slot, vecs, pad);
+      break;
+  }
+  check(e, "ladder probe launch");
 }
 
 void launchScatterProbe(void* peerDst, const void* src, const int64_t* slots, int64_t rows, size_t rowBytes,

@@ -36,6 +36,12 @@ void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int vari
 void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
                             const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream);
 
+/// Steps from that floor towards kvcomm's one-block publishAndBarrier (launched dependent; pass `lane` as above):
+/// 0 = the floor with 64 threads (as launchStoreThenBarrier), 1 = 256 threads, 2 = also into `localDst` (the own
+/// replica), 3 = destination checked as kvcomm does; every step carries a 1 KB argument like kvcomm's launches.
+void launchLadderProbe(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, void* localDst, const void* src,
+                       const int64_t* slot, size_t bytes, int step, CUstream_st* stream);
+
 /// The floor of the scatter: row r of `src` (rowBytes, a multiple of 16) to slot slots[r] (< 0: skipped) of
 /// `peerDst`, 16-byte columns over the whole grid, no bounds checks.
 void launchScatterProbe(void* peerDst, const void* src, const int64_t* slots, int64_t rows, size_t rowBytes,

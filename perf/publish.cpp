@@ -282,6 +282,16 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
                 },
                 reps),
             false, false);
+      const char* ladder[] = {"probe: ... + 1 KB launch arguments", "probe: ... + 256 threads",
+                              "probe: ... + own replica", "probe: ... + checked destination"};
+      for (int step = 0; step < 4; ++step)
+        row(ladder[step],
+            timeBoth(
+                [&](CUstream_st* st) {
+                  kvbench::launchLadderProbe(h, 4, peerDst, buf.local(), rows, slots, rowBytes & ~size_t(15), step, st);
+                },
+                reps),
+            false, false);
     }
     // The split barrier with other work between the halves, against the fused publish+barrier followed by the same
     // work, and the work alone: what the exchange adds to a step when it overlaps.
