@@ -367,8 +367,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     kvbench::syncDevice();
     Stats c = kvbench::maxOverRanks(kvbench::stats(cpu));
     rep.note("Host CPU time per eager publish() call (" + std::to_string(T) +
-             " tokens, 2000 calls after 200 warm-up): median " +
-             fmt(c.median) + " us, p10 " + fmt(c.p10) + ", p90 " + fmt(c.p90) + " (slowest rank).");
+             " tokens, 2000 calls after 200 warm-up): median " + fmt(c.median) + " us, p10 " + fmt(c.p10) + ", p90 " +
+             fmt(c.p90) + " (slowest rank).");
   }
   direct.checkErrors();
   if (me == 0) rep.print(json);
