@@ -1,0 +1,265 @@
+// The publish/insert copy against an independent oracle, for the CPU version (every build) and the CUDA kernels (one
+// GPU; skipped elsewhere, with the reason): rows of several sources (the insert of the gather+insert fallback) or one
+// (publish), one to three tensors, row tails, mixed vector widths, padding, int32 and int64 slots, and sizes on both
+// sides of the lean kernel's limit (one item per thread) so both kernels run. The replica is poisoned first and
+// compared whole: rows at their slots, every other byte untouched. Out-of-range slots: the kernels write every other
+// row and record one of the bad ones; the CPU version throws naming one and writes nothing. The multi-GPU suites
+// cover peers; this covers the copy's arithmetic.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/launch.hpp"
+#include "kvcomm/error.hpp"
+
+#if KVCOMM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using kvcomm::DeviceErrorRecord;
+using kvcomm::detail::PublishLaunch;
+using kvcomm::detail::PublishTensorDesc;
+
+struct TensorShape {
+  uint64_t rowBytes;
+  uint64_t align;  // what src, strides and offset are multiples of (the vector width the kernel may use)
+  uint64_t blockSize;
+};
+
+struct Scenario {
+  int sources;
+  int64_t tokens;
+  bool slot64;
+  std::vector<TensorShape> tensors;
+  int badRows;  // rows given a slot past their region (refused, recorded)
+};
+
+uint64_t roundUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// A copy of host bytes where the implementation under test reads and writes them (device memory for the kernels),
+// freed at scope end.
+struct Placed {
+  bool device;
+  void* p = nullptr;
+  std::vector<char> host;
+  Placed(bool onDevice, const void* bytes, size_t n) : device(onDevice) {
+#if KVCOMM_HAVE_CUDA
+    if (device) {
+      EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 16)), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(p, bytes, n, cudaMemcpyHostToDevice), cudaSuccess);
+      return;
+    }
+#endif
+    host.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + n);
+    host.resize(std::max<size_t>(n, 16));
+    p = host.data();
+  }
+  void read(void* out, size_t n) const {
+#if KVCOMM_HAVE_CUDA
+    if (device) {
+      EXPECT_EQ(cudaMemcpy(out, p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+      return;
+    }
+#endif
+    std::memcpy(out, p, n);
+  }
+  ~Placed() {
+#if KVCOMM_HAVE_CUDA
+    if (device) cudaFree(p);
+#endif
+  }
+  Placed(const Placed&) = delete;
+  Placed& operator=(const Placed&) = delete;
+};
+
+void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
+  SCOPED_TRACE("sources " + std::to_string(sc.sources) + ", tokens " + std::to_string(sc.tokens) + ", tensors " +
+               std::to_string(sc.tensors.size()) + (sc.slot64 ? ", int64" : ", int32") + " slots, bad rows " +
+               std::to_string(sc.badRows));
+  const int64_t rows = sc.sources * sc.tokens;
+  const uint64_t slotsPerRegion = static_cast<uint64_t>(rows) + 37;  // some slots stay unused
+  PublishLaunch p{};
+  std::vector<std::vector<char>> srcHost(sc.tensors.size());
+  uint64_t at = 256;  // guard before the first region
+  for (size_t k = 0; k < sc.tensors.size(); ++k) {
+    const TensorShape& s = sc.tensors[k];
+    PublishTensorDesc& t = p.t[k];
+    t.rowBytes = s.rowBytes;
+    t.srcStride = roundUp(s.rowBytes, s.align) + (k % 2 ? s.align : 0);  // padded source rows for odd tensors
+    t.sourceStride = t.srcStride * static_cast<uint64_t>(sc.tokens);
+    t.blockSize = s.blockSize;
+    t.rowStride = roundUp(s.rowBytes, s.align) + s.align;  // a gap after every row
+    t.blockStride = t.blockSize * t.rowStride + 2 * s.align;
+    t.offset = roundUp(at, s.align);
+    t.limit = (slotsPerRegion + t.blockSize - 1) / t.blockSize * t.blockStride;
+    t.safeSlots = kvcomm::detail::safeSlotsOf(t);
+    t.blockShift = kvcomm::detail::blockShiftOf(t.blockSize);
+    t.vec = static_cast<int32_t>(s.align);
+    at = t.offset + t.limit + 128;  // guard between regions
+    srcHost[k].resize(std::max<uint64_t>(t.sourceStride * static_cast<uint64_t>(sc.sources), 16));
+    for (char& c : srcHost[k]) c = static_cast<char>(rng());
+  }
+  const uint64_t capacity = roundUp(at + 256, 4096);
+  // Slots: distinct per row (a shuffled prefix of the region's slots), some padding, some past every region.
+  std::vector<int64_t> perm(slotsPerRegion);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int64_t> slots(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    slots[static_cast<size_t>(r)] = rng() % 19 == 0 ? -1 : perm[static_cast<size_t>(r)];
+  std::vector<int64_t> bad;
+  for (int b = 0; b < sc.badRows && rows > 0; ++b) {
+    int64_t r = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+    slots[static_cast<size_t>(r)] = static_cast<int64_t>(capacity) + static_cast<int64_t>(rng() % 1000);
+    bad.push_back(r);
+  }
+  std::vector<char> slotBytes(static_cast<size_t>(rows) * (sc.slot64 ? 8 : 4) + 16);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (sc.slot64) {
+      std::memcpy(slotBytes.data() + r * 8, &slots[static_cast<size_t>(r)], 8);
+    } else {
+      int32_t v = static_cast<int32_t>(slots[static_cast<size_t>(r)]);
+      std::memcpy(slotBytes.data() + r * 4, &v, 4);
+    }
+  }
+
+  // The oracle: each row copied to offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride.
+  std::vector<char> expect(capacity);
+  for (char& c : expect) c = static_cast<char>(rng());
+  std::vector<char> poison = expect;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t slot = slots[static_cast<size_t>(r)];
+    if (slot < 0 || std::find(bad.begin(), bad.end(), r) != bad.end()) continue;
+    int64_t source = r / sc.tokens, i = r % sc.tokens;
+    for (size_t k = 0; k < sc.tensors.size(); ++k) {
+      const PublishTensorDesc& t = p.t[k];
+      uint64_t s = static_cast<uint64_t>(slot);
+      uint64_t dst = t.offset + (s / t.blockSize) * t.blockStride + (s % t.blockSize) * t.rowStride;
+      std::memcpy(
+          expect.data() + dst,
+          srcHost[k].data() + static_cast<uint64_t>(source) * t.sourceStride + static_cast<uint64_t>(i) * t.srcStride,
+          t.rowBytes);
+    }
+  }
+
+  Placed replica(onGpu, poison.data(), capacity);
+  std::vector<std::unique_ptr<Placed>> owned;
+  for (size_t k = 0; k < sc.tensors.size(); ++k) {
+    owned.push_back(std::make_unique<Placed>(onGpu, srcHost[k].data(), srcHost[k].size()));
+    p.t[k].src = static_cast<const char*>(owned.back()->p);
+  }
+  Placed slotDev(onGpu, slotBytes.data(), slotBytes.size());
+  const int granShift = 16;
+  std::vector<uint64_t> bitmap(((capacity >> granShift) + 64) / 64 + 2, ~uint64_t(0));
+  bitmap.back() = rng() % 2 ? capacity : 0;  // the prefix word; 0: every row consults the bitmap
+  Placed bitmapDev(onGpu, bitmap.data(), bitmap.size() * 8);
+  DeviceErrorRecord none{};
+  Placed errorDev(onGpu, &none, sizeof(none));
+
+  p.replicas.peers[0] = reinterpret_cast<uint64_t>(replica.p);
+  p.replicas.capacity = capacity;
+  p.replicas.mappedMask = 1;
+  p.replicas.rank = 0;
+  p.replicas.size = 1;
+  p.slots = slotDev.p;
+  p.sourceStride = static_cast<uint64_t>(sc.tokens) * (sc.slot64 ? 8 : 4);
+  p.numTokens = sc.tokens;
+  p.numSources = sc.sources;
+  p.slot64 = sc.slot64 ? 1 : 0;
+  p.numTensors = static_cast<int32_t>(sc.tensors.size());
+  p.granShift = granShift;
+  p.backed = static_cast<const uint64_t*>(bitmapDev.p);
+  p.backedPrefix = static_cast<const uint64_t*>(bitmapDev.p) + bitmap.size() - 1;
+  p.capacity = capacity;
+  p.error = static_cast<DeviceErrorRecord*>(errorDev.p);
+
+  std::vector<char> got(capacity);
+  if (!onGpu) {
+    if (!bad.empty()) {  // validated before anything is written: a throw naming a bad token, the buffer untouched
+      try {
+        kvcomm::detail::hostPublish(p);
+        ADD_FAILURE() << "hostPublish accepted slots past every region";
+      } catch (const kvcomm::InvalidArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find("lands outside"), std::string::npos) << e.what();
+      }
+      replica.read(got.data(), capacity);
+      EXPECT_TRUE(got == poison) << "hostPublish wrote although a slot was refused";
+      return;
+    }
+    kvcomm::detail::hostPublish(p);
+  } else {
+#if KVCOMM_HAVE_CUDA
+    kvcomm::detail::launchPublish(p, nullptr, nullptr, 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+  }
+  replica.read(got.data(), capacity);
+  DeviceErrorRecord rec{};
+  errorDev.read(&rec, sizeof(rec));
+
+  size_t firstDiff = 0;
+  while (firstDiff < capacity && got[firstDiff] == expect[firstDiff]) ++firstDiff;
+  EXPECT_EQ(firstDiff, capacity) << "first differing byte at buffer offset " << firstDiff;
+  if (bad.empty()) {
+    EXPECT_EQ(rec.flag, 0) << "an error was recorded for token " << rec.index << ", slot " << rec.slot;
+  } else {
+    ASSERT_EQ(rec.flag, 1);
+    EXPECT_EQ(rec.kind, static_cast<int32_t>(kvcomm::DeviceErrorKind::SlotOutOfRange));
+    EXPECT_NE(std::find(bad.begin(), bad.end(), rec.index), bad.end()) << "recorded token " << rec.index;
+    EXPECT_EQ(rec.slot, slots[static_cast<size_t>(rec.index)]);
+  }
+}
+
+std::vector<Scenario> scenarios() {
+  const std::vector<TensorShape> mla = {{656, 16, 1}};                               // one 16-byte-wide tensor
+  const std::vector<TensorShape> kv = {{576, 16, 16}, {64, 16, 16}};                 // two, power-of-two blocks
+  const std::vector<TensorShape> tails = {{100, 16, 3}, {656, 16, 5}, {36, 16, 1}};  // rows not a multiple of 16
+  const std::vector<TensorShape> mixed = {{656, 16, 16}, {132, 4, 16}};              // two widths: the general kernel
+  const std::vector<TensorShape> narrow = {{48, 8, 7}};                              // 8-byte vectors
+  std::vector<Scenario> all;
+  for (const auto& tensors : {mla, kv, tails, mixed, narrow})
+    for (int64_t tokens : {int64_t(1), int64_t(5), int64_t(300), int64_t(2500), int64_t(7000)})
+      for (int sources : {1, 3}) all.push_back({sources, tokens, (tokens + sources) % 2 == 0, tensors, 0});
+  all.push_back({1, 1, true, mla, 1});        // one row, refused
+  all.push_back({3, 300, true, kv, 4});       // lean kernel, several sources
+  all.push_back({3, 7000, false, tails, 4});  // general kernel
+  all.push_back({1, 0, true, mla, 0});        // nothing to publish
+  return all;
+}
+
+TEST(PublishCopy, CpuVersionMatchesAnIndependentOracle) {
+  std::mt19937_64 rng(0xC0FFEE);
+  for (const Scenario& sc : scenarios()) {
+    runScenario(sc, rng, false);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(PublishKernels, MatchAnIndependentOracleAcrossSourcesTensorsAndSizes) {
+#if !KVCOMM_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: the kernels are not compiled";
+#else
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device: " << (e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+  std::mt19937_64 rng(0xC0FFEE);
+  for (const Scenario& sc : scenarios()) {
+    runScenario(sc, rng, true);
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+}  // namespace
