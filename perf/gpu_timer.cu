@@ -63,9 +63,10 @@ __global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHa
   kvcomm::barrierBlock(b, lane, epoch);
 }
 
-// The ladder from that floor to kvcomm's one-block publishAndBarrier, one difference added per step: 1 = 256
-// threads instead of 64; 2 = the row also into this rank's own replica; 3 = the destination computed and checked as
-// kvcomm does (slotDestinationChecked); 4 = launch parameters of kvcomm's size (an unused 1 KB argument).
+// The ladder from that floor to kvcomm's one-block publishAndBarrier, one difference added per step: 0 = the floor
+// with launch parameters of kvcomm's size (an unused 1 KB argument, carried by every step); 1 = 256 threads instead
+// of 64; 2 = the row also into this rank's own replica; 3 = the destination computed the overflow-checked way
+// (slotDestinationChecked, against a limit that does not bound the store: the check's cost, not its effect).
 struct LadderPad {
   uint64_t word[124];
 };

@@ -102,7 +102,10 @@ void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
     t.rowStride = roundUp(s.rowBytes, s.align) + s.align;  // a gap after every row
     t.blockStride = t.blockSize * t.rowStride + 2 * s.align;
     t.offset = roundUp(at, s.align);
-    t.limit = (slotsPerRegion + t.blockSize - 1) / t.blockSize * t.blockStride;
+    // The region ends with the last slot's row: slots of a last partial block are valid but past safeSlots (the
+    // checked path), and the slot after it is refused.
+    const uint64_t partial = slotsPerRegion % t.blockSize;
+    t.limit = slotsPerRegion / t.blockSize * t.blockStride + (partial ? (partial - 1) * t.rowStride + t.rowBytes : 0);
     t.safeSlots = kvcomm::detail::safeSlotsOf(t);
     t.blockShift = kvcomm::detail::blockShiftOf(t.blockSize);
     t.vec = static_cast<int32_t>(s.align);
@@ -121,7 +124,9 @@ void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
   std::vector<int64_t> bad;
   for (int b = 0; b < sc.badRows && rows > 0; ++b) {
     int64_t r = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
-    slots[static_cast<size_t>(r)] = static_cast<int64_t>(capacity) + static_cast<int64_t>(rng() % 1000);
+    // Just past every region's last row, or far past the buffer.
+    slots[static_cast<size_t>(r)] = b % 2 ? static_cast<int64_t>(slotsPerRegion + rng() % 3)
+                                          : static_cast<int64_t>(capacity) + static_cast<int64_t>(rng() % 1000);
     bad.push_back(r);
   }
   std::vector<char> slotBytes(static_cast<size_t>(rows) * (sc.slot64 ? 8 : 4) + 16);
@@ -227,8 +232,9 @@ std::vector<Scenario> scenarios() {
   const std::vector<TensorShape> tails = {{100, 16, 3}, {656, 16, 5}, {36, 16, 1}};  // rows not a multiple of 16
   const std::vector<TensorShape> mixed = {{656, 16, 16}, {132, 4, 16}};              // two widths: the general kernel
   const std::vector<TensorShape> narrow = {{48, 8, 7}};                              // 8-byte vectors
+  const std::vector<TensorShape> words = {{132, 4, 16}, {20, 4, 3}};                 // 4-byte vectors
   std::vector<Scenario> all;
-  for (const auto& tensors : {mla, kv, tails, mixed, narrow})
+  for (const auto& tensors : {mla, kv, tails, mixed, narrow, words})
     for (int64_t tokens : {int64_t(1), int64_t(5), int64_t(300), int64_t(2500), int64_t(7000)})
       for (int sources : {1, 3}) all.push_back({sources, tokens, (tokens + sources) % 2 == 0, tensors, 0});
   all.push_back({1, 1, true, mla, 1});        // one row, refused
