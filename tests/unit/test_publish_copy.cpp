@@ -17,11 +17,9 @@
 #include <vector>
 
 #include "kernels/launch.hpp"
+#include "kvcomm/capabilities.hpp"
 #include "kvcomm/error.hpp"
-
-#if KVCOMM_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "support/memory.hpp"
 
 namespace {
 
@@ -47,43 +45,14 @@ uint64_t roundUp(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
 }
 
-// A copy of host bytes where the implementation under test reads and writes them (device memory for the kernels),
-// freed at scope end.
-struct Placed {
-  bool device;
-  void* p = nullptr;
-  std::vector<char> host;
-  Placed(bool onDevice, const void* bytes, size_t n) : device(onDevice) {
-#if KVCOMM_HAVE_CUDA
-    if (device) {
-      EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 16)), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(p, bytes, n, cudaMemcpyHostToDevice), cudaSuccess);
-      return;
-    }
-#endif
-    host.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + n);
-    host.resize(std::max<size_t>(n, 16));
-    p = host.data();
-  }
-  void read(void* out, size_t n) const {
-#if KVCOMM_HAVE_CUDA
-    if (device) {
-      EXPECT_EQ(cudaMemcpy(out, p, n, cudaMemcpyDeviceToHost), cudaSuccess);
-      return;
-    }
-#endif
-    std::memcpy(out, p, n);
-  }
-  ~Placed() {
-#if KVCOMM_HAVE_CUDA
-    if (device) cudaFree(p);
-#endif
-  }
-  Placed(const Placed&) = delete;
-  Placed& operator=(const Placed&) = delete;
-};
+// A copy of `n` host bytes in memory of `kind` (device memory for the kernels).
+std::unique_ptr<kvtest::Memory> placed(kvcomm::MemoryKind kind, const void* bytes, size_t n) {
+  auto m = std::make_unique<kvtest::Memory>(kind, std::max<size_t>(n, 16));
+  kvtest::toMemory(kind, m->data(), bytes, n);
+  return m;
+}
 
-void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
+void runScenario(const Scenario& sc, std::mt19937_64& rng, kvcomm::MemoryKind kind) {
   SCOPED_TRACE("sources " + std::to_string(sc.sources) + ", tokens " + std::to_string(sc.tokens) + ", tensors " +
                std::to_string(sc.tensors.size()) + (sc.slot64 ? ", int64" : ", int32") + " slots, bad rows " +
                std::to_string(sc.badRows));
@@ -158,39 +127,39 @@ void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
     }
   }
 
-  Placed replica(onGpu, poison.data(), capacity);
-  std::vector<std::unique_ptr<Placed>> owned;
+  auto replica = placed(kind, poison.data(), capacity);
+  std::vector<std::unique_ptr<kvtest::Memory>> sources;
   for (size_t k = 0; k < sc.tensors.size(); ++k) {
-    owned.push_back(std::make_unique<Placed>(onGpu, srcHost[k].data(), srcHost[k].size()));
-    p.t[k].src = static_cast<const char*>(owned.back()->p);
+    sources.push_back(placed(kind, srcHost[k].data(), srcHost[k].size()));
+    p.t[k].src = sources.back()->data();
   }
-  Placed slotDev(onGpu, slotBytes.data(), slotBytes.size());
+  auto slotMem = placed(kind, slotBytes.data(), slotBytes.size());
   const int granShift = 16;
   std::vector<uint64_t> bitmap(((capacity >> granShift) + 64) / 64 + 2, ~uint64_t(0));
   bitmap.back() = rng() % 2 ? capacity : 0;  // the prefix word; 0: every row consults the bitmap
-  Placed bitmapDev(onGpu, bitmap.data(), bitmap.size() * 8);
+  auto bitmapMem = placed(kind, bitmap.data(), bitmap.size() * 8);
   DeviceErrorRecord none{};
-  Placed errorDev(onGpu, &none, sizeof(none));
+  auto errorMem = placed(kind, &none, sizeof(none));
 
-  p.replicas.peers[0] = reinterpret_cast<uint64_t>(replica.p);
+  p.replicas.peers[0] = reinterpret_cast<uint64_t>(replica->data());
   p.replicas.capacity = capacity;
   p.replicas.mappedMask = 1;
   p.replicas.rank = 0;
   p.replicas.size = 1;
-  p.slots = slotDev.p;
+  p.slots = slotMem->data();
   p.sourceStride = static_cast<uint64_t>(sc.tokens) * (sc.slot64 ? 8 : 4);
   p.numTokens = sc.tokens;
   p.numSources = sc.sources;
   p.slot64 = sc.slot64 ? 1 : 0;
   p.numTensors = static_cast<int32_t>(sc.tensors.size());
   p.granShift = granShift;
-  p.backed = static_cast<const uint64_t*>(bitmapDev.p);
-  p.backedPrefix = static_cast<const uint64_t*>(bitmapDev.p) + bitmap.size() - 1;
+  p.backed = reinterpret_cast<const uint64_t*>(bitmapMem->data());
+  p.backedPrefix = p.backed + bitmap.size() - 1;
   p.capacity = capacity;
-  p.error = static_cast<DeviceErrorRecord*>(errorDev.p);
+  p.error = reinterpret_cast<DeviceErrorRecord*>(errorMem->data());
 
   std::vector<char> got(capacity);
-  if (!onGpu) {
+  if (kind == kvcomm::MemoryKind::Host) {
     if (!bad.empty()) {  // validated before anything is written: a throw naming a bad token, the buffer untouched
       try {
         kvcomm::detail::hostPublish(p);
@@ -198,20 +167,18 @@ void runScenario(const Scenario& sc, std::mt19937_64& rng, bool onGpu) {
       } catch (const kvcomm::InvalidArgumentError& e) {
         EXPECT_NE(std::string(e.what()).find("lands outside"), std::string::npos) << e.what();
       }
-      replica.read(got.data(), capacity);
+      kvtest::fromMemory(kind, got.data(), replica->data(), capacity);
       EXPECT_TRUE(got == poison) << "hostPublish wrote although a slot was refused";
       return;
     }
     kvcomm::detail::hostPublish(p);
   } else {
-#if KVCOMM_HAVE_CUDA
     kvcomm::detail::launchPublish(p, nullptr, nullptr, 0);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-#endif
+    kvtest::synchronize(kind);
   }
-  replica.read(got.data(), capacity);
+  kvtest::fromMemory(kind, got.data(), replica->data(), capacity);
   DeviceErrorRecord rec{};
-  errorDev.read(&rec, sizeof(rec));
+  kvtest::fromMemory(kind, &rec, errorMem->data(), sizeof(rec));
 
   size_t firstDiff = 0;
   while (firstDiff < capacity && got[firstDiff] == expect[firstDiff]) ++firstDiff;
@@ -247,25 +214,19 @@ std::vector<Scenario> scenarios() {
 TEST(PublishCopy, CpuVersionMatchesAnIndependentOracle) {
   std::mt19937_64 rng(0xC0FFEE);
   for (const Scenario& sc : scenarios()) {
-    runScenario(sc, rng, false);
+    runScenario(sc, rng, kvcomm::MemoryKind::Host);
     if (HasFatalFailure()) return;
   }
 }
 
 TEST(PublishKernels, MatchAnIndependentOracleAcrossSourcesTensorsAndSizes) {
-#if !KVCOMM_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: the kernels are not compiled";
-#else
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0)
-    GTEST_SKIP() << "no CUDA device: " << (e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+  if (!kvtest::haveGpu()) GTEST_SKIP() << "CUDA kernels skipped: " << kvtest::noGpuReason();
+  ASSERT_GE(kvcomm::useLocalDevice(0), 0);  // the primary context current, for the test's own allocations
   std::mt19937_64 rng(0xC0FFEE);
   for (const Scenario& sc : scenarios()) {
-    runScenario(sc, rng, true);
+    runScenario(sc, rng, kvcomm::MemoryKind::Cuda);
     if (HasFatalFailure()) return;
   }
-#endif
 }
 
 }  // namespace
