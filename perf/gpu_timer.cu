@@ -48,31 +48,20 @@ __global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle
   if (t == 0) b.epochs[lane] = epoch;
 }
 
-// Floor of a one-row publishAndBarrier: one block loads the row's slot from memory, stores the row there in the
-// peer (no checks, one replica), then runs kvcomm's barrierBlock (its release orders the row before the flag).
-// Launched like kvcomm's kernels (dependent launch where on), so it waits for the kernel before it first.
-__global__ void storeThenBarrier(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, char* dst,
-                                 const uint4* src, const int64_t* slot, int vecs) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  uint64_t epoch = kvcomm::barrierNextEpoch(b, lane);
-  uint4* row = reinterpret_cast<uint4*>(dst + *slot * vecs * 16);
-  for (int i = threadIdx.x; i < vecs; i += blockDim.x) row[i] = src[i];
-  kvcomm::barrierBlock(b, lane, epoch);
-}
-
-// The ladder from that floor to kvcomm's one-block publishAndBarrier, one difference added per step: 0 = the floor
-// with launch parameters of kvcomm's size (an unused 1 KB argument, carried by every step); 1 = 256 threads instead
-// of 64; 2 = the row also into this rank's own replica; 3 = the destination computed the overflow-checked way
-// (slotDestinationChecked, against a limit that does not bound the store: the check's cost, not its effect).
+// The ladder from the floor of a one-row publishAndBarrier to kvcomm's one-block kernel, one difference added per
+// step. The floor: one block of 64 threads loads the row's slot from memory, stores the row there in the peer (no
+// checks, one replica), then runs kvcomm's barrierBlock (its release orders the row before the flag); launched like
+// kvcomm's kernels (dependent launch where on), so it waits for the kernel before it first. Then 0 = the floor with
+// launch parameters of kvcomm's size (Pad: an unused 1 KB argument, carried by every later step); 1 = 256 threads
+// instead of 64; 2 = the row also into this rank's own replica; 3 = the destination computed the overflow-checked
+// way (slotDestinationChecked, against a limit that does not bound the store: the check's cost, not its effect).
+struct NoPad {};
 struct LadderPad {
   uint64_t word[124];
 };
-template <int Step>
+template <int Step, typename Pad>
 __global__ void ladderProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle b, int lane, char* peer, char* local,
-                            const uint4* src, const int64_t* slot, int vecs, const __grid_constant__ LadderPad pad) {
+                            const uint4* src, const int64_t* slot, int vecs, const __grid_constant__ Pad pad) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -147,52 +136,46 @@ void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int vari
   barrierProbe<<<1, 32, 0, stream>>>(b, lane, variant);
 }
 
-void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
-                            const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream) {
+// One block of `threads`, with programmatic stream serialisation where `dependent` (as kvcomm launches its kernels).
+template <typename... Params, typename... Args>
+void launchOneBlock(void (*kernel)(Params...), int threads, bool dependent, CUstream_st* stream, const char* what,
+                    Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(1);
-  config.blockDim = dim3(64);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = dependent ? 1 : 0;
-  check(cudaLaunchKernelEx(&config, storeThenBarrier, b, lane, static_cast<char*>(peerDst),
-                           static_cast<const uint4*>(src), slot, static_cast<int>(bytes / 16)),
-        "store-then-barrier probe launch");
+  check(cudaLaunchKernelEx(&config, kernel, args...), what);
+}
+
+void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
+                            const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream) {
+  launchOneBlock(ladderProbe<1, NoPad>, 64, dependent, stream, "store-then-barrier probe launch", b, lane,
+                 static_cast<char*>(peerDst), static_cast<char*>(nullptr), static_cast<const uint4*>(src), slot,
+                 static_cast<int>(bytes / 16), NoPad{});
 }
 
 void launchLadderProbe(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, void* localDst, const void* src,
                        const int64_t* slot, size_t bytes, int step, CUstream_st* stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(step >= 1 ? 256 : 64);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
   auto* peer = static_cast<char*>(peerDst);
   auto* local = static_cast<char*>(localDst);
   auto* s = static_cast<const uint4*>(src);
   int vecs = static_cast<int>(bytes / 16);
-  LadderPad pad{};
-  cudaError_t e = cudaSuccess;
-  switch (step) {
-    case 0:
-    case 1:
-      e = cudaLaunchKernelEx(&config, ladderProbe<1>, b, lane, peer, local, s, slot, vecs, pad);
-      break;
-    case 2:
-      e = cudaLaunchKernelEx(&config, ladderProbe<2>, b, lane, peer, local, s, slot, vecs, pad);
-      break;
-    default:
-      e = cudaLaunchKernelEx(&config, ladderProbe<3>, b, lane, peer, local, s, slot, vecs, pad);
-      break;
-  }
-  check(e, "ladder probe launch");
+  const int threads = step >= 1 ? 256 : 64;
+  const char* what = "ladder probe launch";
+  if (step <= 1)
+    launchOneBlock(ladderProbe<1, LadderPad>, threads, true, stream, what, b, lane, peer, local, s, slot, vecs,
+                   LadderPad{});
+  else if (step == 2)
+    launchOneBlock(ladderProbe<2, LadderPad>, threads, true, stream, what, b, lane, peer, local, s, slot, vecs,
+                   LadderPad{});
+  else
+    launchOneBlock(ladderProbe<3, LadderPad>, threads, true, stream, what, b, lane, peer, local, s, slot, vecs,
+                   LadderPad{});
 }
 
 void launchScatterProbe(void* peerDst, const void* src, const int64_t* slots, int64_t rows, size_t rowBytes,
