@@ -14,6 +14,32 @@ namespace kvcomm::detail {
 
 inline constexpr int kMaxPublishTensors = 4;
 
+/// n / d by a multiply-high, an add and a shift, for 0 <= n < 2^31 and a divisor fixed per launch (Granlund and
+/// Montgomery's round-up method): the lean publish kernel's row of an item, without the ~25-instruction division
+/// that sat between the kernel's start and its first loads. Host and device.
+struct FastDiv {
+  uint32_t d;      // the divisor, >= 1
+  uint32_t magic;  // floor(2^32 * (2^shift - d) / d) + 1
+  uint32_t shift;  // ceil(log2(d))
+};
+
+inline FastDiv fastDivOf(uint32_t d) {
+  FastDiv f{d, 0, 0};
+  while (f.shift < 32 && (uint64_t(1) << f.shift) < d) ++f.shift;
+  f.magic = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << f.shift) - d)) / d + 1);
+  return f;
+}
+
+/// n / f.d for 0 <= n < 2^31 (the sum below stays under 2^32).
+KVCOMM_HOST_DEVICE_INLINE uint32_t fastDivide(uint32_t n, const FastDiv& f) {
+#if KVCOMM_DEVICE_CODE
+  const uint32_t hi = __umulhi(n, f.magic);
+#else
+  const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * f.magic) >> 32);
+#endif
+  return (hi + n) >> f.shift;
+}
+
 /// One cache tensor of a publish (or insert) launch; all values in bytes.
 struct PublishTensorDesc {
   const char* src;        // row (source s, token i) at src + s * sourceStride + i * srcStride
@@ -28,6 +54,8 @@ struct PublishTensorDesc {
   uint64_t safeSlots;  // slots below it land inside the limit with no step able to wrap (safeSlotsOf); 0: none
   int32_t vec;         // vector width every row start is aligned to
   int32_t blockShift;  // log2 of blockSize when it is a power of two, else -1
+  FastDiv cols;        // vectors of `vec` bytes per row, rounded up (filled by launchPublish for its kernels)
+  uint32_t reserved;
 };
 
 /// Slots whose rows need no overflow or limit check: every whole block inside the limit. Relies on what the host
@@ -63,6 +91,8 @@ struct PublishLaunch {
   const uint64_t* backedPrefix;  // the word beside it: bytes backed from offset 0 (loaded once per kernel)
   uint64_t capacity;             // bytes of the buffer
   DeviceErrorRecord* error;
+  FastDiv tokens;  // numTokens as a divisor (filled by launchPublish for its kernels)
+  uint32_t reserved;
 };
 
 /// Whether [dst, dst + bytes) lies wholly in backed granules (host and device). `prefix`: bytes backed from offset 0
@@ -79,22 +109,32 @@ KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, u
 /// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written). Slots
 /// below t.safeSlots (the usual case) skip the overflow-checked arithmetic, which sits between a row's slot load and
 /// its stores (0.1 us of a one-row publish on H200), and divide by shifting when blockSize is a power of two.
+/// The unchecked destination of a slot below t.safeSlots when its block is found without a 64-bit division (block
+/// size a power of two: a shift; slot and block size below 2^32: a 32-bit division). False: not such a slot.
+KVCOMM_HOST_DEVICE_INLINE bool safeSlotDestination(const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
+  const uint64_t s = static_cast<uint64_t>(slot);
+  if (slot < 0 || s >= t.safeSlots) return false;
+  uint64_t block, within;
+  if (t.blockShift >= 0) {
+    block = s >> t.blockShift;
+    within = s & ((uint64_t(1) << t.blockShift) - 1);
+  } else if ((s | t.blockSize) >> 32 == 0) {  // 32-bit division: a fraction of the 64-bit one's instructions
+    block = static_cast<uint32_t>(s) / static_cast<uint32_t>(t.blockSize);
+    within = s - block * t.blockSize;
+  } else {
+    return false;
+  }
+  *dst = t.offset + block * t.blockStride + within * t.rowStride;
+  return true;
+}
+
 KVCOMM_HOST_DEVICE_INLINE bool rowDestination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot,
                                               uint64_t* dst, uint64_t prefix = 0) {
   if (slot >= 0 && static_cast<uint64_t>(slot) < t.safeSlots) {
-    const uint64_t s = static_cast<uint64_t>(slot);
-    uint64_t block, within;
-    if (t.blockShift >= 0) {
-      block = s >> t.blockShift;
-      within = s & ((uint64_t(1) << t.blockShift) - 1);
-    } else if ((s | t.blockSize) >> 32 == 0) {  // 32-bit division: a fraction of the 64-bit one's instructions
-      block = static_cast<uint32_t>(s) / static_cast<uint32_t>(t.blockSize);
-      within = s - block * t.blockSize;
-    } else {
-      block = s / t.blockSize;
-      within = s - block * t.blockSize;
+    if (!safeSlotDestination(t, slot, dst)) {  // a 64-bit division
+      const uint64_t s = static_cast<uint64_t>(slot), block = s / t.blockSize;
+      *dst = t.offset + block * t.blockStride + (s - block * t.blockSize) * t.rowStride;
     }
-    *dst = t.offset + block * t.blockStride + within * t.rowStride;
   } else if (!slotDestinationChecked(slot, t.offset, t.blockSize, t.blockStride, t.rowStride, t.rowBytes, t.limit,
                                      dst)) {
     return false;

@@ -48,7 +48,7 @@ TEST(RowDestination, FastAndCheckedPathsAgreeWithA128BitOracle) {
   PublishLaunch p{};
   p.capacity = capacity;
   const uint64_t backedAll = capacity;  // prefix: every granule backed (the bitmap is tested elsewhere)
-  int fast = 0, refused = 0;
+  int fast = 0, refused = 0, inlinePath = 0;
   for (int layout = 0; layout < 2000; ++layout) {
     PublishTensorDesc t = randomLayout(rng, capacity);
     PublishTensorDesc checkedOnly = t;
@@ -73,13 +73,52 @@ TEST(RowDestination, FastAndCheckedPathsAgreeWithA128BitOracle) {
         ASSERT_EQ(got, want) << "layout " << layout << " slot " << slot << " blockSize " << t.blockSize;
         ASSERT_EQ(gotChecked, want) << "layout " << layout << " slot " << slot;
       }
+      // The lean kernel's inline path: where it answers, the row is in range and lands where the oracle says.
+      uint64_t inlineDst = 0;
+      if (kvcomm::detail::safeSlotDestination(t, slot, &inlineDst)) {
+        ASSERT_TRUE(ok) << "layout " << layout << " slot " << slot;
+        ASSERT_EQ(inlineDst, want) << "layout " << layout << " slot " << slot << " blockSize " << t.blockSize;
+        ++inlinePath;
+      }
       fast += slot >= 0 && static_cast<uint64_t>(slot) < t.safeSlots;
       refused += !ok;
     }
   }
   // Both paths were exercised, and refusals too (not a test that cannot fail for want of cases).
   EXPECT_GT(fast, 20000);
+  EXPECT_GT(inlinePath, 10000);
   EXPECT_GT(refused, 10000);
+}
+
+// The lean kernel finds an item's row with fastDivide: equal to n / d for every n < 2^31, checked for divisors of
+// every size (1, powers of two and their neighbours, random up to 2^31 - 1) at the quotient boundaries, the top of
+// the range and random numerators.
+TEST(FastDivide, EqualsIntegerDivisionBelow2To31) {
+  std::mt19937_64 rng(0xd1'5eed);
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 1000; ++d) divisors.push_back(d);
+  for (int k = 1; k < 31; ++k)
+    for (int64_t e = -1; e <= 1; ++e) divisors.push_back(static_cast<uint32_t>((int64_t(1) << k) + e));
+  divisors.push_back(0x7fffffffu);
+  for (int i = 0; i < 2000; ++i) divisors.push_back(1 + static_cast<uint32_t>(rng() % 0x7fffffffu));
+  const uint32_t top = 0x7fffffffu;
+  uint64_t checked = 0;
+  for (uint32_t d : divisors) {
+    const kvcomm::detail::FastDiv f = kvcomm::detail::fastDivOf(d);
+    std::vector<uint32_t> ns = {0, 1, top, top - 1, top - d + 1, d - 1, d, d + 1};
+    for (uint32_t q : {uint32_t(2), uint32_t(3), top / d, top / d - 1})
+      for (int64_t e = -1; e <= 1; ++e) {
+        int64_t n = static_cast<int64_t>(q) * d + e;
+        if (n >= 0 && n <= top) ns.push_back(static_cast<uint32_t>(n));
+      }
+    for (int i = 0; i < 200; ++i) ns.push_back(static_cast<uint32_t>(rng() % (uint64_t(top) + 1)));
+    for (uint32_t n : ns) {
+      if (n > top) continue;
+      ASSERT_EQ(kvcomm::detail::fastDivide(n, f), n / d) << n << " / " << d;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 500000u);
 }
 
 TEST(RowDestination, SafeSlotsCoverEveryWholeBlockInsideTheLimit) {
