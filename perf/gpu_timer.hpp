@@ -38,7 +38,9 @@ void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void
 
 /// Steps from that floor towards kvcomm's one-block publishAndBarrier (launched dependent; pass `lane` as above):
 /// 0 = the floor with 64 threads (as launchStoreThenBarrier), 1 = 256 threads, 2 = also into `localDst` (the own
-/// replica), 3 = destination checked as kvcomm does; every step carries a 1 KB argument like kvcomm's launches.
+/// replica), 3 = destination computed the overflow-checked way (slotDestinationChecked; kvcomm's kernels
+/// take that path only for slots outside a tensor's safe range); every step carries a 1 KB argument like kvcomm's
+/// launches.
 void launchLadderProbe(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, void* localDst, const void* src,
                        const int64_t* slot, size_t bytes, int step, CUstream_st* stream);
 

@@ -105,10 +105,6 @@ KVCOMM_HOST_DEVICE_INLINE bool rowBacked(const PublishLaunch& p, uint64_t dst, u
   return true;
 }
 
-/// Where `slot`'s row of tensor `t` lands, checked (host and device): no step of the computation may wrap, the row
-/// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written). Slots
-/// below t.safeSlots (the usual case) skip the overflow-checked arithmetic, which sits between a row's slot load and
-/// its stores (0.1 us of a one-row publish on H200), and divide by shifting when blockSize is a power of two.
 /// The unchecked destination of a slot below t.safeSlots when its block is found without a 64-bit division (block
 /// size a power of two: a shift; slot and block size below 2^32: a 32-bit division). False: not such a slot.
 KVCOMM_HOST_DEVICE_INLINE bool safeSlotDestination(const PublishTensorDesc& t, int64_t slot, uint64_t* dst) {
@@ -128,6 +124,10 @@ KVCOMM_HOST_DEVICE_INLINE bool safeSlotDestination(const PublishTensorDesc& t, i
   return true;
 }
 
+/// Where `slot`'s row of tensor `t` lands, checked (host and device): no step of the computation may wrap, the row
+/// must end within the tensor's limit and lie in backed granules. False: the row is refused (not written). Slots
+/// below t.safeSlots (the usual case) skip the overflow-checked arithmetic, which sits between a row's slot load and
+/// its stores (0.1 us of a one-row publish on H200), and divide by shifting when blockSize is a power of two.
 KVCOMM_HOST_DEVICE_INLINE bool rowDestination(const PublishLaunch& p, const PublishTensorDesc& t, int64_t slot,
                                               uint64_t* dst, uint64_t prefix = 0) {
   if (slot >= 0 && static_cast<uint64_t>(slot) < t.safeSlots) {
