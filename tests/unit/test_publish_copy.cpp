@@ -206,8 +206,10 @@ std::vector<Scenario> scenarios() {
       for (int sources : {1, 3}) all.push_back({sources, tokens, (tokens + sources) % 2 == 0, tensors, 0});
   all.push_back({1, 1, true, mla, 1});        // one row, refused
   all.push_back({3, 300, true, kv, 4});       // lean kernel, several sources
-  all.push_back({3, 7000, false, tails, 4});  // general kernel
-  all.push_back({1, 0, true, mla, 0});        // nothing to publish
+  all.push_back({3, 7000, false, tails, 4});  // lean kernel, several waves of blocks (1.07M items)
+  const std::vector<TensorShape> wide = {{16384, 16, 2}};
+  all.push_back({1, 1100, true, wide, 3});  // 1.13M items: past the lean kernel's 8 waves on an H200, general kernel
+  all.push_back({1, 0, true, mla, 0});      // nothing to publish
   return all;
 }
 
