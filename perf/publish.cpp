@@ -54,6 +54,7 @@ const kvbench::Column kBytes{"bytes_per_rank", kvbench::Kind::Int,
 const kvbench::Column kOp{"op", kvbench::Kind::Text, "the operation timed (docs/performance.md lists each)"};
 using kvcomm::CacheTensor;
 using kvcomm::SlotType;
+constexpr size_t kIndexRowBytes = 132;  // an indexer cache's row: 128 FP8 key bytes and a 4-byte scale
 
 // Distinct slots across ranks: rank r owns [r * tokens, (r + 1) * tokens), shuffled within.
 std::vector<int64_t> makeSlots(int rank, size_t tokens) {
@@ -80,7 +81,11 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   const int n = world.size(), me = world.rank();
   size_t maxTokens = 0;
   for (long long t : tokenList) maxTokens = std::max<size_t>(maxTokens, static_cast<size_t>(t));
-  const size_t region = static_cast<size_t>(n) * maxTokens * rowBytes + (4u << 20);
+  // A second tensor of 132-byte index keys (FP8 keys + a scale, 4-byte aligned) after the rows' region: a call with
+  // two vector widths, as an engine with an indexer cache makes.
+  const size_t idxOffset = (static_cast<size_t>(n) * maxTokens * rowBytes + 255) & ~size_t(255);
+  const size_t idxLimit = static_cast<size_t>(n) * maxTokens * kIndexRowBytes;
+  const size_t region = idxOffset + idxLimit + (4u << 20);
   auto buf = kvcomm::SymmetricBuffer::create(world, region, region, kvcomm::MemoryKind::Cuda);
   kvcomm::PublisherOptions dopts;
   dopts.lanes = 5;  // lanes 1-4 for the barrier probes
@@ -105,6 +110,9 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   int64_t* slots = nullptr;
   size_t recordMax = ((maxTokens * 8 + 15) & ~size_t(15)) + maxTokens * rowBytes;
   cudaMalloc(&rows, maxTokens * rowBytes);
+  char* indexRows = nullptr;
+  cudaMalloc(&indexRows, maxTokens * kIndexRowBytes);
+  cudaMemset(indexRows, 0x5a + me, maxTokens * kIndexRowBytes);
   cudaMalloc(&slots, maxTokens * 8);
   cudaMalloc(&send, recordMax);
   cudaMalloc(&recv, recordMax * n);
@@ -249,6 +257,12 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
         },
         reps);
     auto publishOnly = timeBoth([&](CUstream_st* st) { direct.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
+    std::vector<CacheTensor> withIndex{
+        t, CacheTensor{indexRows, kIndexRowBytes, kIndexRowBytes, idxOffset, 1, 0, 0, idxLimit, 0}};
+    auto publishTwo =
+        timeBoth([&](CUstream_st* st) { direct.publish(withIndex, slots, SlotType::Int64, T, st); }, reps);
+    auto fusedTwo =
+        timeBoth([&](CUstream_st* st) { direct.publishAndBarrier(withIndex, slots, SlotType::Int64, T, st, 0); }, reps);
     double cpGBs = bytes / (cp.second.median * 1e3);
     // ratio: against the baseline; bw: bandwidth into the peer and its fraction of the copy engine's.
     auto row = [&](const char* name, std::pair<Stats, Stats> v, bool ratio, bool bw) {
@@ -271,6 +285,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
     row("probe: bare scatter kernel into peer (same slots)", scatter, false, true);
     row("kvcomm publish alone (no barrier)", publishOnly, false, true);
+    row("kvcomm publish alone, + 132 B index keys (two widths)", publishTwo, false, false);
+    row("kvcomm publishAndBarrier, + 132 B index keys (two widths)", fusedTwo, false, false);
     if (T == 1) {
       auto h = direct.barrierHandle();
       for (bool dependent : {false, true})
@@ -373,6 +389,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   direct.checkErrors();
   if (me == 0) rep.print(json);
   cudaFree(rows);
+  cudaFree(indexRows);
   cudaFree(slots);
   cudaFree(send);
   cudaFree(recv);

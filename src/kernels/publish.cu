@@ -187,7 +187,8 @@ __device__ __forceinline__ void publishItem(const PublishLaunch& p, const Publis
   storeItem<VEC, int32_t, true>(p, t, k, row, col, fullCols, src, v, loadSlot(p, source, i), prefix);
 }
 
-// Publishes of at most one item per thread of the grid (decode steps, small prefill chunks) with one vector width:
+// Publishes of at most one item per thread of the grid (decode steps, prefill chunks) whose tensors have widths of
+// 16, 8 or 4 bytes (VEC: the width they share, or 0 for mixed ones, each tensor's item code picked by its width):
 // one item per thread, no copy loop, a few dozen instructions from the wait to the stores: the descriptors read at
 // static indices (constant operands), the row found by a multiply instead of a division, the cold paths out of line.
 // Measured on 2 x H200 against the general kernel (its loop inlined once per tensor): publish alone 1.86 -> 1.30 us
@@ -206,7 +207,15 @@ __global__ void __launch_bounds__(kThreads, 4)
     if (k >= p.numTensors) break;
     const uint32_t items = rows * p.t[k].cols.d;
     if (item < items) {
-      publishItem<VEC>(p, p.t[k], k, item, prefix);
+      if constexpr (VEC != 0) {
+        publishItem<VEC>(p, p.t[k], k, item, prefix);
+      } else if (p.t[k].vec == 16) {
+        publishItem<16>(p, p.t[k], k, item, prefix);
+      } else if (p.t[k].vec == 8) {
+        publishItem<8>(p, p.t[k], k, item, prefix);
+      } else {
+        publishItem<4>(p, p.t[k], k, item, prefix);
+      }
       break;
     }
     item -= items;
@@ -255,6 +264,13 @@ __global__ void __launch_bounds__(kThreads, VEC == 0 ? 2 : (sizeof(Index) == 8 ?
   publishEnd<After>(b, barrierLane, epoch);
 }
 
+// Whether every tensor's width is one the lean kernel has item code for (16, 8 or 4 bytes).
+bool leanWidths(const PublishLaunch& p) {
+  for (int k = 0; k < p.numTensors; ++k)
+    if (p.t[k].vec != 16 && p.t[k].vec != 8 && p.t[k].vec != 4) return false;
+  return true;
+}
+
 // The vector width every tensor of the call shares, or 0 when they differ.
 int sharedVec(const PublishLaunch& p) {
   int vec = p.t[0].vec;
@@ -269,6 +285,7 @@ uint64_t vectorsPerRow(const PublishTensorDesc& t) {
   return (t.rowBytes + vec - 1) / vec;
 }
 
+// oneItemPerThread: a grid with a thread per item, and leanWidths(p).
 template <int After, typename Index>
 cudaError_t launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const BarrierDeviceHandle& b, int lane,
                        bool oneItemPerThread) {
@@ -282,7 +299,7 @@ cudaError_t launchWith(const PublishLaunch& p, int blocks, cudaStream_t s, const
       case 4:
         return launchDependent(publishItemsKernel<After, 4>, blocks, kThreads, s, p, b, lane);
       default:
-        break;  // narrow or mixed widths: the general kernel
+        return launchDependent(publishItemsKernel<After, 0>, blocks, kThreads, s, p, b, lane);
     }
   }
   switch (vec) {
@@ -356,13 +373,12 @@ void launchPublish(const PublishLaunch& call, void* stream, const BarrierDeviceH
   // One vector per thread until every resident block is busy, then up to kUnroll in flight per thread: small and
   // mid sizes spread over as many SMs as they can fill (the NVLink store rate of a few SMs was the limit: 256 tokens
   // of 656 B ran on 11 blocks when the grid was sized for 4 vectors per thread).
-  // The lean kernel (one item per thread; every tensor of one width of 16, 8 or 4 bytes) also runs beyond one resident
+  // The lean kernel (one item per thread; every tensor 16, 8 or 4 bytes wide) also runs beyond one resident
   // grid, in up to kLeanWaves waves of blocks. Measured on one H200 (one rank), publish alone at 4096 / 8192 / 16384
   // rows of 656 B against the general kernel: 3.05 -> 2.45, 4.31 -> 3.51, 7.16 -> 5.84 us (8 waves; 2: only 4096).
   constexpr int64_t kLeanWaves = 8;
-  const int leanVec = sharedVec(p);
   int64_t want = (items + kThreads - 1) / kThreads;
-  const bool one = (leanVec == 16 || leanVec == 8 || leanVec == 4) && want <= maxBlocks() * kLeanWaves;
+  const bool one = leanWidths(p) && want <= maxBlocks() * kLeanWaves;
   int blocks = static_cast<int>(std::max<int64_t>(1, one ? want : std::min<int64_t>(want, maxBlocks())));
   auto s = static_cast<cudaStream_t>(stream);
   // 32-bit work indices (cheaper division) when the item count summed over all tensors, plus one grid-stride step,

@@ -197,7 +197,7 @@ std::vector<Scenario> scenarios() {
   const std::vector<TensorShape> mla = {{656, 16, 1}};                               // one 16-byte-wide tensor
   const std::vector<TensorShape> kv = {{576, 16, 16}, {64, 16, 16}};                 // two, power-of-two blocks
   const std::vector<TensorShape> tails = {{100, 16, 3}, {656, 16, 5}, {36, 16, 1}};  // rows not a multiple of 16
-  const std::vector<TensorShape> mixed = {{656, 16, 16}, {132, 4, 16}};              // two widths: the general kernel
+  const std::vector<TensorShape> mixed = {{656, 16, 16}, {132, 4, 16}};              // two widths
   const std::vector<TensorShape> narrow = {{48, 8, 7}};                              // 8-byte vectors
   const std::vector<TensorShape> words = {{132, 4, 16}, {20, 4, 3}};                 // 4-byte vectors
   std::vector<Scenario> all;
@@ -206,6 +206,7 @@ std::vector<Scenario> scenarios() {
       for (int sources : {1, 3}) all.push_back({sources, tokens, (tokens + sources) % 2 == 0, tensors, 0});
   all.push_back({1, 1, true, mla, 1});        // one row, refused
   all.push_back({3, 300, true, kv, 4});       // lean kernel, several sources
+  all.push_back({1, 300, false, mixed, 3});   // lean kernel with two widths, refused rows
   all.push_back({3, 7000, false, tails, 4});  // lean kernel, several waves of blocks (1.07M items)
   const std::vector<TensorShape> wide = {{16384, 16, 2}};
   all.push_back({1, 1100, true, wide, 3});  // 1.13M items: past the lean kernel's 8 waves on an H200, general kernel
