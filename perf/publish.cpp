@@ -110,6 +110,9 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   int64_t* slots = nullptr;
   size_t recordMax = ((maxTokens * 8 + 15) & ~size_t(15)) + maxTokens * rowBytes;
   cudaMalloc(&rows, maxTokens * rowBytes);
+  char* strided = nullptr;  // the same rows every other row of a twice-as-wide source (a K half of fused K/V rows)
+  cudaMalloc(&strided, maxTokens * 2 * rowBytes);
+  cudaMemset(strided, 0x3c + me, maxTokens * 2 * rowBytes);
   char* indexRows = nullptr;
   cudaMalloc(&indexRows, maxTokens * kIndexRowBytes);
   cudaMemset(indexRows, 0x5a + me, maxTokens * kIndexRowBytes);
@@ -218,6 +221,9 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
         reps);
     cudaFree(seqSlots);
     auto fb = timeBoth([&](CUstream_st* st) { fallback.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
+    std::vector<CacheTensor> stridedTensors{CacheTensor{strided, 2 * rowBytes, rowBytes, 0, 1, rowBytes, rowBytes}};
+    auto fbPack =
+        timeBoth([&](CUstream_st* st) { fallback.publish(stridedTensors, slots, SlotType::Int64, T, st); }, reps);
     // Baseline record: [int64 slots x T | rows], packed once outside the timing (an engine's rows are contiguous).
     size_t slotPart = (T * 8 + 15) & ~size_t(15);
     size_t record = slotPart + bytes;
@@ -278,6 +284,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("kvcomm publishAndBarrier (fused)", fused, true, true);
     row("kvcomm publish+barrier, slots in order", pbSeq, true, true);
     row("kvcomm fallback (pack+nccl+insert)", fb, true, false);
+    row("kvcomm fallback, strided source rows (pack+nccl+insert)", fbPack, true, false);
     row("NCCL AllGather + insert (baseline)", base, true, false);
     row("probe: NCCL AllGather of the packed record alone", ncclRecord, true, false);
     row("probe: NCCL group of AllGathers, slots and rows", ncclPair, true, false);
@@ -390,6 +397,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   if (me == 0) rep.print(json);
   cudaFree(rows);
   cudaFree(indexRows);
+  cudaFree(strided);
   cudaFree(slots);
   cudaFree(send);
   cudaFree(recv);

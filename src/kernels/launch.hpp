@@ -149,6 +149,7 @@ struct PackLaunch {
   uint64_t srcStride[kMaxPublishTensors];
   uint64_t rowBytes[kMaxPublishTensors];
   uint64_t partOffset[kMaxPublishTensors];  // where each tensor's rows start in the record
+  int32_t vec[kMaxPublishTensors];          // vector width of each tensor's copy (filled by launchPack)
   const void* slots;
   int64_t numTokens;
   int32_t slot64;

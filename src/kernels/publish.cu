@@ -327,23 +327,46 @@ cudaError_t launchAfter(const PublishLaunch& p, int blocks, cudaStream_t s, cons
                 : launchWith<After, int64_t>(p, blocks, s, b, lane, false);
 }
 
+// Copies tensor k's rows into the record in vectors of VEC bytes (every row start, stride and the record part
+// VEC-aligned), one (row, vector) item per thread of a grid-stride loop.
+template <int VEC>
+__device__ __forceinline__ void packTensor(const PackLaunch& p, int k, int64_t tid, int64_t threads) {
+  using V = typename kvcomm::detail::VecType<VEC>::type;
+  const int64_t cols = static_cast<int64_t>(p.rowBytes[k] / VEC);
+  const int64_t items = p.numTokens * cols;
+  for (int64_t i = tid; i < items; i += threads) {
+    const int64_t token = i / cols, col = i - token * cols;
+    const V* src = reinterpret_cast<const V*>(p.src[k] + static_cast<uint64_t>(token) * p.srcStride[k]);
+    reinterpret_cast<V*>(p.out + p.partOffset[k] + static_cast<uint64_t>(token) * p.rowBytes[k])[col] = src[col];
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) packKernel(const __grid_constant__ PackLaunch p) {
-  const int lane = threadIdx.x & 31;
+  awaitPriorKernels();  // the rows and slots come from earlier kernels
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t* slotsOut = reinterpret_cast<int64_t*>(p.out);
   for (int64_t i = tid; i < p.numTokens; i += threads)
     slotsOut[i] = p.slot64 ? static_cast<const int64_t*>(p.slots)[i] : static_cast<const int32_t*>(p.slots)[i];
-  const int64_t rows = p.numTokens * p.numTensors;
-  for (int64_t r = tid >> 5; r < rows; r += threads >> 5) {
-    int64_t token = r / p.numTensors;
-    int tensor = static_cast<int>(r - token * p.numTensors);
 #pragma unroll
-    for (int k = 0; k < kMaxPublishTensors; ++k) {
-      if (k != tensor) continue;
-      const char* src = p.src[k] + static_cast<uint64_t>(token) * p.srcStride[k];
-      char* dst = p.out + p.partOffset[k] + static_cast<uint64_t>(token) * p.rowBytes[k];
-      for (uint64_t b = lane; b < p.rowBytes[k]; b += 32) dst[b] = src[b];
+  for (int k = 0; k < kMaxPublishTensors; ++k) {
+    if (k >= p.numTensors) break;
+    switch (p.vec[k]) {
+      case 16:
+        packTensor<16>(p, k, tid, threads);
+        break;
+      case 8:
+        packTensor<8>(p, k, tid, threads);
+        break;
+      case 4:
+        packTensor<4>(p, k, tid, threads);
+        break;
+      case 2:
+        packTensor<2>(p, k, tid, threads);
+        break;
+      default:
+        packTensor<1>(p, k, tid, threads);
+        break;
     }
   }
 }
@@ -402,12 +425,21 @@ void launchPublish(const PublishLaunch& call, void* stream, const BarrierDeviceH
   if (barrierKernel) launchBarrier(*fusedBarrier, lane, after, stream);
 }
 
-void launchPack(const PackLaunch& p, void* stream) {
-  int64_t rows = p.numTokens * p.numTensors;
-  if (rows == 0) return;
-  int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((rows + 7) / 8, maxBlocks())));
-  packKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  checkLaunch("pack kernel launch");
+void launchPack(const PackLaunch& call, void* stream) {
+  if (call.numTokens == 0) return;
+  PackLaunch p = call;
+  int64_t items = p.numTokens;  // the slots, then every tensor's (row, vector) items
+  for (int k = 0; k < p.numTensors; ++k) {
+    // The widest vector every row's source, the source stride, the row size and the record part are aligned to.
+    const uint64_t bits = reinterpret_cast<uintptr_t>(p.src[k]) | p.srcStride[k] | p.rowBytes[k] | p.partOffset[k] |
+                          reinterpret_cast<uintptr_t>(p.out);
+    p.vec[k] = bits % 16 == 0 ? 16 : bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4 : bits % 2 == 0 ? 2 : 1;
+    items = std::max<int64_t>(items, p.numTokens * static_cast<int64_t>(p.rowBytes[k] / p.vec[k]));
+  }
+  const int blocks =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((items + kThreads - 1) / kThreads, maxBlocks())));
+  const cudaError_t e = launchDependent(packKernel, blocks, kThreads, static_cast<cudaStream_t>(stream), p);
+  checkLaunch("pack kernel launch", e == cudaSuccess ? cudaGetLastError() : e);
 }
 
 }  // namespace kvcomm::detail

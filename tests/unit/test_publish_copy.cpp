@@ -232,4 +232,88 @@ TEST(PublishKernels, MatchAnIndependentOracleAcrossSourcesTensorsAndSizes) {
   }
 }
 
+// The fallback's pack (the caller's slots widened to int64, then each tensor's rows back to back at its part of the
+// record) against a record built by plain loops, for source alignments that give every vector width (16 to 1 bytes)
+// and row sizes with and without tails; the bytes past the record keep their poison.
+std::vector<uint8_t> packOracle(const kvcomm::detail::PackLaunch& p, const std::vector<std::vector<uint8_t>>& rows,
+                                const std::vector<int64_t>& slots, size_t recordBytes) {
+  std::vector<uint8_t> out(recordBytes + 64, 0xA5);
+  for (size_t i = 0; i < slots.size(); ++i) std::memcpy(out.data() + i * 8, &slots[i], 8);
+  for (int k = 0; k < p.numTensors; ++k)
+    for (int64_t i = 0; i < p.numTokens; ++i)
+      for (uint64_t b = 0; b < p.rowBytes[k]; ++b)
+        out[p.partOffset[k] + i * p.rowBytes[k] + b] = rows[k][i * p.srcStride[k] + b];
+  return out;
+}
+
+void runPack(kvcomm::MemoryKind kind, std::mt19937_64& rng) {
+  struct Case {
+    int64_t tokens;
+    std::vector<std::pair<uint64_t, uint64_t>> tensors;  // (rowBytes, srcStride)
+    bool slot64;
+  };
+  const std::vector<Case> cases = {
+      {1, {{656, 656}}, true},                     // 16-byte vectors
+      {300, {{656, 672}, {136, 144}}, false},      // strided rows: 16 and 8
+      {2500, {{132, 132}, {20, 20}}, true},        // 4
+      {77, {{6, 6}, {7, 9}, {656, 1312}}, false},  // 2, 1, and every other source row
+      {9000, {{576, 1152}, {64, 1152}}, true},     // K and V halves of one row: many blocks
+  };
+  for (const Case& c : cases) {
+    kvcomm::detail::PackLaunch p{};
+    p.numTokens = c.tokens;
+    p.numTensors = static_cast<int32_t>(c.tensors.size());
+    p.slot64 = c.slot64 ? 1 : 0;
+    std::vector<std::vector<uint8_t>> rows;
+    std::vector<std::unique_ptr<kvtest::Memory>> mem;
+    uint64_t at = (static_cast<uint64_t>(c.tokens) * 8 + 15) & ~uint64_t(15);
+    for (size_t k = 0; k < c.tensors.size(); ++k) {
+      auto [rowBytes, stride] = c.tensors[k];
+      std::vector<uint8_t> r(static_cast<size_t>(c.tokens) * stride);
+      for (auto& b : r) b = static_cast<uint8_t>(rng());
+      rows.push_back(r);
+      mem.push_back(placed(kind, r.data(), r.size()));
+      p.src[k] = mem.back()->data();
+      p.srcStride[k] = stride;
+      p.rowBytes[k] = rowBytes;
+      p.partOffset[k] = at;
+      at += (static_cast<uint64_t>(c.tokens) * rowBytes + 15) & ~uint64_t(15);
+    }
+    std::vector<int64_t> slots(static_cast<size_t>(c.tokens));
+    for (auto& v : slots) v = static_cast<int64_t>(rng() % 100000) - 1000;  // negative ones too: copied as they are
+    std::vector<int32_t> slots32(slots.begin(), slots.end());
+    auto slotMem =
+        c.slot64 ? placed(kind, slots.data(), slots.size() * 8) : placed(kind, slots32.data(), slots.size() * 4);
+    p.slots = slotMem->data();
+    const std::vector<uint8_t> expect = packOracle(p, rows, slots, at);
+    const std::vector<uint8_t> poison(expect.size(), 0xA5);
+    auto out = placed(kind, poison.data(), poison.size());
+    p.out = out->data();
+    if (kind == kvcomm::MemoryKind::Cuda) {
+      kvcomm::detail::launchPack(p, nullptr);
+      kvtest::synchronize(kind);
+    } else {
+      kvcomm::detail::hostPack(p);
+    }
+    std::vector<uint8_t> got(expect.size());
+    kvtest::fromMemory(kind, got.data(), out->data(), got.size());
+    size_t first = 0;
+    while (first < got.size() && got[first] == expect[first]) ++first;
+    EXPECT_EQ(first, got.size()) << c.tokens << " tokens, " << c.tensors.size() << " tensors: first differing byte at "
+                                 << first << " of a record of " << at;
+  }
+}
+
+TEST(PackCopy, CpuVersionMatchesAnIndependentOracle) {
+  std::mt19937_64 rng(0xFACADE);
+  runPack(kvcomm::MemoryKind::Host, rng);
+}
+
+TEST(PackKernel, MatchesAnIndependentOracleAcrossVectorWidths) {
+  if (!kvtest::haveGpu()) GTEST_SKIP() << "CUDA kernels skipped: " << kvtest::noGpuReason();
+  ASSERT_GE(kvcomm::useLocalDevice(0), 0);
+  std::mt19937_64 rng(0xFACADE);
+  runPack(kvcomm::MemoryKind::Cuda, rng);
+}
+
 }  // namespace
