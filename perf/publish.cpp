@@ -95,6 +95,9 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   fo.stagingTokens = maxTokens;
   fo.stagingBytesPerToken = rowBytes;
   auto fallback = kvcomm::Publisher::create(buf, fo);
+  setenv("KVCOMM_FALLBACK_PACK_MAX_BYTES", "0", 1);
+  auto fallbackInPlace = kvcomm::Publisher::create(buf, fo);  // contiguous rows never packed: the group of gathers
+  unsetenv("KVCOMM_FALLBACK_PACK_MAX_BYTES");
   unsetenv("KVCOMM_DIRECT");
   CUstream_st* s = kvbench::makeStream();
   // A second stream for the overlapped split barrier: publish + signal there while the main stream runs other work.
@@ -221,6 +224,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
         reps);
     cudaFree(seqSlots);
     auto fb = timeBoth([&](CUstream_st* st) { fallback.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
+    auto fbInPlace =
+        timeBoth([&](CUstream_st* st) { fallbackInPlace.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
     std::vector<CacheTensor> stridedTensors{CacheTensor{strided, 2 * rowBytes, rowBytes, 0, 1, rowBytes, rowBytes}};
     auto fbPack =
         timeBoth([&](CUstream_st* st) { fallback.publish(stridedTensors, slots, SlotType::Int64, T, st); }, reps);
@@ -285,6 +290,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("kvcomm publish+barrier, slots in order", pbSeq, true, true);
     row("kvcomm fallback (pack+nccl+insert)", fb, true, false);
     row("kvcomm fallback, strided source rows (pack+nccl+insert)", fbPack, true, false);
+    row("kvcomm fallback, never packed (KVCOMM_FALLBACK_PACK_MAX_BYTES=0)", fbInPlace, true, false);
     row("NCCL AllGather + insert (baseline)", base, true, false);
     row("probe: NCCL AllGather of the packed record alone", ncclRecord, true, false);
     row("probe: NCCL group of AllGathers, slots and rows", ncclPair, true, false);

@@ -125,6 +125,10 @@ FetchPathKnob fetchPath() {
   reject("KVCOMM_FETCH_PATH", v, "auto, kernel, copy (or ce), host");
 }
 
+int64_t fallbackPackMaxBytes() {
+  return integer("KVCOMM_FALLBACK_PACK_MAX_BYTES", 256 << 10, 0, INT64_MAX, "an integer number of bytes >= 0");
+}
+
 int64_t fetchCopyEngineMinBytes() {
   return integer("KVCOMM_FETCH_CE_MIN_BYTES", 4ll << 20, 0, INT64_MAX, "an integer number of bytes >= 0");
 }
@@ -191,6 +195,7 @@ void validate() {
   handleType();
   fetchPath();
   fetchCopyEngineMinBytes();
+  fallbackPackMaxBytes();
   fetchTransport();
   fetchNetTimeoutMs();
   fetchTcpConnections();

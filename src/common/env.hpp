@@ -58,6 +58,11 @@ std::string multicastRefusal();
 /// GPUs of compute capability 9.0 and up, so their launch overlaps the end of the kernel before them.
 bool dependentLaunch();
 
+/// KVCOMM_FALLBACK_PACK_MAX_BYTES: the GPU fallback packs a call's slots and rows into one record (one AllGather)
+/// when that record is at most this many bytes, even when the rows are back to back in the caller's buffers (default
+/// 262144); larger calls with contiguous rows gather them in place with a group of AllGathers. 0: never pack those.
+int64_t fallbackPackMaxBytes();
+
 /// KVCOMM_FETCH_PATH = auto | kernel | copy (or ce) | host: the path a fetch with FetchOptions::path Auto takes.
 enum class FetchPathKnob { Auto, Kernel, Copy, Host };
 FetchPathKnob fetchPath();

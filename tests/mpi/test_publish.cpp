@@ -175,23 +175,30 @@ TEST_P(Publish, DirectAndFallbackGiveIdenticalCaches) {
   }
   auto direct = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
   auto fallback = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
+  auto inPlace = SymmetricBuffer::create(world, 16u << 20, 16u << 20, kind_);
   auto pd = Publisher::create(direct);
-  Publisher pf;
+  Publisher pf, pg;
   {
     ScopedEnv off("KVCOMM_DIRECT", "0");
-    pf = Publisher::create(fallback);
+    pf = Publisher::create(fallback);  // small records packed, contiguous or not
+    ScopedEnv never("KVCOMM_FALLBACK_PACK_MAX_BYTES", "0");
+    pg = Publisher::create(inPlace);  // contiguous rows gathered in place (NCCL), however small
   }
   ASSERT_EQ(pd.mode(), kvcomm::PublishMode::Direct) << pd.modeReason();
   ASSERT_EQ(pf.mode(), kvcomm::PublishMode::Fallback) << pf.modeReason();
+  ASSERT_EQ(pg.mode(), kvcomm::PublishMode::Fallback) << pg.modeReason();
   int round = 0;
-  for (auto [tokens, rowBytes] : {std::pair<size_t, size_t>{256, 656}, {7, 7}, {1000, 132}})
+  for (auto [tokens, rowBytes] : {std::pair<size_t, size_t>{256, 656}, {7, 7}, {1000, 132}, {2000, 656}})
     for (CacheLayout layout : {CacheLayout::Flat, CacheLayout::BlockSplit}) {
       uint64_t seed = seed_ + tokens + rowBytes;
       auto then = static_cast<Then>(round++ % 3);  // every way to synchronise, in both modes
       runScenario(direct, pd, layout, rowBytes, tokens, SlotType::Int64, seed, then);
       runScenario(fallback, pf, layout, rowBytes, tokens, SlotType::Int32, seed, then);
+      runScenario(inPlace, pg, layout, rowBytes, tokens, SlotType::Int64, seed, then);
       Geometry g = kvtest::makeGeometry(layout, rowBytes, world.size() * tokens + tokens / 4 + 16);
-      EXPECT_EQ(replica(direct, g.regionBytes), replica(fallback, g.regionBytes)) << "direct and fallback differ";
+      const auto want = replica(direct, g.regionBytes);
+      EXPECT_EQ(want, replica(fallback, g.regionBytes)) << "direct and fallback differ";
+      EXPECT_EQ(want, replica(inPlace, g.regionBytes)) << "direct and fallback (gathered in place) differ";
       world.barrier();
     }
 }

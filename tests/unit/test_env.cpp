@@ -135,6 +135,19 @@ TEST(Env, DependentLaunchIsOnByDefaultAndZeroOrOne) {
   expectRejected("KVCOMM_PDL", "off", [] { env::dependentLaunch(); }, {"0 or 1"});
 }
 
+TEST(Env, FallbackPackMaxBytesDefaultsTo256KiBAndIsANonNegativeInteger) {
+  {
+    ScopedEnv e("KVCOMM_FALLBACK_PACK_MAX_BYTES", nullptr);
+    EXPECT_EQ(env::fallbackPackMaxBytes(), 262144);
+  }
+  {
+    ScopedEnv e("KVCOMM_FALLBACK_PACK_MAX_BYTES", "0");
+    EXPECT_EQ(env::fallbackPackMaxBytes(), 0);
+  }
+  for (const char* v : {"-1", "256k", "1e6"})
+    expectRejected("KVCOMM_FALLBACK_PACK_MAX_BYTES", v, [] { env::fallbackPackMaxBytes(); }, {"bytes >= 0"});
+}
+
 TEST(Env, MulticastIsZeroOrOne) {
   {
     ScopedEnv e("KVCOMM_MULTICAST", "1");
