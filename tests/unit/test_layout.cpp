@@ -95,6 +95,23 @@ TEST(Layout, RejectsBadSpecs) {
   EXPECT_THROW(kvcomm::Layout::coordOf({2, 2, 1, 1}, 4), kvcomm::InvalidArgumentError);
 }
 
+// rankOf checks each coordinate against its axis (docs/api/layout.md), not only the sizes.
+TEST(Layout, RankOfRejectsCoordinatesOutsideTheirAxis) {
+  const kvcomm::LayoutSpec s{2, 3, 2, 2};
+  EXPECT_EQ(kvcomm::Layout::rankOf(s, {1, 2, 1, 1}), 23);
+  const kvcomm::LayoutCoord bad[] = {{2, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 2, 0}, {0, 0, 0, 2},
+                                     {-1, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}};
+  for (const kvcomm::LayoutCoord& c : bad) {
+    try {
+      kvcomm::Layout::rankOf(s, c);
+      ADD_FAILURE() << "rankOf accepted tp " << c.tp << " pcp " << c.pcp << " pp " << c.pp << " dp " << c.dp;
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("Layout::rankOf"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(kvcomm::Layout::rankOf({2, 0, 1, 1}, {0, 0, 0, 0}), kvcomm::InvalidArgumentError);
+}
+
 }  // namespace
 
 namespace {
