@@ -4,7 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -245,6 +247,35 @@ TEST_P(Symm, CommitRefusesUnbackedAndNonExportableRanges) {
   EXPECT_EQ(buf.mappedBytes(), 0u);
   buf.commit({{0, g}});  // still usable
   EXPECT_EQ(buf.mappedBytes(), g);
+  world.barrier();
+}
+
+// `base` may differ per rank, so adopt checks it inside the vote: one rank's bad base fails every rank at once (no
+// rank waits for a timeout), each naming the rank at fault; the group stays usable.
+TEST_P(Symm, AdoptBadBaseOnOneRankFailsEveryRankNamingIt) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world.size() - 1;
+  const int null = world.size() >= 3 ? 1 : -1;  // a second culprit, with a null base
+  kvtest::EngineCache cache(kind_, 8u << 21);
+  char* base = cache.base();
+  if (world.rank() == odd) base += 1;
+  if (world.rank() == null) base = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    auto buf = SymmetricBuffer::adopt(world, base, 8u << 21, kind_);
+    ADD_FAILURE() << "a misaligned base on rank " << odd << " was accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("SymmetricBuffer::adopt (reservation): failed on rank "), std::string::npos) << m;
+    EXPECT_NE(m.find("rank " + std::to_string(odd) + ": "), std::string::npos) << m;
+    if (null >= 0) EXPECT_NE(m.find("rank " + std::to_string(null) + ": "), std::string::npos) << m;
+    EXPECT_NE(m.find("must be non-zero multiples of the"), std::string::npos) << m;
+    EXPECT_EQ(m.find("rank 0: "), std::string::npos) << "rank 0's base was good: " << m;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "a rank waited for a timeout";
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), 8u << 21, kind_);
+  EXPECT_EQ(buf.local(), cache.base());
   world.barrier();
 }
 
