@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -84,7 +85,15 @@ TEST(Layout, GroupsMatchMpiSplitOracle) {
     check(l.dp, c.pp * 10000 + c.pcp * 100 + c.tp, c.dp, kvcomm::Axis::DP);
     for (int r = 0; r < l.pcp.size(); ++r) EXPECT_EQ(kvcomm::Layout::coordOf(s, l.pcp.worldRank(r)).tp, c.tp);
   }
-  EXPECT_THROW(kvcomm::Layout::create(world, {3, 1, 1, 1}), kvcomm::InvalidArgumentError);
+  // The size check names this rank in `world` (docs/api/errors.md), on every rank alike.
+  try {
+    kvcomm::Layout::create(world, {3, 1, 1, 1});
+    ADD_FAILURE() << "a layout of 3 ranks was accepted by " << n << " ranks";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string want = "kvcomm [rank " + std::to_string(world.rank()) + "] Layout::create: the communicator has " +
+                       std::to_string(n) + " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
+    EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+  }
 }
 
 TEST(Bootstrap, CallbackOverMpiEqualsTcpAndMpi) {
