@@ -327,6 +327,9 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   int backed = 1;
   OK(kvcommBufferIsBacked(buf, mapped - 8, 16, &backed));
   CHECK(backed == 0, "bytes past the mapped prefix are not backed");
+  backed = 1;
+  OK(kvcommBufferIsBacked(buf, 4096, SIZE_MAX - 100, &backed));
+  CHECK(backed == 0, "a length that wraps offset + bytes round to 3995 is not backed");
   FAILS(kvcommBufferCommit(buf, ranges, 1), kvcommInvalidArgument, "");
 
   /* Poison every replica (each rank its own), then two publish rounds. */

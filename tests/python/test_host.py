@@ -270,6 +270,10 @@ def _views(comm: kvcomm.Communicator) -> None:
                                   ((comm.rank + 1) % N) * 1000 + np.arange(2, dtype=np.int32))
     with pytest.raises(kvcomm.InvalidArgumentError, match="not backed"):
         buf.local(offset=buf.mapped_bytes - 8, nbytes=16)
+    # offset + nbytes past 2**64 must not wrap round to a small, backed end
+    assert not buf.is_backed(4096, 2**64 - 100) and buf.is_backed(4096, 4096)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="not backed"):
+        buf.local(offset=4096, nbytes=2**64 - 100)
     with pytest.raises(kvcomm.InvalidArgumentError, match="outside"):
         buf.peer(N)
     with pytest.raises(kvcomm.InvalidArgumentError, match="only adopted"):
