@@ -85,6 +85,7 @@ class KVCOMM_API Communicator {
   /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
   static Communicator create(std::shared_ptr<Bootstrap> bootstrap);
 
+  /// An empty handle: every method but valid() throws InvalidArgumentError ("the communicator is empty").
   Communicator() = default;
   bool valid() const { return impl_ != nullptr; }
   int rank() const;
@@ -96,11 +97,13 @@ class KVCOMM_API Communicator {
   /// negative color takes part but gets no communicator (std::nullopt).
   std::optional<Communicator> split(int color, int key);
 
-  /// In-place allgather (collective): this rank's bytes at data + rank() * bytesPerRank.
+  /// In-place allgather (collective): this rank's bytes at data + rank() * bytesPerRank (data may be null only when
+  /// bytesPerRank is 0).
   void allgather(void* data, size_t bytesPerRank);
   /// Returns when every member entered (collective).
   void barrier();
-  /// Point-to-point messages among members; `tag` separates independent streams.
+  /// Point-to-point messages among members; `tag` separates independent streams. InvalidArgumentError for a peer
+  /// out of range, a tag >= 2^31, or a null `data` with `bytes` > 0.
   void send(const void* data, size_t bytes, int peer, uint32_t tag);
   void recv(void* data, size_t bytes, int peer, uint32_t tag);
 
