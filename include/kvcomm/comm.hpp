@@ -45,8 +45,11 @@ struct KVCOMM_API Topology {
   int numHosts = 0;
 
   int size() const { return static_cast<int>(members.size()); }
-  bool sameHost(int a, int b) const { return members[a].hostIndex == members[b].hostIndex; }
-  bool canAccessPeer(int a, int b) const { return p2p[static_cast<size_t>(a) * members.size() + b] != 0; }
+  /// Members a and b are on one host. Throws InvalidArgumentError unless 0 <= a, b < size().
+  bool sameHost(int a, int b) const;
+  /// Member a's GPU can access member b's directly. Throws InvalidArgumentError unless 0 <= a, b < size() (or when
+  /// p2p does not hold size() * size() entries).
+  bool canAccessPeer(int a, int b) const;
   /// Every member on one host.
   bool singleHost() const { return numHosts == 1; }
   /// Every pair of members on one host with GPU P2P access.

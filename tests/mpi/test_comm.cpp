@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -153,6 +154,19 @@ TEST(Communicator, NullDataWithBytesIsRefused) {
   EXPECT_EQ(got, 1000 + prev);
   world.allgather(nullptr, 0);
   world.barrier();
+}
+
+// Topology's member accessors check their arguments (the C API did; C++ and Python indexed out of range).
+TEST(Topology, AccessorsRefuseMembersOutOfRange) {
+  auto world = kvtest::tcpWorld();
+  const auto& t = world.topology();
+  const int n = t.size();
+  EXPECT_TRUE(t.sameHost(0, n - 1));
+  (void)t.canAccessPeer(n - 1, 0);
+  for (auto [a, b] : {std::pair<int, int>{n, 0}, {0, n}, {-1, 0}, {0, -1}, {1 << 30, 1 << 30}}) {
+    EXPECT_THROW((void)t.sameHost(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
+    EXPECT_THROW((void)t.canAccessPeer(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
+  }
 }
 
 TEST(Bootstrap, CallbackOverMpiEqualsTcpAndMpi) {

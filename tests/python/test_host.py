@@ -26,6 +26,10 @@ def _comm_and_layout(comm: kvcomm.Communicator) -> None:
     assert gathered == bytes(b for k in range(N) for b in (k, 2 * k))
     comm.barrier()
     assert comm.num_hosts() == 1 and comm.same_host(0, N - 1)
+    for a, b in ((N, 0), (0, N), (-1, 0), (0, -1)):  # checked, not indexed past the member table
+        for query in (comm.same_host, comm.can_access_peer):
+            with pytest.raises(kvcomm.InvalidArgumentError, match=f"\\[rank {r}\\] Communicator.* outside \\[0, {N}\\)"):
+                query(a, b)
     members = comm.members()
     assert [m["rank"] for m in members] == list(range(N)) and all(m["local_size"] == N for m in members)
 
