@@ -284,6 +284,10 @@ def _views(comm: kvcomm.Communicator) -> None:
         buf.commit([(0, 4096)])
     comm.barrier()
     buf.close()
+    # the tables are freed: no view of a null pointer
+    for view in (buf.peer_table, buf.backed_bitmap, buf.local, lambda: buf.peer((comm.rank + 1) % N)):
+        with pytest.raises(kvcomm.InvalidArgumentError, match=f"\\[rank {comm.rank}\\] .*the buffer is closed"):
+            view()
 
 
 def test_views_are_zero_copy():
