@@ -149,6 +149,10 @@ static void testBasics(void) {
   c.pcp = 0;
   OK(kvcommLayoutRankOf(&spec, &c, &rank));
   CHECK(rank == 1, "rankOf(tp1, pcp0) = %d", rank);
+  /* Stricter than C++ useLocalDevice (negative = 0): refused before any device is touched (docs/c-api.md). */
+  int dev = 7;
+  FAILS(kvcommUseLocalDevice(-1, &dev), kvcommInvalidArgument, "localRank -1 is negative");
+  CHECK(dev == 7, "a refused kvcommUseLocalDevice wrote *device = %d", dev);
 }
 
 static kvcommComm_t testCallbackBootstrap(int rank, int size) {
