@@ -45,8 +45,11 @@ struct KVCOMM_API Topology {
   int numHosts = 0;
 
   int size() const { return static_cast<int>(members.size()); }
-  bool sameHost(int a, int b) const { return members[a].hostIndex == members[b].hostIndex; }
-  bool canAccessPeer(int a, int b) const { return p2p[static_cast<size_t>(a) * members.size() + b] != 0; }
+  /// Members a and b are on one host. Throws InvalidArgumentError unless 0 <= a, b < size().
+  bool sameHost(int a, int b) const;
+  /// Member a's GPU can access member b's directly. Throws InvalidArgumentError unless 0 <= a, b < size() (or when
+  /// p2p does not hold size() * size() entries).
+  bool canAccessPeer(int a, int b) const;
   /// Every member on one host.
   bool singleHost() const { return numHosts == 1; }
   /// Every pair of members on one host with GPU P2P access.
@@ -85,6 +88,7 @@ class KVCOMM_API Communicator {
   /// CUDA device (if any) is recorded as this rank's GPU: call cudaSetDevice first.
   static Communicator create(std::shared_ptr<Bootstrap> bootstrap);
 
+  /// An empty handle: every method but valid() throws InvalidArgumentError ("the communicator is empty").
   Communicator() = default;
   bool valid() const { return impl_ != nullptr; }
   int rank() const;
@@ -96,11 +100,13 @@ class KVCOMM_API Communicator {
   /// negative color takes part but gets no communicator (std::nullopt).
   std::optional<Communicator> split(int color, int key);
 
-  /// In-place allgather (collective): this rank's bytes at data + rank() * bytesPerRank.
+  /// In-place allgather (collective): this rank's bytes at data + rank() * bytesPerRank (data may be null only when
+  /// bytesPerRank is 0).
   void allgather(void* data, size_t bytesPerRank);
   /// Returns when every member entered (collective).
   void barrier();
-  /// Point-to-point messages among members; `tag` separates independent streams.
+  /// Point-to-point messages among members; `tag` separates independent streams. InvalidArgumentError for a peer
+  /// out of range, a tag >= 2^31, or a null `data` with `bytes` > 0.
   void send(const void* data, size_t bytes, int peer, uint32_t tag);
   void recv(void* data, size_t bytes, int peer, uint32_t tag);
 

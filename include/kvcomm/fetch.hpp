@@ -161,7 +161,8 @@ class KVCOMM_API FetchOperation {
   bool valid() const { return impl_ != nullptr; }
   /// Non-blocking.
   FetchStatus test();
-  /// Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns InProgress and cancels nothing.
+  /// Blocks up to `timeoutMs` (< 0, or above 10^12 ms such as INT64_MAX: until it ends). Expiry returns InProgress
+  /// and cancels nothing.
   FetchStatus wait(int64_t timeoutMs = -1);
 
   struct Impl;

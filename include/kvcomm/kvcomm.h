@@ -554,7 +554,8 @@ kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
 
 /** What this machine and build can do, as kvcomm-info prints it (copied like kvcommCommTopologyString). */
 kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed);
-/** Makes CUDA device localRank % deviceCount current on this thread; *device = its ordinal, or -1 without a GPU. */
+/** Makes CUDA device localRank % deviceCount current on this thread; *device = its ordinal, or -1 without a GPU.
+ *  A negative localRank is kvcommInvalidArgument (the C++ useLocalDevice takes it as 0). */
 kvcommResult_t kvcommUseLocalDevice(int localRank, int* device);
 
 #if defined(__GNUC__)

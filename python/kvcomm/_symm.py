@@ -62,7 +62,7 @@ class SymmetricBuffer:
     @classmethod
     def adopt(cls, comm: Communicator, base: Any, reserved_bytes: int,
               kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> "SymmetricBuffer":
-        """Adopts an address range the engine reserved (an int address) and commits itself."""
+        """Adopts the range the engine reserved at `base` (an int address); nothing is mapped until commit()."""
         if not isinstance(base, int):
             raise invalid("SymmetricBuffer.adopt", comm.rank, "base must be an address (int)")
         return cls(_kvcomm.SymmetricBuffer.adopt(comm, base, reserved_bytes, _kind(kind)))

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <string>
 
 #include "bindings.hpp"
 #include "kvcomm/comm.hpp"
@@ -15,6 +16,13 @@
 namespace kvcomm::py {
 
 namespace {
+
+// Refuses a member outside [0, size) naming Python's call and this rank (Topology checks too, but knows no rank).
+void checkMember(const Communicator& c, int r, const char* call) {
+  if (r < 0 || r >= c.size())
+    throw InvalidArgumentError("kvcomm [rank " + std::to_string(c.rank()) + "] " + call + ": member " +
+                               std::to_string(r) + " outside [0, " + std::to_string(c.size()) + ")");
+}
 
 // The Python allgather of a callback bootstrap. kvcomm calls it only while Communicator::create runs (the mesh
 // address exchange); afterwards the callable is dropped (under the GIL) so that no Python object outlives that call
@@ -162,11 +170,23 @@ void bindComm(nb::module_& m) {
           "What the communicator knows about each member (host, pid, GPU, RDMA devices).")
       .def("num_hosts", [](const Communicator& c) { return c.topology().numHosts; })
       .def(
-          "same_host", [](const Communicator& c, int a, int b) { return c.topology().sameHost(a, b); }, nb::arg("a"),
-          nb::arg("b"))
+          "same_host",
+          [](const Communicator& c, int a, int b) {
+            checkMember(c, a, "Communicator.same_host");
+            checkMember(c, b, "Communicator.same_host");
+            return c.topology().sameHost(a, b);
+          },
+          nb::arg("a"), nb::arg("b"),
+          "Whether members a and b are on one host (InvalidArgumentError unless 0 <= a, b < size).")
       .def(
-          "can_access_peer", [](const Communicator& c, int a, int b) { return c.topology().canAccessPeer(a, b); },
-          nb::arg("a"), nb::arg("b"), "Whether member a's GPU can access member b's directly.")
+          "can_access_peer",
+          [](const Communicator& c, int a, int b) {
+            checkMember(c, a, "Communicator.can_access_peer");
+            checkMember(c, b, "Communicator.can_access_peer");
+            return c.topology().canAccessPeer(a, b);
+          },
+          nb::arg("a"), nb::arg("b"),
+          "Whether member a's GPU can access member b's directly (InvalidArgumentError unless 0 <= a, b < size).")
       .def(
           "topology_string", [](const Communicator& c) { return c.topology().toString(); }, "The topology as a table.");
 

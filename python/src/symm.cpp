@@ -28,7 +28,8 @@ std::vector<Range> toRanges(const RangeList& l) {
 }
 
 [[noreturn]] void invalid(const SymmetricBuffer& b, const std::string& call, const std::string& cause) {
-  throw InvalidArgumentError("kvcomm [rank " + std::to_string(b.rank()) + "] " + call + ": " + cause);
+  std::string rank = b.valid() ? std::to_string(b.rank()) : "?";
+  throw InvalidArgumentError("kvcomm [rank " + rank + "] " + call + ": " + cause);
 }
 
 int deviceOf(const SymmetricBuffer& b) {
@@ -56,8 +57,8 @@ nb::object makeView(void* data, size_t count, nb::dlpack::dtype dtype, bool cuda
 
 nb::object regionView(nb::handle self, int r, size_t offset, size_t nbytes, const std::string& framework) {
   SymmetricBuffer& b = nb::cast<SymmetricBuffer&>(self);
-  const char* call = r == b.rank() ? "SymmetricBuffer.local" : "SymmetricBuffer.peer";
-  if (!b.valid()) invalid(b, call, "the buffer is closed");
+  const char* call = b.valid() && r == b.rank() ? "SymmetricBuffer.local" : "SymmetricBuffer.peer";
+  if (!b.valid() || b.peerTable() == nullptr) invalid(b, call, "the buffer is closed");  // tables freed at close()
   if (r < 0 || r >= b.size())
     invalid(b, call, "rank " + std::to_string(r) + " outside [0, " + std::to_string(b.size()) + ")");
   if (!b.isMapped(r)) invalid(b, call, "member " + std::to_string(r) + " is not mapped here (another host)");
@@ -71,9 +72,12 @@ nb::object regionView(nb::handle self, int r, size_t offset, size_t nbytes, cons
 
 nb::object tableView(nb::handle self, bool bitmap, const std::string& framework) {
   SymmetricBuffer& b = nb::cast<SymmetricBuffer&>(self);
+  const uint64_t* p = !b.valid() ? nullptr : bitmap ? b.backedBitmap() : b.peerTable();
+  // The tables are freed at close(): nullptr from here on, which must not become a view.
+  if (p == nullptr)
+    invalid(b, bitmap ? "SymmetricBuffer.backed_bitmap" : "SymmetricBuffer.peer_table", "the buffer is closed");
   size_t words =
       bitmap ? ((b.capacity() + b.granularity() - 1) / b.granularity() + 63) / 64 : static_cast<size_t>(b.size());
-  const uint64_t* p = bitmap ? b.backedBitmap() : b.peerTable();
   // torch's uint64 support is recent and partial: torch gets the same words as int64.
   nb::dlpack::dtype dt = framework == "torch" ? nb::dtype<int64_t>() : nb::dtype<uint64_t>();
   return makeView(const_cast<uint64_t*>(p), words, dt, b.kind() == MemoryKind::Cuda, deviceOf(b), self, framework);

@@ -133,6 +133,7 @@ int Communicator::size() const {
   return static_cast<int>(impl_->members.size());
 }
 int Communicator::worldRank(int r) const {
+  requireImpl(impl_.get(), "Communicator::worldRank");
   KVCOMM_CHECK_ARG(r >= 0 && r < size(), "Communicator::worldRank", "rank ", r, " out of range [0, ", size(), ")");
   return impl_->topo.members[static_cast<size_t>(r)].worldRank;
 }
@@ -141,6 +142,7 @@ const Topology& Communicator::topology() const {
   return impl_->topo;
 }
 uint64_t Communicator::id() const {
+  requireImpl(impl_.get(), "Communicator::id");
   return impl_->group;
 }
 
@@ -182,6 +184,8 @@ std::optional<Communicator> Communicator::split(int color, int key) {
 void Communicator::allgather(void* data, size_t bytesPerRank) {
   requireImpl(impl_.get(), "Communicator::allgather");
   detail::RankScope scope(impl_->rank);
+  KVCOMM_CHECK_ARG(data != nullptr || bytesPerRank == 0, "Communicator::allgather", "data is null but bytesPerRank is ",
+                   bytesPerRank);
   impl_->health->check("Communicator::allgather");
   impl_->allgather(data, bytesPerRank);
 }
@@ -199,6 +203,7 @@ void Communicator::send(const void* data, size_t bytes, int peer, uint32_t tag) 
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::send", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::send", "tag must be below 2^31");
+  KVCOMM_CHECK_ARG(data != nullptr || bytes == 0, "Communicator::send", "data is null but bytes is ", bytes);
   impl_->health->check("Communicator::send");
   impl_->mesh->send(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
                     bytes, impl_->health.get());
@@ -209,6 +214,7 @@ void Communicator::recv(void* data, size_t bytes, int peer, uint32_t tag) {
   detail::RankScope scope(impl_->rank);
   KVCOMM_CHECK_ARG(peer >= 0 && peer < size(), "Communicator::recv", "peer ", peer, " out of range");
   KVCOMM_CHECK_ARG(tag < 0x80000000u, "Communicator::recv", "tag must be below 2^31");
+  KVCOMM_CHECK_ARG(data != nullptr || bytes == 0, "Communicator::recv", "data is null but bytes is ", bytes);
   impl_->health->check("Communicator::recv");
   impl_->mesh->recv(impl_->members[static_cast<size_t>(peer)], detail::makeTag(impl_->group, 0x80000000u | tag), data,
                     bytes, impl_->health.get());

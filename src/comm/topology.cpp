@@ -14,6 +14,27 @@
 
 namespace kvcomm {
 
+namespace {
+void checkMember(const Topology& t, int r, const char* call) {
+  KVCOMM_CHECK_ARG(r >= 0 && r < t.size(), call, "member ", r, " outside [0, ", t.size(), ")");
+}
+}  // namespace
+
+bool Topology::sameHost(int a, int b) const {
+  checkMember(*this, a, "Topology::sameHost");
+  checkMember(*this, b, "Topology::sameHost");
+  return members[static_cast<size_t>(a)].hostIndex == members[static_cast<size_t>(b)].hostIndex;
+}
+
+bool Topology::canAccessPeer(int a, int b) const {
+  checkMember(*this, a, "Topology::canAccessPeer");
+  checkMember(*this, b, "Topology::canAccessPeer");
+  const size_t n = members.size();
+  KVCOMM_CHECK_ARG(p2p.size() == n * n, "Topology::canAccessPeer", "p2p has ", p2p.size(), " entries for ", n,
+                   " members (", n * n, " expected)");
+  return p2p[static_cast<size_t>(a) * n + static_cast<size_t>(b)] != 0;
+}
+
 bool Topology::allPeerAccess() const {
   for (int a = 0; a < size(); ++a)
     for (int b = 0; b < size(); ++b)

@@ -33,6 +33,8 @@ bool is(const std::string& v, std::initializer_list<const char*> words) {
 int64_t integer(const char* name, int64_t fallback, int64_t lo, int64_t hi, const std::string& accepted) {
   std::string v = raw(name);
   if (v.empty()) return fallback;
+  // strtoll skips leading whitespace: only a sign or a digit may start the value ("optional sign and nothing else").
+  if (!(v[0] == '+' || v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))) reject(name, v, accepted);
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);

@@ -19,7 +19,8 @@
 namespace kvcomm::detail {
 
 Clock::time_point deadlineIn(int64_t ms) {
-  if (ms < 0) return Clock::time_point::max();
+  // Beyond kMaxTimeoutMs (31 years) now + ms could overflow the clock's nanoseconds and land in the past.
+  if (ms < 0 || ms > env::kMaxTimeoutMs) return Clock::time_point::max();
   return Clock::now() + std::chrono::milliseconds(ms);
 }
 

@@ -16,7 +16,8 @@ namespace kvcomm::detail {
 
 using Clock = std::chrono::steady_clock;
 
-/// A deadline `ms` milliseconds from now (ms < 0: no deadline).
+/// A deadline `ms` milliseconds from now (ms < 0, or above env::kMaxTimeoutMs = 10^12: no deadline, never a wrapped
+/// one in the past).
 Clock::time_point deadlineIn(int64_t ms);
 /// Milliseconds left until `deadline`, clamped to [0, INT_MAX]; -1 when the deadline is "never".
 int msLeft(Clock::time_point deadline);

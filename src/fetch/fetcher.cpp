@@ -655,11 +655,12 @@ FetchStatus FetchOperation::test() {
 FetchStatus FetchOperation::wait(int64_t timeoutMs) {
   KVCOMM_CHECK_ARG(impl_, "FetchOperation::wait", "empty operation");
   detail::RankScope scope(impl_->owner->rank());
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs < 0 ? 0 : timeoutMs);
+  // < 0 and anything above 10^12 ms: no bound (a huge timeout must not wrap the deadline into the past).
+  const detail::Clock::time_point deadline = detail::deadlineIn(timeoutMs);
   for (;;) {
     FetchStatus s = impl_->poll();
     if (s.state != FetchState::InProgress) return s;
-    if (timeoutMs >= 0 && std::chrono::steady_clock::now() >= deadline) return s;
+    if (deadline != detail::Clock::time_point::max() && detail::Clock::now() >= deadline) return s;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

@@ -65,6 +65,15 @@ void checkRequests(std::vector<SymmRequest>& all) {
     if (x.op != ref.op)
       KVCOMM_THROW(InvalidArgument, call, "rank ", r, " is in ", symmOpName(static_cast<SymmOp>(x.op)),
                    " while rank 0 is in ", op, " (collectives called in a different order)");
+    // The kind and handle type before the sizes: they decide the granularity (and with it the rounded capacity), so a
+    // member on another kind would otherwise be reported as a granularity or capacity mismatch.
+    if (x.memKind != ref.memKind)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " uses ", memoryKindName(static_cast<MemoryKind>(x.memKind)),
+                   " memory but rank 0 uses ", memoryKindName(static_cast<MemoryKind>(ref.memKind)));
+    if (x.handleKind != ref.handleKind)
+      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " exports ",
+                   handleKindName(static_cast<HandleKind>(x.handleKind)), " handles but rank 0 exports ",
+                   handleKindName(static_cast<HandleKind>(ref.handleKind)), " (KVCOMM_HANDLE_TYPE differs?)");
     if (x.generation != ref.generation) differs("generation", x.generation, ref.generation);
     if (x.capacity != ref.capacity) differs("capacity", x.capacity, ref.capacity);
     if (x.opBytes != ref.opBytes) {
@@ -77,13 +86,6 @@ void checkRequests(std::vector<SymmRequest>& all) {
     if (x.rangesHash != ref.rangesHash)
       KVCOMM_THROW(InvalidArgument, call, "rank ", r, " announced different ranges than rank 0");
     if (x.granularity != ref.granularity) differs("granularity", x.granularity, ref.granularity);
-    if (x.memKind != ref.memKind)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " uses ", memoryKindName(static_cast<MemoryKind>(x.memKind)),
-                   " memory but rank 0 uses ", memoryKindName(static_cast<MemoryKind>(ref.memKind)));
-    if (x.handleKind != ref.handleKind)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " exports ",
-                   handleKindName(static_cast<HandleKind>(x.handleKind)), " handles but rank 0 exports ",
-                   handleKindName(static_cast<HandleKind>(ref.handleKind)), " (KVCOMM_HANDLE_TYPE differs?)");
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -44,19 +45,37 @@ const char* memoryKindName(MemoryKind kind) {
 
 namespace {
 
+// The largest size that rounds up to a multiple of `g` without wrapping past SIZE_MAX.
+size_t maxRoundable(size_t g) {
+  return SIZE_MAX - (g - 1);
+}
+
+// x rounded up to a multiple of g; x itself where that would wrap (such a size exceeds every capacity, and the
+// checks after the agreement refuse it on every rank).
 size_t roundUp(size_t x, size_t g) {
-  return (x + g - 1) / g * g;
+  return x > maxRoundable(g) ? x : (x + g - 1) / g * g;
+}
+
+// create's sizes, checked after the agreement (every member passed the same ones, so every member throws alike).
+void checkCreateSizes(size_t capacity, size_t initialBytes, size_t gran) {
+  KVCOMM_CHECK_ARG(capacity > 0 && capacity <= maxRoundable(gran), "SymmetricBuffer::create", "capacity ", capacity,
+                   " must be positive and at most ", maxRoundable(gran), " (it is rounded up to the ", gran,
+                   "-byte granularity)");
+  KVCOMM_CHECK_ARG(initialBytes <= roundUp(capacity, gran), "SymmetricBuffer::create", "initialBytes ", initialBytes,
+                   " exceeds capacity ", capacity);
 }
 
 // Disjoint, merged byte intervals.
 class IntervalSet {
  public:
+  // Overflow-safe: off + len is never formed (callers pass sizes from users, up to SIZE_MAX).
   bool covers(size_t off, size_t len) const {
     if (len == 0) return true;
     auto it = map_.upper_bound(off);
     if (it == map_.begin()) return false;
-    --it;
-    return it->first <= off && off + len <= it->first + it->second;
+    --it;  // it->first <= off
+    size_t into = off - it->first;
+    return into < it->second && len <= it->second - into;
   }
   bool overlaps(size_t off, size_t len) const {
     auto it = map_.lower_bound(off + len);
@@ -367,6 +386,7 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
     impl->gran = detail::LegacyIpc::kGranularity;
     impl->capacity = roundUp(capacity, impl->gran);
     detail::agree(impl->comm, impl->request(SymmOp::Create, roundUp(initialBytes, impl->gran), {}));
+    checkCreateSizes(capacity, initialBytes, impl->gran);
     impl->ipc = detail::LegacyIpc::create(impl->comm, capacity, initialBytes);
     impl->capacity = impl->ipc->capacity();
     impl->base = impl->ipc->local();
@@ -382,8 +402,7 @@ SymmetricBuffer SymmetricBuffer::create(Communicator comm, size_t capacity, size
   impl->capacity = roundUp(capacity, impl->gran);
   size_t init = roundUp(initialBytes, impl->gran);
   auto reqs = detail::agree(impl->comm, impl->request(SymmOp::Create, init, {}));
-  KVCOMM_CHECK_ARG(capacity > 0 && init <= impl->capacity, "SymmetricBuffer::create", "initialBytes ", initialBytes,
-                   " exceeds capacity ", capacity, " (or capacity is 0)");
+  checkCreateSizes(capacity, initialBytes, impl->gran);
   impl->computeMapped();
   std::vector<Piece> mine;
   detail::allSucceed(impl->comm, "SymmetricBuffer::create (allocation)", [&] {
@@ -561,7 +580,8 @@ size_t SymmetricBuffer::mappedBytes() const {
 bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
   if (!impl_) return false;
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
-  return !impl_->closing && offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
+  return !impl_->closing && offset <= impl_->capacity && bytes <= impl_->capacity - offset &&
+         impl_->backed.covers(offset, bytes);
 }
 std::vector<Range> SymmetricBuffer::backedRanges() const {
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
@@ -663,7 +683,7 @@ size_t BufferUse::mappedBytes() const {
   return impl_->backed.total();
 }
 bool BufferUse::isBacked(size_t offset, size_t bytes) const {
-  return offset <= impl_->capacity && impl_->backed.covers(offset, bytes);
+  return offset <= impl_->capacity && bytes <= impl_->capacity - offset && impl_->backed.covers(offset, bytes);
 }
 const uint64_t* BufferUse::backedBitmap() const {
   return impl_->backedBits;

@@ -149,6 +149,10 @@ static void testBasics(void) {
   c.pcp = 0;
   OK(kvcommLayoutRankOf(&spec, &c, &rank));
   CHECK(rank == 1, "rankOf(tp1, pcp0) = %d", rank);
+  /* Stricter than C++ useLocalDevice (negative = 0): refused before any device is touched (docs/c-api.md). */
+  int dev = 7;
+  FAILS(kvcommUseLocalDevice(-1, &dev), kvcommInvalidArgument, "localRank -1 is negative");
+  CHECK(dev == 7, "a refused kvcommUseLocalDevice wrote *device = %d", dev);
 }
 
 static kvcommComm_t testCallbackBootstrap(int rank, int size) {
@@ -327,6 +331,9 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   int backed = 1;
   OK(kvcommBufferIsBacked(buf, mapped - 8, 16, &backed));
   CHECK(backed == 0, "bytes past the mapped prefix are not backed");
+  backed = 1;
+  OK(kvcommBufferIsBacked(buf, 4096, SIZE_MAX - 100, &backed));
+  CHECK(backed == 0, "a length that wraps offset + bytes round to 3995 is not backed");
   FAILS(kvcommBufferCommit(buf, ranges, 1), kvcommInvalidArgument, "");
 
   /* Poison every replica (each rank its own), then two publish rounds. */

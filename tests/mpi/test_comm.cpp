@@ -3,7 +3,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <functional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -84,7 +87,86 @@ TEST(Layout, GroupsMatchMpiSplitOracle) {
     check(l.dp, c.pp * 10000 + c.pcp * 100 + c.tp, c.dp, kvcomm::Axis::DP);
     for (int r = 0; r < l.pcp.size(); ++r) EXPECT_EQ(kvcomm::Layout::coordOf(s, l.pcp.worldRank(r)).tp, c.tp);
   }
-  EXPECT_THROW(kvcomm::Layout::create(world, {3, 1, 1, 1}), kvcomm::InvalidArgumentError);
+  // The size check names this rank in `world` (docs/api/errors.md), on every rank alike.
+  try {
+    kvcomm::Layout::create(world, {3, 1, 1, 1});
+    ADD_FAILURE() << "a layout of 3 ranks was accepted by " << n << " ranks";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string want = "kvcomm [rank " + std::to_string(world.rank()) + "] Layout::create: the communicator has " +
+                       std::to_string(n) + " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
+    EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+  }
+}
+
+// An empty handle: every method but valid() throws InvalidArgumentError naming itself (id() used to dereference null).
+TEST(Communicator, EmptyHandleThrowsFromEveryMethod) {
+  kvcomm::Communicator empty;
+  EXPECT_FALSE(empty.valid());
+  int buf = 0;
+  auto refused = [&](const char* call, const std::function<void()>& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << call << " worked on an empty communicator";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(std::string(call) + ": the communicator is empty"), std::string::npos) << m;
+    }
+  };
+  refused("Communicator::rank", [&] { (void)empty.rank(); });
+  refused("Communicator::size", [&] { (void)empty.size(); });
+  refused("Communicator::worldRank", [&] { (void)empty.worldRank(0); });
+  refused("Communicator::id", [&] { (void)empty.id(); });
+  refused("Communicator::topology", [&] { (void)empty.topology(); });
+  refused("Communicator::split", [&] { (void)empty.split(0, 0); });
+  refused("Communicator::allgather", [&] { empty.allgather(&buf, sizeof(buf)); });
+  refused("Communicator::barrier", [&] { empty.barrier(); });
+  refused("Communicator::send", [&] { empty.send(&buf, sizeof(buf), 0, 1); });
+  refused("Communicator::recv", [&] { empty.recv(&buf, sizeof(buf), 0, 1); });
+  refused("Communicator::abort", [&] { empty.abort(); });
+  refused("Communicator::healthy", [&] { (void)empty.healthy(); });
+  refused("Communicator::failedRank", [&] { (void)empty.failedRank(); });
+}
+
+// A null buffer with a non-zero size is refused before anything is sent (as the C API does); a zero size is fine.
+TEST(Communicator, NullDataWithBytesIsRefused) {
+  auto world = kvtest::tcpWorld();
+  const int me = world.rank(), n = world.size();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  auto refused = [&](const char* call, const std::function<void()>& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << call << " accepted a null buffer of 8 bytes";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("kvcomm [rank " + std::to_string(me) + "] " + call + ": data is null but"), std::string::npos)
+          << m;
+    }
+  };
+  refused("Communicator::send", [&] { world.send(nullptr, 8, next, 3); });
+  refused("Communicator::recv", [&] { world.recv(nullptr, 8, prev, 3); });
+  refused("Communicator::allgather", [&] { world.allgather(nullptr, 8); });  // every rank: nobody is left waiting
+  // Nothing was sent: the next message on tag 3 is this one, and empty messages with null data still flow.
+  world.send(nullptr, 0, next, 3);
+  world.recv(nullptr, 0, prev, 3);
+  int token = 1000 + me, got = -1;
+  world.send(&token, sizeof(token), next, 3);
+  world.recv(&got, sizeof(got), prev, 3);
+  EXPECT_EQ(got, 1000 + prev);
+  world.allgather(nullptr, 0);
+  world.barrier();
+}
+
+// Topology's member accessors check their arguments (the C API did; C++ and Python indexed out of range).
+TEST(Topology, AccessorsRefuseMembersOutOfRange) {
+  auto world = kvtest::tcpWorld();
+  const auto& t = world.topology();
+  const int n = t.size();
+  EXPECT_TRUE(t.sameHost(0, n - 1));
+  (void)t.canAccessPeer(n - 1, 0);
+  for (auto [a, b] : {std::pair<int, int>{n, 0}, {0, n}, {-1, 0}, {0, -1}, {1 << 30, 1 << 30}}) {
+    EXPECT_THROW((void)t.sameHost(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
+    EXPECT_THROW((void)t.canAccessPeer(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
+  }
 }
 
 TEST(Bootstrap, CallbackOverMpiEqualsTcpAndMpi) {

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -229,6 +230,16 @@ TEST_P(Fetch, PolledFetchReportsBytesAndCompletes) {
     kvcomm::FetchStatus done = op.wait(5000);
     EXPECT_EQ(done.state, kvcomm::FetchState::Done) << done.error;
     EXPECT_EQ(done.bytesDone, 4u << 20);
+    // A timeout too large for a deadline (INT64_MAX, anything above 10^12 ms) waits for the end, like -1: it used to
+    // wrap into the past and return InProgress at once.
+    for (int64_t huge : {INT64_MAX, int64_t{1000000000001}}) {
+      kvcomm::FetchOperation again = f.start({{(comm.rank() + 1) % comm.size(), src.data(), dst.data(), 4, 0}}, o);
+      auto t0 = std::chrono::steady_clock::now();
+      kvcomm::FetchStatus s = again.wait(huge);
+      EXPECT_EQ(s.state, kvcomm::FetchState::Done) << "wait(" << huge << "): " << s.error;
+      EXPECT_EQ(s.bytesDone, 4u << 20) << "wait(" << huge << ")";
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150)) << "wait(" << huge << ")";
+    }
     comm.barrier();
   }
 }

@@ -459,6 +459,33 @@ TEST(PublishMode, ForcingDirectNamesWhatIsMissing) {
   EXPECT_NE(pub.modeReason().find("KVCOMM_DIRECT=1"), std::string::npos) << pub.modeReason();
 }
 
+// barrierHandle() checks the mode (docs/device-api.md): a Fallback publisher has no device barrier to hand out.
+TEST(PublishMode, BarrierHandleOnlyInDirectMode) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  auto direct = Publisher::create(buf);
+  ASSERT_EQ(direct.mode(), kvcomm::PublishMode::Direct) << direct.modeReason();
+  kvcomm::BarrierDeviceHandle h = direct.barrierHandle();
+  EXPECT_EQ(h.rank, world.rank());
+  Publisher fallback;
+  {
+    ScopedEnv off("KVCOMM_DIRECT", "0");
+    fallback = Publisher::create(buf);
+  }
+  ASSERT_EQ(fallback.mode(), kvcomm::PublishMode::Fallback) << fallback.modeReason();
+  try {
+    fallback.barrierHandle();
+    ADD_FAILURE() << "a Fallback publisher handed out a device barrier";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("Publisher::barrierHandle: only a Direct-mode publisher has a device barrier"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("KVCOMM_DIRECT=0"), std::string::npos) << "the mode reason: " << m;
+  }
+  EXPECT_THROW(Publisher().barrierHandle(), kvcomm::InvalidArgumentError);
+  world.barrier();
+}
+
 TEST(PublishMode, DifferentKvcommDirectNamesWorldRanksAndBothValues) {
   // A group whose member numbers differ from the world ranks: the odd world ranks {1, 3, ...}.
   auto world = kvtest::tcpWorld();

@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -113,6 +116,71 @@ TEST_P(Symm, SizeMismatchFailsOnEveryRankNamingTheRank) {
     EXPECT_NE(std::string(e.what()).find("passed newBytes"), std::string::npos) << e.what();
   }
   EXPECT_EQ(buf.mappedBytes(), 1u << 20 < buf.granularity() ? buf.granularity() : (1u << 20));
+  world.barrier();
+}
+
+// isBacked never forms offset + bytes: sizes near SIZE_MAX are refused instead of wrapping round to a small end.
+TEST_P(Symm, IsBackedNeverWrapsAround) {
+  auto world = kvtest::tcpWorld();
+  const size_t g = kvtest::EngineCache::granularityOf(kind_);
+  auto buf = SymmetricBuffer::create(world, 16 * g, 4 * g, kind_);
+  const size_t mapped = buf.mappedBytes();
+  ASSERT_EQ(mapped, 4 * g);
+  EXPECT_TRUE(buf.isBacked(0, mapped));
+  EXPECT_TRUE(buf.isBacked(4096, mapped - 4096));
+  EXPECT_TRUE(buf.isBacked(mapped, 0));
+  EXPECT_FALSE(buf.isBacked(4096, mapped - 4095));
+  EXPECT_FALSE(buf.isBacked(4096, SIZE_MAX - 100)) << "4096 + (SIZE_MAX - 100) wraps to 3995";
+  EXPECT_FALSE(buf.isBacked(g, SIZE_MAX - g + 1)) << "g + (SIZE_MAX - g + 1) wraps to 0";
+  EXPECT_FALSE(buf.isBacked(SIZE_MAX, 1));
+  EXPECT_FALSE(buf.isBacked(SIZE_MAX - 10, 20));
+  EXPECT_FALSE(buf.isBacked(mapped + g, SIZE_MAX - mapped - g + 1));
+  // An adopted buffer with a hole: a start inside the hole, and a length that wraps from inside a range.
+  kvtest::EngineCache cache(kind_, 8 * g);
+  cache.commit(0, g);
+  cache.commit(2 * g, g);
+  auto adopted = SymmetricBuffer::adopt(world, cache.base(), 8 * g, kind_);
+  adopted.commit({{0, g}, {2 * g, g}});
+  EXPECT_TRUE(adopted.isBacked(2 * g + 8, g - 8));
+  EXPECT_FALSE(adopted.isBacked(g + 8, 8)) << "inside the hole";
+  EXPECT_FALSE(adopted.isBacked(2 * g + 8, SIZE_MAX - 2 * g)) << "wraps from inside the second range";
+  EXPECT_FALSE(adopted.isBacked(8, SIZE_MAX - 7)) << "wraps to 0 from inside the first range";
+  world.barrier();
+}
+
+// Sizes within a granule of SIZE_MAX would round up to 0: refused as InvalidArgumentError on every rank, before
+// anything is reserved (grow used to do nothing, create to fail in mmap with a SystemError).
+TEST_P(Symm, SizesThatWouldWrapWhenRoundedAreInvalidArguments) {
+  auto world = kvtest::tcpWorld();
+  const size_t g = kvtest::EngineCache::granularityOf(kind_);
+  auto refused = [&](const char* what, auto&& call, const char* needle) {
+    try {
+      call();
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    } catch (const kvcomm::Error& e) {
+      ADD_FAILURE() << what << ": " << kvcomm::errorCodeName(e.code()) << " instead of InvalidArgument: " << e.what();
+    }
+  };
+  refused(
+      "create(SIZE_MAX, 0)", [&] { SymmetricBuffer::create(world, SIZE_MAX, 0, kind_); }, "capacity");
+  refused(
+      "create(SIZE_MAX - 1, g)", [&] { SymmetricBuffer::create(world, SIZE_MAX - 1, g, kind_); }, "capacity");
+  refused(
+      "create(4g, SIZE_MAX)", [&] { SymmetricBuffer::create(world, 4 * g, SIZE_MAX, kind_); }, "initialBytes");
+  auto buf = SymmetricBuffer::create(world, 4 * g, g, kind_);
+  const uint64_t gen = buf.generation();
+  refused(
+      "grow(SIZE_MAX)", [&] { buf.grow(SIZE_MAX); }, "newBytes 18446744073709551615 exceeds the capacity");
+  refused(
+      "grow(SIZE_MAX - g + 2)", [&] { buf.grow(SIZE_MAX - g + 2); }, "exceeds the capacity");
+  refused(
+      "grow(4g + 1)", [&] { buf.grow(4 * g + 1); }, "exceeds the capacity");
+  EXPECT_EQ(buf.mappedBytes(), g);
+  EXPECT_EQ(buf.generation(), gen);
+  buf.grow(4 * g);  // the group is still in step
+  EXPECT_EQ(buf.mappedBytes(), 4 * g);
   world.barrier();
 }
 
@@ -245,6 +313,37 @@ TEST_P(Symm, CommitRefusesUnbackedAndNonExportableRanges) {
   EXPECT_EQ(buf.mappedBytes(), 0u);
   buf.commit({{0, g}});  // still usable
   EXPECT_EQ(buf.mappedBytes(), g);
+  world.barrier();
+}
+
+// `base` may differ per rank, so adopt checks it inside the vote: one rank's bad base fails every rank at once (no
+// rank waits for a timeout), each naming the rank at fault; the group stays usable.
+TEST_P(Symm, AdoptBadBaseOnOneRankFailsEveryRankNamingIt) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world.size() - 1;
+  const int null = world.size() >= 3 ? 1 : -1;  // a second culprit, with a null base
+  kvtest::EngineCache cache(kind_, 8u << 21);
+  char* base = cache.base();
+  if (world.rank() == odd) base += 1;
+  if (world.rank() == null) base = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    auto buf = SymmetricBuffer::adopt(world, base, 8u << 21, kind_);
+    ADD_FAILURE() << "a misaligned base on rank " << odd << " was accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("SymmetricBuffer::adopt (reservation): failed on rank "), std::string::npos) << m;
+    EXPECT_NE(m.find("rank " + std::to_string(odd) + ": "), std::string::npos) << m;
+    if (null >= 0) {
+      EXPECT_NE(m.find("rank " + std::to_string(null) + ": "), std::string::npos) << m;
+    }
+    EXPECT_NE(m.find("must be non-zero multiples of the"), std::string::npos) << m;
+    EXPECT_EQ(m.find("rank 0: "), std::string::npos) << "rank 0's base was good: " << m;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "a rank waited for a timeout";
+  auto buf = SymmetricBuffer::adopt(world, cache.base(), 8u << 21, kind_);
+  EXPECT_EQ(buf.local(), cache.base());
   world.barrier();
 }
 

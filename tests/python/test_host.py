@@ -26,6 +26,10 @@ def _comm_and_layout(comm: kvcomm.Communicator) -> None:
     assert gathered == bytes(b for k in range(N) for b in (k, 2 * k))
     comm.barrier()
     assert comm.num_hosts() == 1 and comm.same_host(0, N - 1)
+    for a, b in ((N, 0), (0, N), (-1, 0), (0, -1)):  # checked, not indexed past the member table
+        for query in (comm.same_host, comm.can_access_peer):
+            with pytest.raises(kvcomm.InvalidArgumentError, match=f"\\[rank {r}\\] Communicator.* outside \\[0, {N}\\)"):
+                query(a, b)
     members = comm.members()
     assert [m["rank"] for m in members] == list(range(N)) and all(m["local_size"] == N for m in members)
 
@@ -270,12 +274,20 @@ def _views(comm: kvcomm.Communicator) -> None:
                                   ((comm.rank + 1) % N) * 1000 + np.arange(2, dtype=np.int32))
     with pytest.raises(kvcomm.InvalidArgumentError, match="not backed"):
         buf.local(offset=buf.mapped_bytes - 8, nbytes=16)
+    # offset + nbytes past 2**64 must not wrap round to a small, backed end
+    assert not buf.is_backed(4096, 2**64 - 100) and buf.is_backed(4096, 4096)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="not backed"):
+        buf.local(offset=4096, nbytes=2**64 - 100)
     with pytest.raises(kvcomm.InvalidArgumentError, match="outside"):
         buf.peer(N)
     with pytest.raises(kvcomm.InvalidArgumentError, match="only adopted"):
         buf.commit([(0, 4096)])
     comm.barrier()
     buf.close()
+    # the tables are freed: no view of a null pointer
+    for view in (buf.peer_table, buf.backed_bitmap, buf.local, lambda: buf.peer((comm.rank + 1) % N)):
+        with pytest.raises(kvcomm.InvalidArgumentError, match=f"\\[rank {comm.rank}\\] .*the buffer is closed"):
+            view()
 
 
 def test_views_are_zero_copy():

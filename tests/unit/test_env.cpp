@@ -94,10 +94,11 @@ TEST(Env, TimeoutsAreWholeMillisecondsInRange) {
     EXPECT_EQ(env::bootstrapTimeoutMs(), 2500);
     EXPECT_EQ(env::barrierTimeoutMs(), 86400000);
   }
-  for (const char* v : {"10s", "1e3", "12.5", "abc", "99999999999999999999", "1000000000001"})
+  for (const char* v : {"10s", "1e3", "12.5", "abc", "99999999999999999999", "1000000000001", " 5000", "\t5000",
+                        "\n5000", "5000 ", "+ 5", "- 5", "+-5", "0x10"})
     expectRejected("KVCOMM_BOOTSTRAP_TIMEOUT_MS", v, [] { env::bootstrapTimeoutMs(); },
                    {"integer number of milliseconds", "negative for no bound"});
-  for (const char* v : {"-1", "86400001", "5ms", "fast"})
+  for (const char* v : {"-1", "86400001", "5ms", "fast", " 100", "\v100"})
     expectRejected("KVCOMM_BARRIER_TIMEOUT_MS", v, [] { env::barrierTimeoutMs(); }, {"from 0 to 86400000"});
 }
 
@@ -190,7 +191,7 @@ TEST(Env, FetchTransportKnobsAreStrict) {
   }
   for (const char* v : {"99", "-1", "3s", "86400001"})
     expectRejected("KVCOMM_FETCH_NET_TIMEOUT_MS", v, [] { env::fetchNetTimeoutMs(); }, {"from 100 to 86400000"});
-  for (const char* v : {"0", "17", "many"})
+  for (const char* v : {"0", "17", "many", " 4", "\f4"})
     expectRejected("KVCOMM_FETCH_TCP_CONNECTIONS", v, [] { env::fetchTcpConnections(); }, {"from 1 to 16"});
 }
 

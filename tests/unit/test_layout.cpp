@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kvcomm/comm.hpp"
@@ -95,6 +96,23 @@ TEST(Layout, RejectsBadSpecs) {
   EXPECT_THROW(kvcomm::Layout::coordOf({2, 2, 1, 1}, 4), kvcomm::InvalidArgumentError);
 }
 
+// rankOf checks each coordinate against its axis (docs/api/layout.md), not only the sizes.
+TEST(Layout, RankOfRejectsCoordinatesOutsideTheirAxis) {
+  const kvcomm::LayoutSpec s{2, 3, 2, 2};
+  EXPECT_EQ(kvcomm::Layout::rankOf(s, {1, 2, 1, 1}), 23);
+  const kvcomm::LayoutCoord bad[] = {{2, 0, 0, 0},  {0, 3, 0, 0},  {0, 0, 2, 0},  {0, 0, 0, 2},
+                                     {-1, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}};
+  for (const kvcomm::LayoutCoord& c : bad) {
+    try {
+      kvcomm::Layout::rankOf(s, c);
+      ADD_FAILURE() << "rankOf accepted tp " << c.tp << " pcp " << c.pcp << " pp " << c.pp << " dp " << c.dp;
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("Layout::rankOf"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(kvcomm::Layout::rankOf({2, 0, 1, 1}, {0, 0, 0, 0}), kvcomm::InvalidArgumentError);
+}
+
 }  // namespace
 
 namespace {
@@ -116,6 +134,37 @@ TEST(Topology, SharedGpuFindsMembersOfOneHostOnOneGpu) {
   EXPECT_EQ(t.sharedGpu(), (std::pair<int, int>{-1, -1}));
   add(0, "GPU-b");
   EXPECT_EQ(t.sharedGpu(), (std::pair<int, int>{1, 5}));
+}
+
+// sameHost/canAccessPeer check their members (and the matrix) instead of indexing past the vectors.
+TEST(Topology, AccessorsCheckMembersAndTheMatrix) {
+  kvcomm::Topology t;
+  for (int host : {0, 0, 1}) {
+    kvcomm::MemberInfo m;
+    m.rank = t.size();
+    m.hostIndex = host;
+    t.members.push_back(m);
+  }
+  t.p2p = {1, 1, 0, 0, 1, 0, 0, 0, 1};  // row a: a can access column b
+  EXPECT_TRUE(t.sameHost(0, 1));
+  EXPECT_FALSE(t.sameHost(1, 2));
+  EXPECT_TRUE(t.canAccessPeer(0, 1));
+  EXPECT_FALSE(t.canAccessPeer(1, 0));
+  EXPECT_TRUE(t.canAccessPeer(2, 2));
+  for (auto [a, b] : {std::pair<int, int>{3, 0}, {0, 3}, {-1, 0}, {0, -1}, {1 << 30, 0}}) {
+    for (bool same : {true, false}) {
+      const char* call = same ? "Topology::sameHost" : "Topology::canAccessPeer";
+      try {
+        (void)(same ? t.sameHost(a, b) : t.canAccessPeer(a, b));
+        ADD_FAILURE() << call << "(" << a << ", " << b << ") accepted a member outside [0, 3)";
+      } catch (const kvcomm::InvalidArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(call) + ": member "), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(" outside [0, 3)"), std::string::npos) << e.what();
+      }
+    }
+  }
+  t.p2p.pop_back();  // a matrix that does not match the members
+  EXPECT_THROW((void)t.canAccessPeer(0, 1), kvcomm::InvalidArgumentError);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -206,6 +208,31 @@ TEST(TcpBootstrap, DeadPeerIsAnErrorNotAHang) {
     }
   });
   EXPECT_EQ(codes[0], 0);
+}
+
+// Deadlines of every wait (bootstrap, mesh, fd fetch, FetchOperation::wait): a huge timeout is no bound, never a
+// deadline that wrapped into the past and expires at once.
+TEST(Deadline, HugeTimeoutsAreNoBoundNotAWrappedDeadline) {
+  using kvcomm::detail::Clock;
+  using kvcomm::detail::deadlineIn;
+  using kvcomm::detail::msLeft;
+  const Clock::time_point never = Clock::time_point::max();
+  EXPECT_EQ(deadlineIn(-1), never);
+  EXPECT_EQ(deadlineIn(INT64_MIN), never);
+  for (int64_t ms : {INT64_MAX, INT64_MAX / 1000, int64_t{9223372036855}, int64_t{1000000000001}}) {
+    EXPECT_EQ(deadlineIn(ms), never) << ms << " ms";
+    EXPECT_EQ(msLeft(deadlineIn(ms)), -1) << ms << " ms";
+  }
+  // Up to 10^12 ms (31 years) the deadline is real, and in the future.
+  const Clock::time_point before = Clock::now();
+  const Clock::time_point far = deadlineIn(1000000000000);
+  EXPECT_NE(far, never);
+  EXPECT_GT(far, before + std::chrono::hours(24 * 365 * 31));
+  EXPECT_EQ(msLeft(far), INT_MAX);
+  const int left = msLeft(deadlineIn(5000));
+  EXPECT_GT(left, 4000);
+  EXPECT_LE(left, 5000);
+  EXPECT_EQ(msLeft(deadlineIn(0)), 0);
 }
 
 TEST(UniqueId, TextRoundTrip) {
