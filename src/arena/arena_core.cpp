@@ -8,6 +8,7 @@
 #include "arena/cuda_support.hpp"
 #include "arena/session.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
 #include "fetch/layout_registry.hpp"
@@ -192,7 +193,7 @@ void ArenaCore::revokeCapabilities() {
 
 template <typename Pred>
 bool ArenaCore::waitFor(std::unique_lock<std::mutex>& lock, int64_t waitMs, Pred done) {
-  if (waitMs < 0) {
+  if (waitMs < 0 || waitMs > env::kMaxTimeoutMs) {  // wait_for(huge) would wrap into the past
     cv_.wait(lock, done);
     return true;
   }

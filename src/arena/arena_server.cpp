@@ -102,7 +102,7 @@ ArenaSession ArenaSession::connect(const std::string& address, const ArenaSessio
   const char* call = "ArenaSession::connect";
   Address a = parseAddress(address, call);
   int64_t timeoutMs = options.timeoutMs >= 0 ? options.timeoutMs : kDefaultTimeoutMs;
-  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  Clock::time_point deadline = detail::deadlineIn(timeoutMs);  // above 10^12 ms: no bound (never a wrapped one)
   Fd sock;
   // The server may not be up yet: retry what means "not there (yet)" until the deadline.
   while (true) {
@@ -128,8 +128,7 @@ ArenaSession ArenaSession::connect(const std::string& address, const ArenaSessio
   detail::sendWithFds(sock.get(), bytes.data(), bytes.size(), nullptr, 0);
   // The answer: Welcome, or Refused with the server's reason.
   pollfd p{sock.get(), POLLIN, 0};
-  int left = detail::msLeft(deadline);
-  int rc = poll(&p, 1, left < 0 ? 0 : left);
+  int rc = poll(&p, 1, detail::msLeft(deadline));  // -1 (no deadline): wait for the answer
   if (rc == 0)
     KVCOMM_THROW(Timeout, call, "the arena server at ", address, " (pid ", cred.pid, ") did not answer within ",
                  timeoutMs, " ms");
@@ -269,8 +268,8 @@ ArenaSession ArenaServer::accept(int64_t timeoutMs) {
   const char* call = "ArenaServer::accept";
   KVCOMM_CHECK_ARG(impl_ != nullptr, call, "the server is empty");
   if (impl_->closed) KVCOMM_THROW(Aborted, call, "the server is closed");
-  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs < 0 ? 0 : timeoutMs);
-  std::shared_ptr<Session> s = impl_->thread->reactor()->nextAccepted(deadline, timeoutMs >= 0);
+  const Clock::time_point deadline = detail::deadlineIn(timeoutMs);  // negative or above 10^12 ms: no bound
+  std::shared_ptr<Session> s = impl_->thread->reactor()->nextAccepted(deadline, deadline != Clock::time_point::max());
   if (!s) KVCOMM_THROW(Timeout, call, "no client completed a handshake within ", timeoutMs, " ms");
   return ArenaSession(makeLink(impl_->thread, std::move(s)));
 }

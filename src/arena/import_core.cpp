@@ -5,6 +5,7 @@
 #include "arena/arena_core.hpp"
 #include "arena/cuda_support.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "common/log.hpp"
 
 namespace kvcomm::detail::arena {
@@ -178,7 +179,7 @@ void ImportCore::close(int64_t timeoutMs) {
   if (state_ != State::Closed) {
     state_ = State::Closing;
     auto drained = [&] { return pins_.empty() || state_ == State::Closed; };
-    if (timeoutMs < 0)
+    if (timeoutMs < 0 || timeoutMs > env::kMaxTimeoutMs)  // wait_for(huge) would wrap into the past
       cv_.wait(lock, drained);
     else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs), drained))
       KVCOMM_THROW(Timeout, call, pins_.size(), " operation(s) on arena ", arenaName(arenaId_),

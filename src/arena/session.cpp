@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "arena/arena_core.hpp"
@@ -11,6 +12,7 @@
 #include "arena/import_core.hpp"
 #include "arena/reactor.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "common/log.hpp"
 #include "symm/fd_exchange.hpp"
 
@@ -119,6 +121,7 @@ std::shared_ptr<ImportCore> Session::import(const ArenaCapability& cap, const Im
   outq_.push_back(outMessage(m));
   if (auto r = reactor_.lock()) r->wake();
   int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : requestTimeoutMs_;
+  ms = std::min<int64_t>(ms, env::kMaxTimeoutMs);  // wait_for(huge) would wrap into the past: 10^12 ms is forever
   if (!cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return p.done; })) {
     pendingImports_.erase(seq);  // a grant arriving later is released by the session thread
     KVCOMM_THROW(Timeout, call, "the owner (", peerName(), ") did not answer the import of arena ",
@@ -166,7 +169,7 @@ std::vector<uint8_t> Session::receiveUser(int64_t timeoutMs) {
   const char* call = "ArenaSession::receive";
   std::unique_lock<std::mutex> lock(mu_);
   auto ready = [&] { return !inbox_.empty() || lost_; };
-  if (timeoutMs < 0)
+  if (timeoutMs < 0 || timeoutMs > env::kMaxTimeoutMs)  // wait_for(huge) would wrap into the past
     cv_.wait(lock, ready);
   else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs), ready))
     KVCOMM_THROW(Timeout, call, "no message from ", peerName(), " within ", timeoutMs, " ms");

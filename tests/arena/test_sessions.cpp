@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -450,6 +451,28 @@ TEST(ArenaServerSafety, IdleAndHostileConnectionsDoNotStallTheServer) {
     return importerSide(s, testLayout(4), 3);
   };
   EXPECT_TRUE(runAll({server, client, attacker, late}));
+}
+
+TEST(ArenaServerSafety, HugeTimeoutsMeanNoBoundNotAnInstantTimeout) {
+  // A timeout of INT64_MAX ms once overflowed the clock and expired at once; now anything above 10^12 ms is no bound.
+  const std::string addr = freshAddress();
+  constexpr int64_t kForever = INT64_MAX;
+  auto server = [&] {
+    ArenaServer srv = ArenaServer::listen(addr);
+    ArenaSession s = srv.accept(kForever);  // the client connects 300 ms later
+    return recvText(s, kForever) == "late";
+  };
+  auto client = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kvcomm::ArenaSessionOptions o;
+    o.timeoutMs = kForever;
+    ArenaSession s = ArenaSession::connect(addr, o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    sendText(s, "late");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server reads it before the session ends
+    return true;
+  };
+  EXPECT_TRUE(runAll({server, client}, 60));
 }
 
 TEST(ArenaServerSafety, FilesystemAddressesNeedAPrivateDirectory) {
