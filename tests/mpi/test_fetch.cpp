@@ -297,6 +297,11 @@ TEST_P(Fetch, CreateRefusesIncompatibleOrUnbackedLayoutsOnEveryRank) {
   beyond.regions.push_back({comm.rank() == 1 ? (6u << 20) : 0u, 4096, 0, 16});  // rank 1: not backed (grow first)
   expectError([&] { Fetcher::create(buf, beyond); }, kvcomm::ErrorCode::InvalidArgument,
               {"rank 1", "not wholly backed"});
+  KvLayout overlapping;  // rank 1: region 1's block k is region 0's block k + 1
+  overlapping.regions.push_back({0, 4096, 0, 16});
+  overlapping.regions.push_back({comm.rank() == 1 ? 4096u : (1u << 20), 4096, 0, 16});
+  expectError([&] { Fetcher::create(buf, overlapping); }, kvcomm::ErrorCode::InvalidArgument,
+              {"rank 1", "regions 0 and 1 overlap"});
   comm.barrier();
 }
 
