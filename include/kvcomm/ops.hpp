@@ -109,6 +109,9 @@ class KVCOMM_API Publisher {
   ~Publisher();
   Publisher(Publisher&&) noexcept;
   Publisher& operator=(Publisher&&) noexcept;
+  /// False for an empty (default-constructed or moved-from) publisher, whose every other method throws
+  /// InvalidArgumentError.
+  bool valid() const { return impl_ != nullptr; }
 
   /// Stores row i of every tensor at slotMapping[i] (int64 or int32; < 0 = padding, skipped) in every replica.
   /// Validates before launch everything knowable (offsets and strides inside the backed range, counts); a slot

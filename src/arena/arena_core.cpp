@@ -83,6 +83,7 @@ size_t layoutExtent(const KvLayout& layout, size_t limit, const char* call) {
 
 std::shared_ptr<ArenaCore> ArenaCore::create(const KvLayout& layout, const ArenaOptions& options) {
   const char* call = "Arena::create";
+  KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   size_t extent = layoutExtent(layout, kMaxCapacity, call);
   KVCOMM_CHECK_ARG(options.capacity == 0 || options.capacity >= extent, call, "capacity ", options.capacity,
                    " is smaller than the layout's extent ", extent);

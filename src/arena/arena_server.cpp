@@ -181,6 +181,7 @@ ArenaCapability ArenaSession::offer(Arena& arena, int64_t ttlMs) {
 
 ArenaImport ArenaSession::import(const ArenaCapability& capability, const ImportOptions& options) {
   Session& s = sessionOf(impl_, "ArenaSession::import");
+  KVCOMM_CHECK_ENUM(options.onOwnerLoss, OwnerLoss::Release, "ArenaSession::import", "options.onOwnerLoss");
   std::shared_ptr<detail::arena::SessionLink> link = impl_;
   auto impl = std::make_shared<ArenaImport::Impl>();
   impl->core = s.import(capability, options, link);

@@ -1,4 +1,7 @@
 // C ABI: Layout (TP/PCP/PP/DP groups) and its pure coordinate functions.
+#include <climits>
+#include <cstdint>
+
 #include "capi/capi.hpp"
 #include "common/check.hpp"
 
@@ -16,6 +19,13 @@ kvcomm::LayoutSpec specOf(const kvcommLayoutSpec* s, const char* call) {
   spec.dp = s->dp;
   KVCOMM_CHECK_ARG(spec.tp > 0 && spec.pcp > 0 && spec.pp > 0 && spec.dp > 0, call, "every size must be positive (tp ",
                    spec.tp, ", pcp ", spec.pcp, ", pp ", spec.pp, ", dp ", spec.dp, ")");
+  // checkRank multiplies the sizes in int: refuse a world past INT_MAX here (as the C++ functions do).
+  int64_t world = 1;
+  for (int size : {spec.tp, spec.pcp, spec.pp, spec.dp}) {
+    world *= size;
+    KVCOMM_CHECK_ARG(world <= INT_MAX, call, "tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp,
+                     " exceeds INT_MAX (", INT_MAX, ") ranks");
+  }
   return spec;
 }
 

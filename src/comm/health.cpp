@@ -19,7 +19,7 @@ size_t pageBytes() {
 }
 }  // namespace
 
-GroupHealth::GroupHealth(std::vector<int> meshMembers) : members_(std::move(meshMembers)) {
+GroupHealth::GroupHealth(std::vector<int> meshMembers) : members_(std::move(meshMembers)), deaths_(members_.size()) {
   // A page of its own: cuMemHostRegister works on whole pages and refuses a page registered twice.
   void* p = mmap(nullptr, pageBytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throwSystem("mmap(health flag page)", errno, __FILE__, __LINE__);
@@ -69,7 +69,9 @@ void GroupHealth::memberDied(int meshRank, const std::string& why) {
   int groupRank = -1;
   for (size_t i = 0; i < members_.size(); ++i)
     if (members_[i] == meshRank) groupRank = static_cast<int>(i);
-  if (groupRank < 0 || deadRank_ >= 0) return;
+  if (groupRank < 0 || !deaths_[static_cast<size_t>(groupRank)].empty()) return;
+  deaths_[static_cast<size_t>(groupRank)] = why.empty() ? "its process died" : why;
+  if (deadRank_ >= 0) return;  // the flag and reason name the first death
   deadRank_ = groupRank;
   if (state() == kHealthy) {
     reason_ = cat("rank ", groupRank, " is gone: ", why);
@@ -92,6 +94,12 @@ bool GroupHealth::containsMeshRank(int meshRank) const {
 int GroupHealth::deadRank() const {
   std::lock_guard<std::mutex> lock(mu_);
   return deadRank_;
+}
+
+std::string GroupHealth::deathOf(int groupRank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (groupRank < 0 || static_cast<size_t>(groupRank) >= deaths_.size()) return "";
+  return deaths_[static_cast<size_t>(groupRank)];
 }
 
 std::string GroupHealth::reason() const {

@@ -50,6 +50,8 @@ class GroupHealth {
   bool containsMeshRank(int meshRank) const;
   /// Group rank of the first member known dead, or -1.
   int deadRank() const;
+  /// Why the member at group rank `groupRank` is known dead ("" while it is not: alive, or not known dead).
+  std::string deathOf(int groupRank) const;
   /// Why the group stopped ("" while healthy).
   std::string reason() const;
   /// Throws when the group is not healthy: Error(Aborted) after abort(), NetworkError naming the dead rank.
@@ -61,6 +63,7 @@ class GroupHealth {
   mutable std::mutex mu_;
   std::string reason_;
   int deadRank_ = -1;
+  std::vector<std::string> deaths_;  // by group rank: why it died ("" while alive); every death, not only the first
   std::vector<std::weak_ptr<GroupHealth>> children_;
   uint64_t deviceFlag_ = 0;
   bool registered_ = false;

@@ -1,3 +1,6 @@
+#include <climits>
+#include <cstdint>
+
 #include "common/check.hpp"
 #include "kvcomm/comm.hpp"
 
@@ -5,11 +8,22 @@ namespace kvcomm {
 
 namespace {
 
+// Every size positive and the world they span an int: ranks, colors and keys are ints, so a product past INT_MAX
+// would wrap (signed overflow) into a small world that a communicator could match.
 void validate(const LayoutSpec& s, const char* call) {
   KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ", s.tp,
                    ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
+  // Each factor is at most INT_MAX, so every partial product stays below INT_MAX * INT_MAX < INT64_MAX once the
+  // running product is checked before the next multiplication.
+  int64_t world = 1;
+  for (int size : {s.tp, s.pcp, s.pp, s.dp}) {
+    world *= size;
+    KVCOMM_CHECK_ARG(world <= INT_MAX, call, "tp*pcp*pp*dp = ", s.tp, "*", s.pcp, "*", s.pp, "*", s.dp,
+                     " exceeds INT_MAX (", INT_MAX, ") ranks");
+  }
 }
 
+// Only after validate(): the product fits an int.
 int worldSize(const LayoutSpec& s) {
   return s.tp * s.pcp * s.pp * s.dp;
 }
@@ -68,6 +82,9 @@ int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
 }
 
 std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
+  KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP, "Layout::groupOf",
+                   "axis ", static_cast<int>(axis), " is not an Axis (TP 0, PCP 1, PP 2, DP 3)");
+  validate(s, "Layout::groupOf");
   LayoutCoord c = coordOf(s, rank);
   std::vector<int> out;
   for (int i = 0; i < axisSize(s, axis); ++i) {

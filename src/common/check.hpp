@@ -55,6 +55,15 @@ std::string cat(const Args&... args) {
                                    __FILE__, __LINE__);                                                            \
   } while (0)
 
+/// Throws InvalidArgumentError naming `call`, the argument `what` and its value unless the scoped enum `value` is
+/// one of its enumerators, numbered 0 to `last` (a value cast from an integer the API does not define: the C++ API
+/// refuses it as the C API does, instead of treating it as some other enumerator).
+#define KVCOMM_CHECK_ENUM(value, last, call, what)                                                                     \
+  KVCOMM_CHECK_ARG(                                                                                                    \
+      static_cast<long long>(value) >= 0 && static_cast<long long>(value) <= static_cast<long long>(last), call, what, \
+      " ", static_cast<long long>(value), " is not a valid value (0 to " #last " = ", static_cast<long long>(last),    \
+      ")")
+
 /// Throws an Error of `code` naming `call`.
 #define KVCOMM_THROW(code, call, ...) \
   ::kvcomm::detail::throwError(::kvcomm::ErrorCode::code, call, ::kvcomm::detail::cat(__VA_ARGS__), __FILE__, __LINE__)

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "comm/agreement.hpp"
+#include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
@@ -236,20 +237,66 @@ struct Fetcher::Impl {
     return p;
   }
 
+  // The group's health at every submission: nothing starts once the communicator was aborted (Aborted), and nothing
+  // is read from a source known dead (NetworkError): its memory may still be mapped here, but its bytes are not to be
+  // trusted. A fetch from a live member (or this rank's own blocks) goes on after another member died.
+  void checkHealth(const char* call) const {
+    const detail::GroupHealth& h = detail::healthOf(comm);
+    if (h.state() == detail::kAborted) h.check(call);
+  }
+  void checkSourceAlive(int source, const char* call) const {
+    std::string why = detail::healthOf(comm).deathOf(source);
+    if (!why.empty())
+      KVCOMM_THROW(NetworkError, call, "source rank ", source, " is gone: ", why, "; nothing was fetched from it");
+  }
+  void checkHealth(const std::vector<FetchRequest>& requests, const char* call) const {
+    checkHealth(call);
+    if (detail::healthOf(comm).healthy()) return;
+    for (const FetchRequest& r : requests)
+      if (r.count > 0 && r.srcRank >= 0 && r.srcRank < comm.size()) checkSourceAlive(r.srcRank, call);
+  }
+  void checkHealth(const detail::PlanOutput& plan, const char* call) const {
+    checkHealth(call);
+    if (detail::healthOf(comm).healthy()) return;
+    for (const detail::BlockRun& r : plan.runs) checkSourceAlive(r.rank, call);
+  }
+
+  // fetchDevice: one srcRank, or per-pair ranks read here from host memory; per-pair ranks in device memory cannot be
+  // read on the host, so any member known dead refuses the batch.
+  void checkHealth(const DeviceFetchBatch& batch, const char* call) const {
+    checkHealth(call);
+    const detail::GroupHealth& h = detail::healthOf(comm);
+    if (batch.count == 0 || h.healthy()) return;
+    if (!batch.srcRanks) return checkSourceAlive(batch.srcRank, call);
+    if (kind == MemoryKind::Cuda)
+      KVCOMM_THROW(NetworkError, call, "rank ", h.deadRank(), " of the group is gone: ", h.deathOf(h.deadRank()),
+                   "; srcRanks (in device memory) may name it: pass one srcRank of a live member");
+    for (size_t i = 0; i < batch.count; ++i)
+      if (batch.srcBlocks[i] != -1 && batch.dstBlocks[i] != -1 && batch.srcRanks[i] >= 0 &&
+          batch.srcRanks[i] < comm.size())
+        checkSourceAlive(batch.srcRanks[i], call);
+  }
+
+  // Calls that do not otherwise touch the buffer (plan, deviceHandle) still refuse a closed one.
+  void checkOpen(const char* call) const { detail::BufferUse use(buf, call); }
+
   void checkCurrent(uint64_t gen, const char* call) const {
     KVCOMM_CHECK_ARG(buf.generation() == gen && generation == gen, call, "stale: the buffer changed (generation ", gen,
                      " -> ", buf.generation(),
                      ") since the layouts were validated; call Fetcher::refresh() on every member (and plan again)");
   }
 
-  detail::PlanOutput makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o) const {
+  detail::PlanOutput makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o,
+                              const char* call) const {
     detail::PlanOutput out;
-    makePlan(requests, o, out);
+    makePlan(requests, o, out, call);
     return out;
   }
 
-  void makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o, detail::PlanOutput& out) const {
-    checkCurrent(generation, "fetch (plan)");
+  void makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o, detail::PlanOutput& out,
+                const char* call) const {
+    KVCOMM_CHECK_ENUM(o.path, FetchPath::Host, call, "options.path");
+    checkCurrent(generation, call);
     detail::PlanInput in;
     in.table = &table;
     in.myRank = rank();
@@ -488,6 +535,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   impl->ctx.table = &impl->table;
   impl->ctx.error = impl->errors->get();
   impl->ctx.copier = impl->copier.get();
+  impl->ctx.health = &detail::healthOf(impl->comm);
   for (const MemberInfo& m : comm.topology().members) impl->ctx.pids.push_back(m.pid);
   impl->peer = detail::makePeerTransport(impl->ctx);
   impl->symm = buffer.impl_;
@@ -514,8 +562,10 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
 FetchPlan Fetcher::plan(const std::vector<FetchRequest>& requests, const FetchOptions& options) const {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::plan", "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  impl_->checkOpen("Fetcher::plan");
+  impl_->checkHealth(requests, "Fetcher::plan");
   auto p = std::make_unique<FetchPlan::Impl>();
-  p->out = std::make_shared<detail::PlanOutput>(impl_->makePlan(requests, options));
+  p->out = std::make_shared<detail::PlanOutput>(impl_->makePlan(requests, options, "Fetcher::plan"));
   p->generation = impl_->generation;
   p->owner = impl_.get();
   return FetchPlan(std::move(p));
@@ -527,6 +577,7 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
   KVCOMM_CHECK_ARG(plan.impl_ && plan.impl_->owner == impl_.get(), "Fetcher::submit",
                    "the plan is empty or was made by another fetcher");
   impl_->checkCurrent(plan.impl_->generation, "Fetcher::submit");
+  impl_->checkHealth(*plan.impl_->out, "Fetcher::submit");
   std::lock_guard<std::mutex> lock(impl_->mu);
   detail::BufferUse use(impl_->buf, "Fetcher::submit");  // open, and steady while the copies are made
   impl_->submitLocked(*plan.impl_->out, stream);
@@ -535,8 +586,9 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
 FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream stream, const FetchOptions& options) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::fetch", "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  impl_->checkHealth(requests, "Fetcher::fetch");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->makePlan(requests, options, impl_->scratch);
+  impl_->makePlan(requests, options, impl_->scratch, "Fetcher::fetch");
   detail::BufferUse use(impl_->buf, "Fetcher::fetch");  // after planning: it read the buffer's generation itself
   impl_->submitLocked(impl_->scratch, stream);
   return impl_->scratch.info;
@@ -551,6 +603,8 @@ void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
   if (!batch.srcRanks)
     KVCOMM_CHECK_ARG(batch.count == 0 || (batch.srcRank >= 0 && batch.srcRank < impl_->comm.size()), call, "srcRank ",
                      batch.srcRank, " is outside the group of ", impl_->comm.size(), " (or pass srcRanks)");
+  impl_->checkOpen(call);
+  impl_->checkHealth(batch, call);
   if (!batch.srcRanks && batch.count > 0 && !impl_->buf.isMapped(batch.srcRank))
     KVCOMM_THROW(Unsupported, call, "source rank ", batch.srcRank,
                  " is not mapped here (another host, or no P2P access): device-side ids need the same-host peer "
@@ -573,6 +627,7 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
   const char* call = "Fetcher::fetchAll";
   KVCOMM_CHECK_ARG(impl_, call, "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  detail::checkHealthy(impl_->comm, call);  // its barriers would refuse too, naming themselves
   if (!impl_->barrier.valid())
     KVCOMM_THROW(Unsupported, call,
                  "the collective form needs every member mapped by every other (one host, P2P "
@@ -587,7 +642,8 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
   std::lock_guard<std::mutex> lock(impl_->mu);
   detail::PlanOutput& plan = impl_->scratch;
   try {
-    impl_->makePlan(requests, options, plan);
+    impl_->checkOpen(call);  // a closed buffer is this rank's refusal: the barriers still run
+    impl_->makePlan(requests, options, plan, call);
   } catch (...) {
     planned = detail::Outcome::fromCurrentException();
   }
@@ -668,7 +724,8 @@ FetchStatus FetchOperation::wait(int64_t timeoutMs) {
 FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const FetchOptions& options, Stream stream) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::start", "empty fetcher");
   detail::RankScope scope(impl_->rank());
-  auto plan = std::make_shared<const detail::PlanOutput>(impl_->makePlan(requests, options));
+  impl_->checkHealth(requests, "Fetcher::start");
+  auto plan = std::make_shared<const detail::PlanOutput>(impl_->makePlan(requests, options, "Fetcher::start"));
   auto op = std::make_shared<FetchOperation::Impl>();
   op->owner = impl_;
   op->plan = plan;
@@ -691,8 +748,12 @@ FetchOperation Fetcher::start(const std::vector<FetchRequest>& requests, const F
 void Fetcher::refresh() {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::refresh", "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  // A closed buffer is refused before the vote (every member's buffer is closed alike, or the vote names the rank):
+  // its backed state is gone, so validating the layout against it would only say "not wholly backed".
   SymmetricBuffer& b = impl_->buf;
+  detail::checkHealthy(impl_->comm, "Fetcher::refresh");  // its collectives would refuse too, naming themselves
   detail::allSucceed(impl_->comm, "Fetcher::refresh", [&] {
+    impl_->checkOpen("Fetcher::refresh");
     detail::validateLayout(
         impl_->mine, b.capacity(), [&](uint64_t off, uint64_t bytes) { return b.isBacked(off, bytes); },
         "Fetcher::refresh");
@@ -715,8 +776,9 @@ void Fetcher::refresh() {
 }
 
 FetchTransportKind Fetcher::transport(int rank) const {
-  KVCOMM_CHECK_ARG(impl_ && rank >= 0 && rank < impl_->comm.size(), "Fetcher::transport", "rank ", rank,
-                   " out of range (or empty fetcher)");
+  KVCOMM_CHECK_ARG(impl_, "Fetcher::transport", "empty fetcher");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < impl_->comm.size(), "Fetcher::transport", "rank ", rank,
+                   " is outside the group of ", impl_->comm.size());
   switch (impl_->routes[static_cast<size_t>(rank)]) {
     case detail::Route::Peer:
       return FetchTransportKind::Peer;
@@ -731,13 +793,15 @@ FetchTransportKind Fetcher::transport(int rank) const {
 }
 
 const KvLayout& Fetcher::layout(int rank) const {
-  KVCOMM_CHECK_ARG(impl_ && rank >= 0 && rank < impl_->comm.size(), "Fetcher::layout", "rank ", rank,
-                   " out of range (or empty fetcher)");
+  KVCOMM_CHECK_ARG(impl_, "Fetcher::layout", "empty fetcher");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < impl_->comm.size(), "Fetcher::layout", "rank ", rank,
+                   " is outside the group of ", impl_->comm.size());
   return impl_->table.layouts[static_cast<size_t>(rank)];
 }
 uint64_t Fetcher::layoutHash(int rank) const {
-  KVCOMM_CHECK_ARG(impl_ && rank >= 0 && rank < impl_->comm.size(), "Fetcher::layoutHash", "rank ", rank,
-                   " out of range (or empty fetcher)");
+  KVCOMM_CHECK_ARG(impl_, "Fetcher::layoutHash", "empty fetcher");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < impl_->comm.size(), "Fetcher::layoutHash", "rank ", rank,
+                   " is outside the group of ", impl_->comm.size());
   return impl_->table.hashes[static_cast<size_t>(rank)];
 }
 uint64_t Fetcher::generation() const {
@@ -750,6 +814,8 @@ SymmetricBuffer& Fetcher::buffer() const {
 }
 FetchDeviceHandle Fetcher::deviceHandle() const {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::deviceHandle", "empty fetcher");
+  detail::RankScope scope(impl_->rank());
+  impl_->checkOpen("Fetcher::deviceHandle");  // its pointers name the buffer's mappings, gone once it is closed
   return impl_->ctx.handle;
 }
 

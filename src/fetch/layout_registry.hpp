@@ -17,9 +17,14 @@ inline constexpr size_t kMaxFetchRegions = 4096;
 
 /// Throws InvalidArgumentError naming the region unless every region is well formed (blockBytes > 0, stride >=
 /// blockBytes, numBlocks > 0), its last block ends inside `capacity` without any arithmetic wrapping, and its whole
-/// extent is backed (isBacked(offset, bytes)).
+/// extent is backed (isBacked(offset, bytes)), and no two regions share a byte (checkDisjoint).
 void validateLayout(const KvLayout& layout, uint64_t capacity,
                     const std::function<bool(uint64_t offset, uint64_t bytes)>& isBacked, const char* call);
+
+/// Throws InvalidArgumentError naming both regions when two regions of `layout` share a byte (every region's
+/// extent already checked). Regions of equal strides are compared exactly (K and V interleaved per block pass);
+/// regions of different strides (both of more than one block) must not have intersecting extents.
+void checkDisjoint(const KvLayout& layout, const char* call);
 
 /// Bytes from a region's offset to the end of its last block (checked; throws on wrap).
 uint64_t regionExtent(const KvRegion& r, const char* call, size_t index);

@@ -30,6 +30,13 @@ bool processAlive(int pid) {
   return state != 'Z' && state != 'X';
 }
 
+std::string healthFailure(const PeerContext& c, int source) {
+  if (!c.health || c.health->healthy()) return "";
+  if (c.health->state() == kAborted) return cat("the communicator was aborted (", c.health->reason(), ")");
+  std::string why = c.health->deathOf(source);
+  return why.empty() ? "" : cat("source rank ", source, " is gone: ", why);
+}
+
 std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
   std::vector<CopyDesc> out;
   runCopies(c, run, out);
@@ -116,6 +123,8 @@ class HostOp : public TransportOp {
     std::string failure;
     for (size_t ri : runs_) {
       const BlockRun& run = plan_->runs[ri];
+      failure = healthFailure(ctx_, run.rank);  // before the run's first slice: nothing read from a lost source
+      if (!failure.empty()) break;
       for (int64_t b0 = 0; b0 < run.blocks && failure.empty(); b0 += perSlice) {
         BlockRun slice = run;
         slice.src += b0;
@@ -148,12 +157,26 @@ class HostOp : public TransportOp {
       }
       if (!failure.empty()) break;
     }
+    // Before reporting Done: a source the group learnt is dead (or an abort) while the last slices ran fails the
+    // operation, and the blocks read from that source (every block, after an abort) are not reported landed.
     std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < runs_.size() && failure.empty(); ++i) {
+      failure = healthFailure(ctx_, plan_->runs[runs_[i]].rank);
+      if (failure.empty()) continue;
+      bool aborted = ctx_.health->state() == kAborted;
+      for (size_t ri : runs_)
+        if (aborted || plan_->runs[ri].rank == plan_->runs[runs_[i]].rank) progress_[ri] = 0;
+    }
     error_ = failure;
     finished_ = true;
   }
 
   void checkSource(int rank, std::chrono::steady_clock::time_point* last, std::string* failure) {
+    std::string lost = healthFailure(ctx_, rank);  // one atomic load while the group is healthy: every slice
+    if (!lost.empty()) {
+      *failure = lost;
+      return;
+    }
     auto now = std::chrono::steady_clock::now();
     if (now - *last < std::chrono::milliseconds(2)) return;
     *last = now;
@@ -190,7 +213,16 @@ class DeviceOp : public TransportOp {
   void setSources(std::vector<int> ranks) { sources_ = std::move(ranks); }
   void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     if (!finished_) {
-      if (event_->done()) {
+      bool done = event_->done();
+      // The group's health first, also before reporting Done: an abort or a source known dead fails the operation
+      // (its blocks are not reported landed).
+      for (int r : sources_) {
+        error_ = healthFailure(ctx_, r);
+        if (!error_.empty()) break;
+      }
+      if (!error_.empty()) {
+        finished_ = true;
+      } else if (done) {
         finished_ = landed_ = true;
       } else {
         for (int r : sources_)

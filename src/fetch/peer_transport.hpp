@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "comm/health.hpp"
 #include "fetch/device_copy.hpp"
 #include "fetch/transport.hpp"
 #include "kvcomm/symm.hpp"
@@ -16,8 +17,9 @@ struct PeerContext {
   const LayoutTable* table = nullptr;
   FetchDeviceHandle handle{};
   DeviceErrorRecord* error = nullptr;
-  DeviceCopier* copier = nullptr;  // CUDA buffers
-  std::vector<int> pids;           // by rank (liveness of sources)
+  DeviceCopier* copier = nullptr;       // CUDA buffers
+  std::vector<int> pids;                // by rank (liveness of sources)
+  const GroupHealth* health = nullptr;  // the buffer's group (abort, members known dead); outlives every operation
 };
 
 std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context);
@@ -34,5 +36,9 @@ FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs);
 
 /// Whether process `pid` (on this host) still runs: not gone and not a zombie.
 bool processAlive(int pid);
+
+/// Why an operation reading from `source` must fail by the group's health ("" when it may go on): the communicator
+/// was aborted, or `source` is known dead.
+std::string healthFailure(const PeerContext& c, int source);
 
 }  // namespace kvcomm::detail

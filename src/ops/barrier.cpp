@@ -63,6 +63,7 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
   detail::RankScope scope(comm.rank());
   KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, call, "lanes ", options.lanes,
                    " outside [1, ", kMaxBarrierLanes, "]");
+  KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   KVCOMM_CHECK_ARG(comm.size() <= kMaxHandlePeers, call, "a group of ", comm.size(), " members exceeds the ",
                    kMaxHandlePeers, " a device barrier supports");
   auto impl = std::make_unique<Impl>();
@@ -126,12 +127,15 @@ void Barrier::wait(Stream stream, int lane) {
 }
 
 int Barrier::lanes() const {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::lanes", "empty barrier");
   return impl_->lanes;
 }
 MemoryKind Barrier::kind() const {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::kind", "empty barrier");
   return impl_->signals.kind();
 }
 Communicator& Barrier::communicator() const {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::communicator", "empty barrier");
   return impl_->comm;
 }
 BarrierDeviceHandle Barrier::deviceHandle() const {
@@ -146,7 +150,7 @@ DeviceError Barrier::pollError() {
 }
 
 void Barrier::checkErrors() {
-  DeviceError e = pollError();
+  DeviceError e = pollError();  // refuses an empty barrier
   detail::RankScope scope(impl_->comm.rank());
   if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
   detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);

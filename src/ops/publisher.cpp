@@ -174,6 +174,7 @@ struct Publisher::Impl {
                     SlotType type, size_t numTokens, const SlotMapping* sized, Stream stream, Then then, int lane) {
     KVCOMM_CHECK_ARG(impl, call, "empty publisher");
     detail::RankScope scope(impl->rank());
+    KVCOMM_CHECK_ENUM(type, SlotType::Int32, call, sized ? "slots.type" : "slotType");
     if (sized) checkSlots(*sized, numTokens, call);
     impl->run(tensors, slots, type, numTokens, stream, then, lane, call);
   }
@@ -437,9 +438,11 @@ void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const 
 }
 
 PublishMode Publisher::mode() const {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::mode", "empty publisher");
   return impl_->mode;
 }
 const std::string& Publisher::modeReason() const {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::modeReason", "empty publisher");
   return impl_->reason;
 }
 BarrierDeviceHandle Publisher::barrierHandle() const {
@@ -458,7 +461,7 @@ DeviceError Publisher::pollError() {
 }
 
 void Publisher::checkErrors() {
-  DeviceError e = pollError();
+  DeviceError e = pollError();  // refuses an empty publisher
   detail::RankScope scope(impl_->rank());
   if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->buf.communicator(), "barrier (device)");
   detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);

@@ -346,6 +346,7 @@ namespace {
 
 std::unique_ptr<SymmetricBuffer::Impl> begin(Communicator& comm, MemoryKind requested, const char* call) {
   KVCOMM_CHECK_ARG(comm.valid(), call, "the communicator is empty");
+  KVCOMM_CHECK_ENUM(requested, MemoryKind::Host, call, "kind");
   auto impl = std::make_unique<SymmetricBuffer::Impl>();
   impl->comm = comm;
   impl->kind = resolveKind(requested);
@@ -367,6 +368,10 @@ void makeBackend(SymmetricBuffer::Impl& impl, const char* call) {
     impl.backend = impl.kind == MemoryKind::Cuda ? detail::makeCudaBackend(impl.handles) : detail::makeHostBackend();
     impl.gran = impl.backend->granularity();
   });
+}
+
+void requireBuffer(const void* impl, const char* call) {
+  KVCOMM_CHECK_ARG(impl != nullptr, call, "empty buffer (default-constructed or moved-from)");
 }
 
 }  // namespace
@@ -555,25 +560,32 @@ void SymmetricBuffer::close() {
 }
 
 void* SymmetricBuffer::local() const {
-  return impl_ ? impl_->base : nullptr;
+  requireBuffer(impl_.get(), "SymmetricBuffer::local");
+  return impl_->base;
 }
 void* SymmetricBuffer::peer(int r) const {
-  KVCOMM_CHECK_ARG(impl_ && r >= 0 && r < size(), "SymmetricBuffer::peer", "rank ", r, " out of range");
+  requireBuffer(impl_.get(), "SymmetricBuffer::peer");
+  KVCOMM_CHECK_ARG(r >= 0 && r < size(), "SymmetricBuffer::peer", "rank ", r, " out of range");
   return reinterpret_cast<void*>(impl_->bases[static_cast<size_t>(r)]);
 }
 bool SymmetricBuffer::isMapped(int r) const {
-  return impl_ && r >= 0 && r < size() && impl_->mapped[static_cast<size_t>(r)];
+  requireBuffer(impl_.get(), "SymmetricBuffer::isMapped");
+  return r >= 0 && r < size() && impl_->mapped[static_cast<size_t>(r)];
 }
 int SymmetricBuffer::rank() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::rank");
   return impl_->comm.rank();
 }
 int SymmetricBuffer::size() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::size");
   return impl_->comm.size();
 }
 size_t SymmetricBuffer::capacity() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::capacity");
   return impl_->capacity;
 }
 size_t SymmetricBuffer::mappedBytes() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::mappedBytes");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->backed.total();
 }
@@ -584,33 +596,42 @@ bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
          impl_->backed.covers(offset, bytes);
 }
 std::vector<Range> SymmetricBuffer::backedRanges() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::backedRanges");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->backed.ranges();
 }
 uint64_t SymmetricBuffer::generation() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::generation");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->generation;
 }
 size_t SymmetricBuffer::granularity() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::granularity");
   return impl_->gran;
 }
 MemoryKind SymmetricBuffer::kind() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::kind");
   return impl_->kind;
 }
 bool SymmetricBuffer::adopted() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::adopted");
   return impl_->adopted;
 }
 std::string SymmetricBuffer::handleType() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::handleType");
   return detail::handleKindName(impl_->handles);
 }
 Communicator& SymmetricBuffer::communicator() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::communicator");
   return impl_->comm;
 }
 const uint64_t* SymmetricBuffer::peerTable() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::peerTable");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->closing ? nullptr : impl_->table;
 }
 const uint64_t* SymmetricBuffer::backedBitmap() const {
+  requireBuffer(impl_.get(), "SymmetricBuffer::backedBitmap");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
   return impl_->closing ? nullptr : impl_->backedBits;
 }

@@ -516,6 +516,28 @@ TEST(ArenaServerSafety, FilesystemAddressesNeedAPrivateDirectory) {
   rmdir(dir.c_str());
 }
 
+// Enum values outside their enums (integers cast by the caller) are refused by name and value instead of being
+// taken for some kind or policy: Arena::create's options.kind, ArenaSession::import's options.onOwnerLoss.
+TEST(ArenaArguments, EnumsOutsideTheirRangeAreRefused) {
+  EXPECT_TRUE(runAll({[] {
+    kvcomm::ArenaOptions o;
+    o.kind = static_cast<MemoryKind>(5);
+    bool ok = refused([&] { Arena::create(testLayout(4), o); }, kvcomm::ErrorCode::InvalidArgument,
+                      "Arena::create: options.kind 5", "MemoryKind 5");
+    ArenaServer srv = ArenaServer::listen();
+    ArenaSession c = ArenaSession::connect(srv.address());
+    ArenaSession s = srv.accept(5000);
+    o.kind = MemoryKind::Host;
+    Arena a = Arena::create(testLayout(4), o);
+    kvcomm::ImportOptions io;
+    io.onOwnerLoss = static_cast<kvcomm::OwnerLoss>(9);
+    ok = refused([&] { c.import(s.offer(a), io); }, kvcomm::ErrorCode::InvalidArgument,
+                 "ArenaSession::import: options.onOwnerLoss 9", "OwnerLoss 9") &&
+         ok;
+    return ok && a.leases() == 0;
+  }}));
+}
+
 TEST_P(ArenaKinds, LegacyIpcHandleRidesAnyMessage) {
   const std::string addr = freshAddress();
   MemoryKind k = kind();

@@ -144,6 +144,10 @@ static void testBasics(void) {
   OK(kvcommLayoutGroupOf(&spec, 1, kvcommAxisPCP, ranks, 4, &n));
   CHECK(n == 2 && ranks[0] == 1 && ranks[1] == 3, "PCP group of 1: n %d {%d,%d}", n, ranks[0], ranks[1]);
   FAILS(kvcommLayoutGroupOf(&spec, 1, (kvcommAxis_t)9, ranks, 4, &n), kvcommInvalidArgument, "axis");
+  /* 3 * 1431655766 = 2^32 + 2: an int product would wrap to a 2-rank world. */
+  kvcommLayoutSpec wraps = {3, 1431655766, 1, 1};
+  FAILS(kvcommLayoutCoordOf(&wraps, 1, &c), kvcommInvalidArgument, "exceeds INT_MAX");
+  FAILS(kvcommLayoutGroupOf(&wraps, 1, kvcommAxisTP, ranks, 4, &n), kvcommInvalidArgument, "exceeds INT_MAX");
   int rank = -1;
   c.tp = 1;
   c.pcp = 0;
@@ -253,6 +257,10 @@ static void testLayout(kvcommComm_t world, int rank) {
   kvcommLayoutSpec bad = {3, 1, 1, 1};
   kvcommLayout_t layout = NULL;
   FAILS(kvcommLayoutCreate(world, &bad, &layout), kvcommInvalidArgument, "");
+  /* 4 * 1073741825 = 2^32 + 4 wraps to this 4-rank world in int arithmetic. */
+  kvcommLayoutSpec wraps = {4, 1073741825, 1, 1};
+  FAILS(kvcommLayoutCreate(world, &wraps, &layout), kvcommInvalidArgument, "exceeds INT_MAX");
+  CHECK(layout == NULL, "a refused layout must not hand out a handle");
   kvcommLayoutSpec spec = {2, 2, 1, 1};
   OK(kvcommLayoutCreate(world, &spec, &layout));
   kvcommLayoutCoord c;

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +117,48 @@ TEST_P(BarrierTest, BadOptionsAreRefused) {
   o.lanes = kvcomm::kMaxBarrierLanes + 1;
   EXPECT_THROW(Barrier::create(comm, o), kvcomm::InvalidArgumentError);
   EXPECT_THROW(Barrier().signal(), kvcomm::InvalidArgumentError);
+  o.lanes = 2;
+  o.kind = static_cast<MemoryKind>(9);  // an integer cast by the caller: refused, not taken for some kind
+  try {
+    Barrier::create(comm, o);
+    ADD_FAILURE() << "MemoryKind 9 accepted";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    for (const char* part : {"Barrier::create", "options.kind 9"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+  comm.barrier();
+}
+
+// Every method of an empty (default-constructed or moved-from) Barrier throws InvalidArgumentError naming it
+// ("empty barrier"); the accessors used to dereference null.
+TEST_P(BarrierTest, EveryMethodOfAnEmptyBarrierThrows) {
+  auto comm = kvtest::tcpWorld();
+  Barrier made = make(comm);
+  Barrier taken = std::move(made);
+  EXPECT_EQ(taken.lanes(), 2);
+  Barrier fresh;
+  for (Barrier* b : {&fresh, &made}) {
+    EXPECT_FALSE(b->valid());
+    auto empty = [&](const std::function<void()>& f, const char* call) {
+      try {
+        f();
+        ADD_FAILURE() << call << " worked on an empty barrier";
+      } catch (const kvcomm::InvalidArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find(call), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("empty barrier"), std::string::npos) << e.what();
+      }
+    };
+    empty([&] { (void)b->lanes(); }, "Barrier::lanes");
+    empty([&] { (void)b->kind(); }, "Barrier::kind");
+    empty([&] { (void)b->communicator(); }, "Barrier::communicator");
+    empty([&] { (void)b->deviceHandle(); }, "Barrier::deviceHandle");
+    empty([&] { (void)b->pollError(); }, "Barrier::pollError");
+    empty([&] { b->checkErrors(); }, "Barrier::pollError");
+    empty([&] { b->barrier(); }, "Barrier::barrier");
+    empty([&] { b->signal(); }, "Barrier::signal");
+    empty([&] { b->wait(); }, "Barrier::wait");
+  }
+  comm.barrier();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BarrierTest, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda),

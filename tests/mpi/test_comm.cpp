@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <string>
@@ -167,6 +168,32 @@ TEST(Topology, AccessorsRefuseMembersOutOfRange) {
     EXPECT_THROW((void)t.sameHost(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
     EXPECT_THROW((void)t.canAccessPeer(a, b), kvcomm::InvalidArgumentError) << a << ", " << b;
   }
+}
+
+// Sizes whose int product wraps to exactly this world's size (3 * 1431655766 = 2^32 + 2) are refused, not taken for
+// a world of world.size() ranks; every rank throws alike, before any communication.
+TEST(Layout, CreateRefusesSizesWhoseProductWrapsToTheWorldSize) {
+  auto world = kvtest::tcpWorld();
+  std::vector<kvcomm::LayoutSpec> specs;
+  if (world.size() == 2) specs = {{3, 1431655766, 1, 1}, {1, 1431655766, 3, 1}};
+  if (world.size() == 4) specs = {{4, 1073741825, 1, 1}, {1, 2, 2, 1073741825}};
+  if (world.size() == 8) specs = {{8, 536870913, 1, 1}, {2, 2, 2, 536870913}};
+  if (specs.empty()) GTEST_SKIP() << "no wrapping specs for " << world.size() << " ranks";
+  for (const auto& s : specs) {
+    uint32_t wrapped = static_cast<uint32_t>(s.tp) * static_cast<uint32_t>(s.pcp) * static_cast<uint32_t>(s.pp) *
+                       static_cast<uint32_t>(s.dp);
+    ASSERT_EQ(wrapped, static_cast<uint32_t>(world.size()));  // the hazard this test is about
+    try {
+      kvcomm::Layout::create(world, s);
+      ADD_FAILURE() << "Layout::create accepted tp " << s.tp << " pcp " << s.pcp << " pp " << s.pp << " dp " << s.dp;
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("Layout::create"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("exceeds INT_MAX"), std::string::npos) << e.what();
+    }
+  }
+  // The world still works afterwards: nothing was half-split.
+  auto l = kvcomm::Layout::create(world, {world.size(), 1, 1, 1});
+  EXPECT_EQ(l.tp.size(), world.size());
 }
 
 TEST(Bootstrap, CallbackOverMpiEqualsTcpAndMpi) {

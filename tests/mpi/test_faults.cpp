@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,15 @@ void Faults::callsAfterClose(const char* direct) {
   kvtest::Memory src(kind_, 4096);
   auto dev = slotsOf({world.rank()});
   CacheTensor t{src.data(), 0, 64, 0, 1, 0, 0};
+  int64_t one = 1, two = 2;
+  kvcomm::FetchRequest req{};
+  req.srcRank = (world.rank() + 1) % world.size();
+  req.srcBlocks = &one;
+  req.dstBlocks = &two;
+  req.count = 1;
+  req.srcLayoutHash = fetcher.layoutHash(req.srcRank);
+  kvcomm::FetchPlan before = fetcher.plan({req});
+  auto ids = slotsOf({1, 2});
   world.barrier();
   buf.close();
   auto closed = [&](const std::function<void()>& f, const char* what) {
@@ -252,14 +262,22 @@ void Faults::callsAfterClose(const char* direct) {
   closed([&] { pub.signal(); }, "signal");
   closed([&] { pub.wait(); }, "wait");
   closed([&] { buf.grow(2u << 20); }, "grow");
-  int64_t one = 1, two = 2;
-  kvcomm::FetchRequest req{};
-  req.srcRank = (world.rank() + 1) % world.size();
-  req.srcBlocks = &one;
-  req.dstBlocks = &two;
-  req.count = 1;
-  req.srcLayoutHash = fetcher.layoutHash(req.srcRank);
   closed([&] { fetcher.fetch({req}); }, "fetch");
+  // Every Fetcher call on the closed buffer names the closure (plan and deviceHandle used to succeed, handing out
+  // pointers into unmapped memory; refresh said "not wholly backed").
+  closed([&] { (void)fetcher.plan({req}); }, "Fetcher::plan");
+  closed([&] { fetcher.submit(before); }, "Fetcher::submit");
+  closed([&] { (void)fetcher.start({req}); }, "Fetcher::start");
+  closed([&] { (void)fetcher.deviceHandle(); }, "Fetcher::deviceHandle");
+  kvcomm::DeviceFetchBatch batch;
+  batch.srcBlocks = reinterpret_cast<const int64_t*>(ids->data());
+  batch.dstBlocks = reinterpret_cast<const int64_t*>(ids->data()) + 1;
+  batch.srcRank = req.srcRank;
+  batch.count = 1;
+  closed([&] { fetcher.fetchDevice(batch); }, "Fetcher::fetchDevice");
+  closed([&] { fetcher.refresh(); }, "Fetcher::refresh");  // collective: every rank closed its buffer
+  if (kind_ == MemoryKind::Host)  // every member reachable (the collective form exists): both barriers still run
+    closed([&] { fetcher.fetchAll({req}); }, "Fetcher::fetchAll");
   closed([&] { (void)buf.deviceHandle(); }, "deviceHandle");
   EXPECT_EQ(buf.peerTable(), nullptr);
   EXPECT_EQ(buf.backedBitmap(), nullptr);
@@ -372,6 +390,66 @@ TEST_P(Faults, AbortStopsAWaitingBarrier) {
     EXPECT_EQ(code, kvcomm::ErrorCode::Aborted);
     EXPECT_LT(secs, 2.3) << "the wait did not stop at the abort";
     EXPECT_THROW(bar.barrier(), kvcomm::Error) << "a barrier after abort() went ahead";
+  }
+  world.barrier();
+}
+
+// abort() reaches the Fetcher: every submission afterwards (plan, fetch, submit of a plan made before, start,
+// fetchDevice; from a peer or from this rank's own blocks) throws Aborted naming the call, and a polled fetch running
+// at the abort (host memory: paced, so it still runs) ends Failed naming the abort, never Done.
+TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto comm = world.split(0, world.rank());  // aborted on rank 0 only; world stays for the test's own sync
+  constexpr size_t kBlock = 1 << 20, kBlocks = 8;
+  auto buf = SymmetricBuffer::create(*comm, kBlock * kBlocks, kBlock * kBlocks, kind_);
+  kvcomm::KvLayout layout;
+  layout.regions.push_back({0, kBlock, 0, kBlocks});
+  auto fetcher = kvcomm::Fetcher::create(buf, layout);
+  world.barrier();
+  if (world.rank() == 0) {
+    std::vector<int64_t> src{0, 1, 2, 3}, dst{4, 5, 6, 7};
+    kvcomm::FetchRequest fromPeer{1, src.data(), dst.data(), src.size(), 0};
+    kvcomm::FetchRequest local{0, src.data(), dst.data(), src.size(), 0};
+    kvcomm::FetchPlan before = fetcher.plan({fromPeer});
+    kvcomm::FetchOperation running;
+    if (kind_ == MemoryKind::Host) {
+      kvcomm::FetchOptions paced;
+      paced.maxBytesPerSecond = 8u << 20;  // 4 MiB: about 500 ms
+      running = fetcher.start({fromPeer}, paced);
+    }
+    comm->abort();
+    auto aborted = [&](const std::function<void()>& f, const char* call) {
+      try {
+        f();
+        kvtest::synchronize(kind_);
+        ADD_FAILURE() << call << " went ahead after abort()";
+      } catch (const kvcomm::Error& e) {
+        EXPECT_EQ(e.code(), kvcomm::ErrorCode::Aborted) << e.what();
+        EXPECT_NE(std::string(e.what()).find(call), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+      }
+    };
+    auto ids = slotsOf({0, 1});
+    kvcomm::DeviceFetchBatch batch;
+    batch.srcBlocks = reinterpret_cast<const int64_t*>(ids->data());
+    batch.dstBlocks = reinterpret_cast<const int64_t*>(ids->data()) + 1;
+    batch.srcRank = 1;
+    batch.count = 1;
+    aborted([&] { (void)fetcher.plan({fromPeer}); }, "Fetcher::plan");
+    aborted([&] { fetcher.fetch({fromPeer}); }, "Fetcher::fetch");
+    aborted([&] { fetcher.fetch({local}); }, "Fetcher::fetch");
+    aborted([&] { fetcher.submit(before); }, "Fetcher::submit");
+    aborted([&] { (void)fetcher.start({fromPeer}); }, "Fetcher::start");
+    aborted([&] { fetcher.fetchDevice(batch); }, "Fetcher::fetchDevice");
+    if (running.valid()) {
+      kvcomm::FetchStatus s = running.wait(5000);
+      EXPECT_EQ(s.state, kvcomm::FetchState::Failed)
+          << "a fetch running at abort() ended " << static_cast<int>(s.state);
+      EXPECT_NE(s.error.find("aborted"), std::string::npos) << s.error;
+      EXPECT_FALSE(s.failedBlocks.empty());
+      EXPECT_LT(s.bytesDone, s.bytesTotal);
+    }
   }
   world.barrier();
 }

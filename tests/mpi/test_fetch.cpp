@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -292,6 +293,68 @@ TEST_P(Fetch, PathsThatCannotRunAreRefusedLoudly) {
     ScopedEnv demand("KVCOMM_FETCH_PATH", kind_ == MemoryKind::Host ? "copy" : "host");
     expectError([&] { f.fetch({q}); }, kvcomm::ErrorCode::Unsupported, {"path"});
   }
+  // A path outside the enum (an integer cast by the caller) is an InvalidArgumentError naming the call and the
+  // value, not an Unsupported naming some path; fetchAll's refusal still runs both barriers (no rank is stranded).
+  o.path = static_cast<FetchPath>(77);
+  expectError([&] { (void)f.plan({q}, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::plan", "options.path 77"});
+  expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::fetch", "options.path 77"});
+  expectError([&] { (void)f.start({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::start", "options.path 77"});
+  expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::fetchAll", "options.path 77"});
+  kvtest::synchronize(kind_);
+  comm.barrier();
+}
+
+// Every method of an empty (default-constructed or moved-from) Fetcher, FetchPlan and FetchOperation throws
+// InvalidArgumentError naming it.
+TEST_P(Fetch, EveryMethodOfAnEmptyHandleThrows) {
+  auto comm = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(comm, 1u << 20, 1u << 20, kind_);
+  KvLayout l;
+  l.regions.push_back({0, 4096, 0, 16});
+  Fetcher made = Fetcher::create(buf, l);
+  Fetcher taken = std::move(made);
+  EXPECT_TRUE(taken.valid());
+  std::vector<int64_t> src{0}, dst{1};
+  kvcomm::FetchRequest q{comm.rank(), src.data(), dst.data(), 1, 0};
+  auto empty = [&](const std::function<void()>& f, const char* call) {
+    expectError(f, kvcomm::ErrorCode::InvalidArgument, {call, "empty"});
+  };
+  Fetcher fresh;
+  for (Fetcher* f : {&fresh, &made}) {
+    EXPECT_FALSE(f->valid());
+    empty([&] { (void)f->plan({q}); }, "Fetcher::plan");
+    empty([&] { f->fetch({q}); }, "Fetcher::fetch");
+    empty([&] { f->submit(kvcomm::FetchPlan()); }, "Fetcher::submit");
+    empty([&] { f->fetchDevice(kvcomm::DeviceFetchBatch()); }, "Fetcher::fetchDevice");
+    empty([&] { (void)f->start({q}); }, "Fetcher::start");
+    empty([&] { f->fetchAll({q}); }, "Fetcher::fetchAll");
+    empty([&] { f->refresh(); }, "Fetcher::refresh");
+    empty([&] { (void)f->transport(0); }, "Fetcher::transport");
+    empty([&] { (void)f->layout(0); }, "Fetcher::layout");
+    empty([&] { (void)f->layoutHash(0); }, "Fetcher::layoutHash");
+    empty([&] { (void)f->generation(); }, "Fetcher::generation");
+    empty([&] { (void)f->buffer(); }, "Fetcher::buffer");
+    empty([&] { (void)f->deviceHandle(); }, "Fetcher::deviceHandle");
+    empty([&] { (void)f->pollError(); }, "Fetcher::pollError");
+    empty([&] { f->checkErrors(); }, "Fetcher::pollError");
+  }
+  kvcomm::FetchPlan plan;
+  EXPECT_FALSE(plan.valid());
+  empty([&] { (void)plan.info(); }, "FetchPlan::info");
+  empty([&] { (void)plan.generation(); }, "FetchPlan::generation");
+  kvcomm::FetchOperation op = taken.start({q});
+  kvcomm::FetchOperation kept = std::move(op);
+  EXPECT_EQ(kept.wait(5000).state, kvcomm::FetchState::Done);
+  for (kvcomm::FetchOperation* o : {&op, static_cast<kvcomm::FetchOperation*>(nullptr)}) {
+    kvcomm::FetchOperation none;
+    kvcomm::FetchOperation& e = o ? *o : none;
+    EXPECT_FALSE(e.valid());
+    empty([&] { (void)e.test(); }, "FetchOperation::test");
+    empty([&] { (void)e.wait(0); }, "FetchOperation::wait");
+  }
   kvtest::synchronize(kind_);
   comm.barrier();
 }
@@ -308,6 +371,11 @@ TEST_P(Fetch, CreateRefusesIncompatibleOrUnbackedLayoutsOnEveryRank) {
   beyond.regions.push_back({comm.rank() == 1 ? (6u << 20) : 0u, 4096, 0, 16});  // rank 1: not backed (grow first)
   expectError([&] { Fetcher::create(buf, beyond); }, kvcomm::ErrorCode::InvalidArgument,
               {"rank 1", "not wholly backed"});
+  KvLayout overlapping;  // rank 1: region 1's block k is region 0's block k + 1
+  overlapping.regions.push_back({0, 4096, 0, 16});
+  overlapping.regions.push_back({comm.rank() == 1 ? 4096u : (1u << 20), 4096, 0, 16});
+  expectError([&] { Fetcher::create(buf, overlapping); }, kvcomm::ErrorCode::InvalidArgument,
+              {"rank 1", "regions 0 and 1 overlap"});
   comm.barrier();
 }
 

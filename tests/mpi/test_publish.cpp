@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -416,6 +417,81 @@ TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
   empty.rowBytes = 0;
   expectRefused({empty}, "rowBytes is 0");
   EXPECT_THROW(pub.barrier(nullptr, 7), kvcomm::InvalidArgumentError);
+  world.barrier();
+}
+
+// A slot type outside the enum (SlotType(7): an integer cast by the caller) is refused by every publish form,
+// naming the call and the value, before anything is read or written (it used to be read as int32 slots).
+TEST_P(Publish, SlotTypeOutsideTheEnumIsRefusedAndWritesNothing) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
+  auto pub = Publisher::create(buf);
+  std::vector<uint8_t> poison(1u << 16, kvtest::kPoison);
+  kvtest::toMemory(kind_, buf.local(), poison.data(), poison.size());
+  world.barrier();
+  kvtest::Memory src(kind_, 4096), slots(kind_, 64);
+  std::vector<int64_t> ids{world.rank(), 8 + world.rank()};
+  kvtest::toMemory(kind_, slots.data(), ids.data(), 16);
+  kvcomm::CacheTensor t{src.data(), 0, 64, 0, 1, 0, 0};
+  const auto bad = static_cast<SlotType>(7);
+  const kvcomm::SlotMapping sized{slots.data(), bad, 2};
+  auto refused = [&](const std::function<void()>& f, const char* call, const char* argument) {
+    try {
+      f();
+      ADD_FAILURE() << call << " accepted SlotType 7";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      for (const char* part : {call, argument, " 7 "})
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { pub.publish({t}, slots.data(), bad, 2); }, "Publisher::publish", "slotType");
+  refused([&] { pub.publish({t}, sized, 2); }, "Publisher::publish", "slots.type");
+  refused([&] { pub.publishAndBarrier({t}, slots.data(), bad, 2); }, "Publisher::publishAndBarrier", "slotType");
+  refused([&] { pub.publishAndBarrier({t}, sized, 2); }, "Publisher::publishAndBarrier", "slots.type");
+  refused([&] { pub.publishAndSignal({t}, slots.data(), bad, 2); }, "Publisher::publishAndSignal", "slotType");
+  refused([&] { pub.publishAndSignal({t}, sized, 2); }, "Publisher::publishAndSignal", "slots.type");
+  kvtest::synchronize(kind_);
+  world.barrier();
+  std::vector<uint8_t> got(poison.size());
+  kvtest::fromMemory(kind_, got.data(), buf.local(), got.size());
+  EXPECT_EQ(got, poison) << "a refused publish wrote the buffer";
+  world.barrier();
+}
+
+// Every method of an empty (default-constructed or moved-from) Publisher throws InvalidArgumentError naming it.
+TEST_P(Publish, EveryMethodOfAnEmptyPublisherThrows) {
+  auto world = kvtest::tcpWorld();
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
+  Publisher made = Publisher::create(buf);
+  Publisher taken = std::move(made);
+  EXPECT_TRUE(taken.valid());
+  kvtest::Memory src(kind_, 4096), slots(kind_, 64);
+  kvcomm::CacheTensor t{src.data(), 0, 64, 0, 1, 0, 0};
+  for (Publisher* p : {&made, static_cast<Publisher*>(nullptr)}) {
+    Publisher fresh;
+    Publisher& e = p ? *p : fresh;
+    EXPECT_FALSE(e.valid());
+    auto empty = [&](const std::function<void()>& f, const char* call) {
+      try {
+        f();
+        ADD_FAILURE() << call << " worked on an empty publisher";
+      } catch (const kvcomm::InvalidArgumentError& x) {
+        EXPECT_NE(std::string(x.what()).find(call), std::string::npos) << x.what();
+        EXPECT_NE(std::string(x.what()).find("empty publisher"), std::string::npos) << x.what();
+      }
+    };
+    empty([&] { (void)e.mode(); }, "Publisher::mode");
+    empty([&] { (void)e.modeReason(); }, "Publisher::modeReason");
+    empty([&] { (void)e.barrierHandle(); }, "Publisher::barrierHandle");
+    empty([&] { (void)e.pollError(); }, "Publisher::pollError");
+    empty([&] { e.checkErrors(); }, "Publisher::pollError");
+    empty([&] { e.publish({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publish");
+    empty([&] { e.publishAndBarrier({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndBarrier");
+    empty([&] { e.publishAndSignal({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndSignal");
+    empty([&] { e.barrier(); }, "Publisher::barrier");
+    empty([&] { e.signal(); }, "Publisher::signal");
+    empty([&] { e.wait(); }, "Publisher::wait");
+  }
   world.barrier();
 }
 

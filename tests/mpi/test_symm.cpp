@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -392,6 +393,73 @@ TEST_P(Symm, LegacyCudaIpcFallback) {
 INSTANTIATE_TEST_SUITE_P(Backends, Symm, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
 
 // One-use tokens, with the real fd server of another process.
+// A MemoryKind outside the enum (an integer cast by the caller) is refused by create and adopt, naming the call and
+// the value, before any collective step (every rank throws alike; nothing is allocated).
+TEST(SymmArguments, KindOutsideTheEnumIsRefused) {
+  auto world = kvtest::tcpWorld();
+  const auto bad = static_cast<MemoryKind>(5);
+  auto refused = [&](const std::function<void()>& f, const char* call) {
+    try {
+      f();
+      ADD_FAILURE() << call << " accepted MemoryKind 5";
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      for (const char* part : {call, "kind 5"})
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { SymmetricBuffer::create(world, 1u << 20, 1u << 20, bad); }, "SymmetricBuffer::create");
+  std::vector<char> reserved(1u << 20);
+  refused([&] { SymmetricBuffer::adopt(world, reserved.data(), reserved.size(), bad); }, "SymmetricBuffer::adopt");
+  auto ok = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);  // the group is still in step
+  EXPECT_EQ(ok.kind(), MemoryKind::Host);
+  world.barrier();
+}
+
+// Every method of an empty (default-constructed or moved-from) buffer throws InvalidArgumentError naming it, except
+// valid(), close() (idempotent: nothing to close) and isBacked() (false).
+TEST(SymmArguments, EveryAccessorOfAnEmptyBufferThrows) {
+  auto world = kvtest::tcpWorld();
+  auto made = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  SymmetricBuffer taken = std::move(made);
+  EXPECT_TRUE(taken.valid());
+  SymmetricBuffer fresh;
+  for (SymmetricBuffer* b : {&fresh, &made}) {
+    EXPECT_FALSE(b->valid());
+    auto empty = [&](const std::function<void()>& f, const char* call) {
+      try {
+        f();
+        ADD_FAILURE() << call << " worked on an empty buffer";
+      } catch (const kvcomm::InvalidArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find(call), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
+      }
+    };
+    empty([&] { (void)b->local(); }, "SymmetricBuffer::local");
+    empty([&] { (void)b->peer(0); }, "SymmetricBuffer::peer");
+    empty([&] { (void)b->isMapped(0); }, "SymmetricBuffer::isMapped");
+    empty([&] { (void)b->rank(); }, "SymmetricBuffer::rank");
+    empty([&] { (void)b->size(); }, "SymmetricBuffer::size");
+    empty([&] { (void)b->capacity(); }, "SymmetricBuffer::capacity");
+    empty([&] { (void)b->mappedBytes(); }, "SymmetricBuffer::mappedBytes");
+    empty([&] { (void)b->backedRanges(); }, "SymmetricBuffer::backedRanges");
+    empty([&] { (void)b->generation(); }, "SymmetricBuffer::generation");
+    empty([&] { (void)b->granularity(); }, "SymmetricBuffer::granularity");
+    empty([&] { (void)b->kind(); }, "SymmetricBuffer::kind");
+    empty([&] { (void)b->adopted(); }, "SymmetricBuffer::adopted");
+    empty([&] { (void)b->handleType(); }, "SymmetricBuffer::handleType");
+    empty([&] { (void)b->communicator(); }, "SymmetricBuffer::communicator");
+    empty([&] { (void)b->deviceHandle(); }, "SymmetricBuffer::deviceHandle");
+    empty([&] { (void)b->peerTable(); }, "SymmetricBuffer::peerTable");
+    empty([&] { (void)b->backedBitmap(); }, "SymmetricBuffer::backedBitmap");
+    empty([&] { b->grow(2u << 20); }, "SymmetricBuffer::grow");
+    empty([&] { b->commit({{0, 4096}}); }, "SymmetricBuffer::commit");
+    empty([&] { b->release({{0, 4096}}); }, "SymmetricBuffer::release");
+    EXPECT_FALSE(b->isBacked(0, 1));
+    b->close();
+  }
+  world.barrier();
+}
+
 TEST(FdTokens, ForgedReplayedExpiredAndStolenTokensGetNoFd) {
   auto world = kvtest::tcpWorld();
   if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";

@@ -240,6 +240,92 @@ TEST(FetchLayout, ValidationRefusesOverflowOutOfBoundsAndUnbacked) {
   expectError([&] { kvcomm::detail::validateLayout(l, cap, holes, "test"); }, {"region 0", "not wholly backed"});
 }
 
+// Regions whose blocks share bytes are refused (a local fetch would read bytes the same batch already overwrote,
+// behind the hazard checks, which compare block ids): named cases, including the layouts engines use that must stay
+// accepted (K and V interleaved per block, every layer in one block-major record, K and V of different sizes).
+TEST(FetchLayout, RefusesRegionsWhoseBlocksShareBytes) {
+  auto backed = [](uint64_t, uint64_t) { return true; };
+  const uint64_t cap = 1 << 24, B = 4096;
+  auto validate = [&](std::vector<kvcomm::KvRegion> regions) {
+    kvcomm::KvLayout l;
+    l.regions = std::move(regions);
+    kvcomm::detail::validateLayout(l, cap, backed, "Fetcher::create");
+  };
+  // The probe's layout: region 1's block k is region 0's block k + 1.
+  expectError(
+      [&] {
+        validate({{0, B, 0, 8}, {B, B, 0, 8}});
+      },
+      {"Fetcher::create", "regions 0 and 1 overlap", "offset 4096", "share bytes"});
+  expectError([&] { validate({{0, B, 0, 8}, {64 * B, B, 0, 8}, {0, B, 0, 8}}); }, {"regions 0 and 2 overlap"});
+  expectError([&] { validate({{0, B, 2 * B, 8}, {B - 1, B, 2 * B, 8}}); }, {"regions 0 and 1 overlap"});  // by 1 byte
+  expectError([&] { validate({{0, B, 2 * B, 8}, {B + 1, B, 2 * B, 8}}); }, {"regions 0 and 1 overlap"});  // into k+1
+  expectError([&] { validate({{0, B, 2 * B, 8}, {14 * B, B, 0, 1}}); }, {"regions 0 and 1 overlap"});     // last block
+  expectError([&] { validate({{0, B, 2 * B, 8}, {B, B, 3 * B, 4}}); }, {"different strides"});
+  // Accepted: K/V interleaved per block; a block-major record of 4 layers x K/V; K and V of different sizes; a
+  // region of one block in a gap; different strides in disjoint ranges; the same residue in disjoint ranges.
+  validate({{0, B, 2 * B, 8}, {B, B, 2 * B, 8}});
+  std::vector<kvcomm::KvRegion> record;
+  for (uint64_t j = 0; j < 8; ++j) record.push_back({j * B, B, 8 * B, 16});
+  validate(record);
+  validate({{0, 576, 576 + 64, 32}, {576, 64, 576 + 64, 32}});
+  validate({{0, B, 2 * B, 8}, {3 * B, B, 0, 1}, {15 * B, B, 0, 1}});
+  validate({{0, B, 2 * B, 8}, {16 * B, B, 3 * B, 4}});
+  validate({{0, B, 2 * B, 8}, {16 * B, B, 2 * B, 8}});
+}
+
+// Property: over random small layouts, validateLayout refuses exactly the layouts where a byte belongs to two
+// regions (a byte map oracle), plus, by rule, regions of different strides (more than one block each) whose extents
+// intersect.
+TEST(FetchLayout, OverlapRefusalMatchesAByteMapOracle) {
+  auto backed = [](uint64_t, uint64_t) { return true; };
+  std::mt19937_64 rng(20240611);
+  size_t refused = 0, accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    kvcomm::KvLayout l;
+    const size_t n = 2 + rng() % 3;
+    const uint64_t strides[] = {16, 24, 32};
+    for (size_t j = 0; j < n; ++j) {
+      uint64_t bytes = 1 + rng() % 16, stride = strides[rng() % 3];
+      l.regions.push_back({rng() % 160, bytes, rng() % 4 == 0 ? 0 : std::max(stride, bytes), 1 + rng() % 5});
+    }
+    std::vector<int> owner(512, -1);
+    bool expectRefused = false;
+    for (size_t j = 0; j < n; ++j) {
+      const kvcomm::KvRegion& r = l.regions[j];
+      uint64_t stride = r.blockStride ? r.blockStride : r.blockBytes;
+      for (uint64_t b = 0; b < r.numBlocks; ++b)
+        for (uint64_t x = r.offset + b * stride; x < r.offset + b * stride + r.blockBytes; ++x) {
+          if (owner[x] >= 0 && owner[x] != static_cast<int>(j)) expectRefused = true;
+          owner[x] = static_cast<int>(j);
+        }
+      for (size_t k = 0; k < j; ++k) {
+        const kvcomm::KvRegion& o = l.regions[k];
+        uint64_t os = o.blockStride ? o.blockStride : o.blockBytes;
+        uint64_t end = r.offset + (r.numBlocks - 1) * stride + r.blockBytes;
+        uint64_t oend = o.offset + (o.numBlocks - 1) * os + o.blockBytes;
+        if (os != stride && o.numBlocks > 1 && r.numBlocks > 1 && r.offset < oend && o.offset < end)
+          expectRefused = true;
+      }
+    }
+    bool threw = false;
+    try {
+      kvcomm::detail::validateLayout(l, 1 << 20, backed, "test");
+    } catch (const kvcomm::InvalidArgumentError& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+    }
+    std::string regions;
+    for (const kvcomm::KvRegion& r : l.regions)
+      regions += "{" + std::to_string(r.offset) + ", " + std::to_string(r.blockBytes) + ", " +
+                 std::to_string(r.blockStride) + ", " + std::to_string(r.numBlocks) + "} ";
+    ASSERT_EQ(threw, expectRefused) << "iteration " << iter << ": " << regions;
+    (threw ? refused : accepted)++;
+  }
+  EXPECT_GT(refused, 1000u);
+  EXPECT_GT(accepted, 1000u);
+}
+
 TEST(FetchLayout, HashCoversEveryFieldAndNormalisesTheDefaultStride) {
   kvcomm::KvLayout a;
   a.regions.push_back({0, 4096, 0, 8});

@@ -1,6 +1,7 @@
 // Layout against a brute-force oracle that enumerates coordinates in nested loops (TP innermost).
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -111,6 +112,46 @@ TEST(Layout, RankOfRejectsCoordinatesOutsideTheirAxis) {
     }
   }
   EXPECT_THROW(kvcomm::Layout::rankOf({2, 0, 1, 1}, {0, 0, 0, 0}), kvcomm::InvalidArgumentError);
+}
+
+// Throws InvalidArgumentError whose message holds every string of `parts`.
+template <typename F>
+void expectInvalid(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InvalidArgumentError (expected one naming " << *parts.begin() << ")";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+// Sizes whose product wraps an int (3 * 1431655766 = 2^32 + 2 reads as 2) are refused, on every axis, by every
+// function: the wrapped world would otherwise map ranks onto coordinates that do not exist.
+TEST(Layout, RefusesSizesWhoseProductOverflowsInt) {
+  const std::vector<kvcomm::LayoutSpec> wrapping = {
+      {3, 1431655766, 1, 1}, {1, 1, 3, 1431655766}, {1431655766, 1, 1, 3}, {2, 2, 2, 536870913}, {65536, 65536, 1, 1}};
+  for (const auto& s : wrapping) {
+    expectInvalid([&] { kvcomm::Layout::coordOf(s, 1); }, {"Layout::coordOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::Layout::rankOf(s, {0, 0, 0, 0}); }, {"Layout::rankOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::TP); }, {"Layout::groupOf", "exceeds INT_MAX"});
+  }
+  expectInvalid([] { kvcomm::Layout::coordOf({3, 1431655766, 1, 1}, 1); }, {"3*1431655766*1*1"});
+  // The largest worlds that fit an int stay accepted.
+  const kvcomm::LayoutSpec widest{2147483647, 1, 1, 1};
+  EXPECT_EQ(kvcomm::Layout::coordOf(widest, 2147483646).tp, 2147483646);
+  const kvcomm::LayoutSpec square{46340, 46341, 1, 1};  // 2,147,441,940 ranks
+  kvcomm::LayoutCoord last = kvcomm::Layout::coordOf(square, 2147441939);
+  EXPECT_EQ(last.tp, 46339);
+  EXPECT_EQ(last.pcp, 46340);
+  EXPECT_EQ(kvcomm::Layout::rankOf(square, last), 2147441939);
+}
+
+TEST(Layout, GroupOfRefusesAnAxisOutsideTheEnum) {
+  expectInvalid(
+      [] {
+        kvcomm::Layout::groupOf({2, 2, 1, 1}, 0, static_cast<kvcomm::Axis>(9));
+      },
+      {"Layout::groupOf", "axis 9"});
 }
 
 }  // namespace
