@@ -432,7 +432,9 @@ TEST_P(Fetch, OneHostPicksThePeerMappingsAndTcpWhenDemanded) {
     for (int r = 0; r < comm.size(); ++r)
       EXPECT_EQ(f.transport(r), r == comm.rank() ? kvcomm::FetchTransportKind::Peer : kvcomm::FetchTransportKind::Tcp)
           << "rank " << r;
-    EXPECT_STREQ(kvcomm::fetchTransportName(f.transport((comm.rank() + 1) % comm.size())), "tcp");
+    if (comm.size() > 1) {  // alone, the next rank is this one: a local copy
+      EXPECT_STREQ(kvcomm::fetchTransportName(f.transport((comm.rank() + 1) % comm.size())), "tcp");
+    }
   }
   {
     ScopedEnv bad("KVCOMM_FETCH_TRANSPORT", "carrier-pigeon");
