@@ -1,6 +1,6 @@
 // CUDA kernels behind publish, barrier and the gather+insert fallback. Publish spreads every (row, vector column) of
 // a call over the whole grid: each vector is loaded once and stored into every replica, with the widest vector the
-// row alignment allows. The fallback's pack copies one row per warp.
+// row alignment allows. The fallback's pack copies (row, vector) items too, in the widest vectors its rows allow.
 #include <cuda_runtime.h>
 
 #include "common/check.hpp"

@@ -288,10 +288,10 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   impl->buf = buffer.share();
   impl->kind = buffer.kind();
   impl->lanes = options.lanes;
-  impl->packMaxBytes = static_cast<size_t>(env::fallbackPackMaxBytes());
 
   // Mode: every member must ask for the same, and Direct only where every member can reach every replica.
   struct ModeVote {
+    int64_t packMaxBytes;  // decides which collectives a fallback call issues: must agree, like the mode
     int32_t requested;
     int32_t directOk;
     char why[248];
@@ -299,6 +299,7 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   std::vector<ModeVote> votes(static_cast<size_t>(comm.size()));
   ModeVote& mine = votes[static_cast<size_t>(comm.rank())];
   mine.requested = static_cast<int32_t>(env::direct());
+  mine.packMaxBytes = env::fallbackPackMaxBytes();
   mine.directOk = 1;
   std::string why;
   if (buffer.size() > kMaxHandlePeers) why = cat(buffer.size(), " members exceed the direct path's ", kMaxHandlePeers);
@@ -315,11 +316,15 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
                      "KVCOMM_DIRECT must be the same on every member: world rank ", comm.worldRank(r), " has ",
                      env::directModeText(static_cast<env::DirectMode>(v.requested)), ", world rank ", comm.worldRank(0),
                      " has ", env::directModeText(static_cast<env::DirectMode>(votes[0].requested)));
+    KVCOMM_CHECK_ARG(v.packMaxBytes == votes[0].packMaxBytes, "Publisher::create",
+                     "KVCOMM_FALLBACK_PACK_MAX_BYTES must be the same on every member: world rank ", comm.worldRank(r),
+                     " has ", v.packMaxBytes, ", world rank ", comm.worldRank(0), " has ", votes[0].packMaxBytes);
     if (!v.directOk && allOk) {
       allOk = false;
       why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
     }
   }
+  impl->packMaxBytes = static_cast<size_t>(votes[0].packMaxBytes);
   auto requested = static_cast<env::DirectMode>(votes[0].requested);
   if (requested == env::DirectMode::Force && !allOk)
     KVCOMM_THROW(Unsupported, "Publisher::create", "KVCOMM_DIRECT=1 demands direct publication, which cannot run on ",

@@ -581,4 +581,22 @@ TEST(PublishMode, DifferentKvcommDirectNamesWorldRanksAndBothValues) {
   world.barrier();
 }
 
+TEST(PublishMode, DifferentFallbackPackMaxBytesIsRefusedOnEveryMember) {
+  // The knob decides which collectives a fallback call issues (one AllGather or a group): members that disagreed
+  // would pair collectives of different sizes, so create refuses it everywhere, naming both values.
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  const int last = world.size() - 1;
+  ScopedEnv knob("KVCOMM_FALLBACK_PACK_MAX_BYTES", world.rank() == last ? "0" : "");
+  const std::string want = "world rank " + std::to_string(last) + " has 0, world rank 0 has 262144";
+  try {
+    auto pub = Publisher::create(buf);
+    ADD_FAILURE() << "members with different KVCOMM_FALLBACK_PACK_MAX_BYTES created a publisher";
+  } catch (const kvcomm::InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  world.barrier();
+}
+
 }  // namespace

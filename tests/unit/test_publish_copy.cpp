@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -233,8 +234,8 @@ TEST(PublishKernels, MatchAnIndependentOracleAcrossSourcesTensorsAndSizes) {
 }
 
 // The fallback's pack (the caller's slots widened to int64, then each tensor's rows back to back at its part of the
-// record) against a record built by plain loops, for source alignments that give every vector width (16 to 1 bytes)
-// and row sizes with and without tails; the bytes past the record keep their poison.
+// record) against a record built by plain loops, for sources whose address, stride or row size gives every vector
+// width (16 to 1 bytes); the bytes past the record keep their poison.
 std::vector<uint8_t> packOracle(const kvcomm::detail::PackLaunch& p, const std::vector<std::vector<uint8_t>>& rows,
                                 const std::vector<int64_t>& slots, size_t recordBytes) {
   std::vector<uint8_t> out(recordBytes + 64, 0xA5);
@@ -249,15 +250,16 @@ std::vector<uint8_t> packOracle(const kvcomm::detail::PackLaunch& p, const std::
 void runPack(kvcomm::MemoryKind kind, std::mt19937_64& rng) {
   struct Case {
     int64_t tokens;
-    std::vector<std::pair<uint64_t, uint64_t>> tensors;  // (rowBytes, srcStride)
+    std::vector<std::array<uint64_t, 3>> tensors;  // (rowBytes, srcStride, bytes the source starts past 16)
     bool slot64;
   };
   const std::vector<Case> cases = {
-      {1, {{656, 656}}, true},                     // 16-byte vectors
-      {300, {{656, 672}, {136, 144}}, false},      // strided rows: 16 and 8
-      {2500, {{132, 132}, {20, 20}}, true},        // 4
-      {77, {{6, 6}, {7, 9}, {656, 1312}}, false},  // 2, 1, and every other source row
-      {9000, {{576, 1152}, {64, 1152}}, true},     // K and V halves of one row: many blocks
+      {1, {{656, 656, 0}}, true},                           // 16-byte vectors
+      {300, {{656, 672, 0}, {136, 144, 0}}, false},         // strided rows: 16 and 8
+      {2500, {{132, 132, 0}, {20, 20, 0}}, true},           // 4
+      {77, {{6, 6, 0}, {7, 9, 0}, {656, 1312, 0}}, false},  // 2, 1, and every other source row
+      {9000, {{576, 1152, 0}, {64, 1152, 0}}, true},        // K and V halves of one row: many blocks
+      {40, {{656, 656, 8}, {656, 656, 4}, {656, 656, 2}, {656, 656, 1}}, true},  // the source address decides
   };
   for (const Case& c : cases) {
     kvcomm::detail::PackLaunch p{};
@@ -268,12 +270,14 @@ void runPack(kvcomm::MemoryKind kind, std::mt19937_64& rng) {
     std::vector<std::unique_ptr<kvtest::Memory>> mem;
     uint64_t at = (static_cast<uint64_t>(c.tokens) * 8 + 15) & ~uint64_t(15);
     for (size_t k = 0; k < c.tensors.size(); ++k) {
-      auto [rowBytes, stride] = c.tensors[k];
+      auto [rowBytes, stride, skew] = c.tensors[k];
       std::vector<uint8_t> r(static_cast<size_t>(c.tokens) * stride);
       for (auto& b : r) b = static_cast<uint8_t>(rng());
       rows.push_back(r);
-      mem.push_back(placed(kind, r.data(), r.size()));
-      p.src[k] = mem.back()->data();
+      std::vector<uint8_t> skewed(skew + r.size());
+      std::copy(r.begin(), r.end(), skewed.begin() + static_cast<std::ptrdiff_t>(skew));
+      mem.push_back(placed(kind, skewed.data(), skewed.size()));
+      p.src[k] = mem.back()->data() + skew;
       p.srcStride[k] = stride;
       p.rowBytes[k] = rowBytes;
       p.partOffset[k] = at;
