@@ -157,12 +157,14 @@ class HostOp : public TransportOp {
       }
       if (!failure.empty()) break;
     }
-    // Before reporting Done: a source the group learnt is dead (or an abort) while the last slices ran fails the
-    // operation, and the blocks read from that source (every block, after an abort) are not reported landed.
+    // Before reporting: a source the group knows is dead (or an abort), whether seen between slices or only now,
+    // fails the operation, and the blocks read from that source (every block, after an abort) are not reported
+    // landed. The group's health never recovers, so this one pass is the rule however the failure was first seen.
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < runs_.size() && failure.empty(); ++i) {
-      failure = healthFailure(ctx_, plan_->runs[runs_[i]].rank);
-      if (failure.empty()) continue;
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      std::string lost = healthFailure(ctx_, plan_->runs[runs_[i]].rank);
+      if (lost.empty()) continue;
+      if (failure.empty()) failure = lost;
       bool aborted = ctx_.health->state() == kAborted;
       for (size_t ri : runs_)
         if (aborted || plan_->runs[ri].rank == plan_->runs[runs_[i]].rank) progress_[ri] = 0;

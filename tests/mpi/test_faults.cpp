@@ -21,6 +21,7 @@
 #include "kvcomm/ops.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
 
@@ -406,6 +407,11 @@ TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
   kvcomm::KvLayout layout;
   layout.regions.push_back({0, kBlock, 0, kBlocks});
   auto fetcher = kvcomm::Fetcher::create(buf, layout);
+  kvcomm::Fetcher overTcp;  // every transport settles with the group's health, not only the peer mappings
+  {
+    kvtest::ScopedEnv tcp("KVCOMM_FETCH_TRANSPORT", "tcp");
+    overTcp = kvcomm::Fetcher::create(buf, layout);
+  }
   world.barrier();
   if (world.rank() == 0) {
     std::vector<int64_t> src{0, 1, 2, 3}, dst{4, 5, 6, 7};
@@ -418,6 +424,7 @@ TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
       paced.maxBytesPerSecond = 8u << 20;  // 4 MiB: about 500 ms
       running = fetcher.start({fromPeer}, paced);
     }
+    kvcomm::FetchOperation remote = overTcp.start({fromPeer});  // may end before abort(), but is not yet observed
     comm->abort();
     auto aborted = [&](const std::function<void()>& f, const char* call) {
       try {
@@ -447,9 +454,16 @@ TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
       EXPECT_EQ(s.state, kvcomm::FetchState::Failed)
           << "a fetch running at abort() ended " << static_cast<int>(s.state);
       EXPECT_NE(s.error.find("aborted"), std::string::npos) << s.error;
-      EXPECT_FALSE(s.failedBlocks.empty());
-      EXPECT_LT(s.bytesDone, s.bytesTotal);
+      // However the failure was first seen (between slices or at the end), after an abort no block is landed.
+      EXPECT_EQ(s.failedBlocks, dst);
+      EXPECT_EQ(s.bytesDone, 0u);
     }
+    kvcomm::FetchStatus t = remote.wait(10000);
+    EXPECT_EQ(t.state, kvcomm::FetchState::Failed)
+        << "a TCP fetch observed after abort() ended " << static_cast<int>(t.state);
+    EXPECT_NE(t.error.find("aborted"), std::string::npos) << t.error;
+    EXPECT_EQ(t.failedBlocks, dst) << "after an abort no block is reported landed";
+    EXPECT_EQ(t.bytesDone, 0u);
   }
   world.barrier();
 }
