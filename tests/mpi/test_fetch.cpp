@@ -15,12 +15,14 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/expect_error.hpp"
 #include "support/fetch_oracle.hpp"
 #include "support/memory.hpp"
 #include "support/scoped_env.hpp"
 
 namespace {
 
+using kvtest::expectError;
 using kvtest::ScopedEnv;
 
 using kvcomm::Fetcher;
@@ -30,18 +32,6 @@ using kvcomm::MemoryKind;
 using kvcomm::SymmetricBuffer;
 using kvtest::FetchBatch;
 using kvtest::FetchCase;
-
-// Expects an Error of `code` whose message holds every fragment.
-template <typename Fn>
-void expectError(Fn&& fn, kvcomm::ErrorCode code, std::vector<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected " << kvcomm::errorCodeName(code) << " naming " << fragments[0];
-  } catch (const kvcomm::Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
-  }
-}
 
 class Fetch : public kvtest::BackendTest {
  protected:
