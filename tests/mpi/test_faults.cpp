@@ -424,7 +424,10 @@ TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
       paced.maxBytesPerSecond = 8u << 20;  // 4 MiB: about 500 ms
       running = fetcher.start({fromPeer}, paced);
     }
-    kvcomm::FetchOperation remote = overTcp.start({fromPeer});  // may end before abort(), but is not yet observed
+    // Other destination blocks than `running`'s: two operations in flight must not write the same bytes.
+    std::vector<int64_t> tcpSrc{0, 1}, tcpDst{2, 3};
+    kvcomm::FetchOperation remote =  // may end before abort(), but is not yet observed
+        overTcp.start({kvcomm::FetchRequest{1, tcpSrc.data(), tcpDst.data(), tcpSrc.size(), 0}});
     comm->abort();
     auto aborted = [&](const std::function<void()>& f, const char* call) {
       try {
@@ -462,7 +465,7 @@ TEST_P(Faults, AbortedFetcherRefusesEverySubmissionAndFailsARunningFetch) {
     EXPECT_EQ(t.state, kvcomm::FetchState::Failed)
         << "a TCP fetch observed after abort() ended " << static_cast<int>(t.state);
     EXPECT_NE(t.error.find("aborted"), std::string::npos) << t.error;
-    EXPECT_EQ(t.failedBlocks, dst) << "after an abort no block is reported landed";
+    EXPECT_EQ(t.failedBlocks, tcpDst) << "after an abort no block is reported landed";
     EXPECT_EQ(t.bytesDone, 0u);
   }
   world.barrier();
