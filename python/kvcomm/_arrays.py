@@ -7,6 +7,7 @@ torch), and anything DLPack or buffer-protocol (JAX, bytes, memoryview) through 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
@@ -82,9 +83,15 @@ def _torch_view(t: Any) -> ArrayView:
     )
 
 
-def _interface_view(obj: Any, iface: dict, device: str) -> ArrayView:
+def _interface_view(obj: Any, iface: dict, device: str) -> Optional[ArrayView]:
     typestr = iface["typestr"]
-    kind, itemsize = typestr[1], int(typestr[2:])
+    kind = typestr[1]
+    if kind == "O":  # Python object pointers: not data kvcomm can move
+        return None
+    digits = re.match(r"\d+", typestr[2:])  # "<M8[ns]" (datetime) carries a unit after its size
+    if digits is None:
+        return None
+    itemsize = int(digits.group())
     shape = tuple(int(s) for s in iface["shape"])
     strides = iface.get("strides")
     if strides is None:  # C-contiguous

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from . import _kvcomm
-from ._errors import invalid
+from ._errors import I32, check_int, invalid
 from ._stream import stream_handle
 from ._symm import Communicator, MemoryKind, _kind
 
@@ -31,6 +31,8 @@ class Barrier:
         kind: 'auto' (CUDA with a current CUDA context), 'cuda' or 'host', the same on every member."""
         if not isinstance(comm, Communicator):
             raise invalid("Barrier", -1, f"expected a kvcomm.Communicator, got {type(comm).__name__}")
+        lanes = check_int(lanes, "lanes", "Barrier", comm.rank, I32)
+        timeout_ms = check_int(timeout_ms, "timeout_ms", "Barrier", comm.rank, 1 << 63, -(1 << 63))
         self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind))
 
     @classmethod
@@ -44,15 +46,18 @@ class Barrier:
 
     def barrier(self, stream: Any = None, lane: int = 0) -> None:
         """signal() and wait() in one launch."""
-        self._native.barrier(self._stream(stream, "Barrier.barrier"), lane)
+        call = "Barrier.barrier"
+        self._native.barrier(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
 
     def signal(self, stream: Any = None, lane: int = 0) -> None:
         """Announces this rank's next epoch on `lane` to every member (release of the stream's earlier work)."""
-        self._native.signal(self._stream(stream, "Barrier.signal"), lane)
+        call = "Barrier.signal"
+        self._native.signal(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
 
     def wait(self, stream: Any = None, lane: int = 0) -> None:
         """Returns (in stream order) once every member announced this rank's current epoch on `lane` (acquire)."""
-        self._native.wait(self._stream(stream, "Barrier.wait"), lane)
+        call = "Barrier.wait"
+        self._native.wait(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
 
     @property
     def lanes(self) -> int:

@@ -103,3 +103,21 @@ for _code, _cls in ERROR_CLASSES.items():
 def invalid(call: str, rank: int, cause: str) -> InvalidArgumentError:
     """An InvalidArgumentError worded like the library's own ("kvcomm [rank R] call: cause")."""
     return InvalidArgumentError(f"kvcomm [rank {rank}] {call}: {cause}")
+
+
+U64 = 1 << 64
+I32 = 1 << 31
+
+
+def check_int(value: object, what: str, call: str, rank: int, limit: int = U64, low: int = 0) -> int:
+    """`value` as an int in [low, limit): a Python or numpy int (not a bool), else InvalidArgumentError naming it.
+    Checked here, so that a value the native signature cannot hold is the library's error, not nanobind's TypeError."""
+    import numpy as np  # noqa: PLC0415 (numpy is a dependency; imported where used)
+
+    kind = "a non-negative int" if low == 0 else "an int"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid(call, rank, f"{what} must be {kind}, got {type(value).__name__}")
+    v = int(value)
+    if v < low or v >= limit:
+        raise invalid(call, rank, f"{what} {v} is outside [{low}, {limit}): it must be {kind} below {limit}")
+    return v

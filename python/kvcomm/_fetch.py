@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _kvcomm
 from ._arrays import ArrayView, inspect
-from ._errors import Error, InvalidArgumentError, invalid
+from ._errors import Error, InvalidArgumentError, check_int, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
@@ -79,12 +79,7 @@ class FetchStatus:
 
 
 def _int(value: Any, what: str, call: str, rank: int, limit: int = _U64) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid(call, rank, f"{what} must be an int, got {type(value).__name__}")
-    v = int(value)
-    if v < 0 or v >= limit:
-        raise invalid(call, rank, f"{what} {v} is outside [0, {limit})")
-    return v
+    return check_int(value, what, call, rank, limit)
 
 
 def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int]]:
@@ -222,6 +217,10 @@ class Fetcher:
                 a = a.astype(np.int64)
             if a.dtype.kind not in "iu":
                 raise invalid(call, rank, f"{name}: a list of block ids must hold ints, got {a.dtype}")
+            if a.size and (int(a.max()) > np.iinfo(np.int64).max or int(a.min()) < np.iinfo(np.int64).min):
+                # numpy holds ids at or above 2**63 as uint64: a cast would wrap them into other ids (or -1, padding)
+                big = int(a.max()) if int(a.max()) > np.iinfo(np.int64).max else int(a.min())
+                raise invalid(call, rank, f"{name}: block id {big} does not fit int64")
             obj = a.astype(np.int64)
         v = inspect(obj)
         if v is None:

@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 from . import _kvcomm
 from ._arrays import ArrayView, inspect
-from ._errors import invalid
+from ._errors import I32, check_int, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
@@ -57,8 +57,12 @@ class Publisher:
         """Collective over the buffer's group; picks Direct or Fallback (KVCOMM_DIRECT)."""
         if not isinstance(buffer, SymmetricBuffer):
             raise invalid("Publisher", -1, f"expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
-        if staging_tokens < 0 or staging_bytes_per_token < 0:
-            raise invalid("Publisher", buffer.rank, "staging sizes must not be negative")
+        lanes = check_int(lanes, "lanes", "Publisher", buffer.rank, I32)
+        barrier_timeout_ms = check_int(barrier_timeout_ms, "barrier_timeout_ms", "Publisher", buffer.rank, 1 << 63,
+                                       -(1 << 63))
+        staging_tokens = check_int(staging_tokens, "staging_tokens", "Publisher", buffer.rank)
+        staging_bytes_per_token = check_int(staging_bytes_per_token, "staging_bytes_per_token", "Publisher",
+                                            buffer.rank)
         self._buffer = buffer
         self._native = _kvcomm.Publisher.create(buffer._native, lanes, barrier_timeout_ms, staging_tokens,
                                                 staging_bytes_per_token)
@@ -98,6 +102,8 @@ class Publisher:
         rank = self._buffer.rank
         if isinstance(tensors, CacheTensor):
             tensors = [tensors]
+        if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+            raise invalid(call, rank, f"tensors must be a CacheTensor or a list of them, got {type(tensors).__name__}")
         tensors = list(tensors)
         if not tensors:
             raise invalid(call, rank, "no tensors: at least one CacheTensor is needed")
@@ -109,7 +115,9 @@ class Publisher:
         if slots.shape[0] > 1 and slots.strides[0] != slots.itemsize:
             raise invalid(call, rank, f"slot_mapping must be contiguous (stride {slots.strides[0]} bytes, "
                           f"element {slots.itemsize})")
-        n = slots.shape[0] if num_tokens is None else int(num_tokens)
+        n = slots.shape[0]
+        if num_tokens is not None:
+            n = check_int(num_tokens, "num_tokens", call, rank, 1 << 63, -(1 << 63))
         if n < 0 or n > slots.shape[0]:
             raise invalid(call, rank, f"num_tokens {n} outside [0, {slots.shape[0]}] (slot_mapping's length)")
         raw: List[tuple] = []
@@ -137,13 +145,11 @@ class Publisher:
             if src_stride < row_bytes:
                 raise invalid(call, rank, f"tensor {k}: src rows overlap or run backwards (row stride "
                               f"{src_stride} bytes, rows of {row_bytes} bytes)")
-            for field in ("offset", "block_size", "block_stride", "row_stride"):
-                value = getattr(t, field)
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise invalid(call, rank, f"tensor {k}: {field} must be a non-negative int, got {value!r}")
-            if t.block_size < 1:
+            geometry = [check_int(getattr(t, field), f"tensor {k}: {field}", call, rank)
+                        for field in ("offset", "block_size", "block_stride", "row_stride")]
+            if geometry[1] < 1:
                 raise invalid(call, rank, f"tensor {k}: block_size must be at least 1")
-            raw.append((v.ptr, src_stride, row_bytes, t.offset, t.block_size, t.block_stride, t.row_stride))
+            raw.append((v.ptr, src_stride, row_bytes, *geometry))
         return raw, slots.ptr, slots.itemsize == 8, n, keep
 
     # ---- operations ----
@@ -166,7 +172,7 @@ class Publisher:
         call = "Publisher.publish_and_barrier"
         raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, 2, lane)
+        self._native._publish(raw, slots, slot64, n, s, 2, check_int(lane, "lane", call, self._buffer.rank, I32))
         del keep
 
     def publish_and_signal(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
@@ -176,23 +182,26 @@ class Publisher:
         call = "Publisher.publish_and_signal"
         raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, 1, lane)
+        self._native._publish(raw, slots, slot64, n, s, 1, check_int(lane, "lane", call, self._buffer.rank, I32))
         del keep
 
     def barrier(self, stream: Any = None, lane: int = 0) -> None:
         """Returns (in stream order) once every member reached its matching barrier on `lane`: release of this
         rank's earlier stores, acquire of the peers'."""
-        self._native.barrier(_stream_handle(stream, self._buffer, "Publisher.barrier"), lane)
+        self._native.barrier(_stream_handle(stream, self._buffer, "Publisher.barrier"),
+                          check_int(lane, "lane", "Publisher.barrier", self._buffer.rank, I32))
 
     def signal(self, stream: Any = None, lane: int = 0) -> None:
         """The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback mode: the whole
         barrier). Call it right after publishing; per lane, calls alternate signal, wait (barrier counts as both)."""
-        self._native.signal(_stream_handle(stream, self._buffer, "Publisher.signal"), lane)
+        self._native.signal(_stream_handle(stream, self._buffer, "Publisher.signal"),
+                          check_int(lane, "lane", "Publisher.signal", self._buffer.rank, I32))
 
     def wait(self, stream: Any = None, lane: int = 0) -> None:
         """The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op).
         Call it just before the kernel that reads peers' rows."""
-        self._native.wait(_stream_handle(stream, self._buffer, "Publisher.wait"), lane)
+        self._native.wait(_stream_handle(stream, self._buffer, "Publisher.wait"),
+                          check_int(lane, "lane", "Publisher.wait", self._buffer.rank, I32))
 
     def poll_error(self) -> Optional[dict]:
         """Reads (and clears) the first device error since the last call (synchronise the stream first)."""

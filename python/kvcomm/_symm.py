@@ -6,7 +6,7 @@ import sys
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from . import _kvcomm
-from ._errors import invalid
+from ._errors import I32, U64, check_int, invalid
 
 MemoryKind = _kvcomm.MemoryKind
 Communicator = _kvcomm.Communicator
@@ -55,8 +55,8 @@ class SymmetricBuffer:
         """Reserves `capacity` bytes per member and maps the first `initial_bytes` (default: all) everywhere."""
         if initial_bytes is None:
             initial_bytes = capacity
-        if capacity < 0 or initial_bytes < 0:
-            raise invalid("SymmetricBuffer.create", comm.rank, "sizes must not be negative")
+        capacity = check_int(capacity, "capacity", "SymmetricBuffer.create", comm.rank)
+        initial_bytes = check_int(initial_bytes, "initial_bytes", "SymmetricBuffer.create", comm.rank)
         return cls(_kvcomm.SymmetricBuffer.create(comm, capacity, initial_bytes, _kind(kind)))
 
     @classmethod
@@ -65,20 +65,26 @@ class SymmetricBuffer:
         """Adopts the range the engine reserved at `base` (an int address); nothing is mapped until commit()."""
         if not isinstance(base, int):
             raise invalid("SymmetricBuffer.adopt", comm.rank, "base must be an address (int)")
+        base = check_int(base, "base", "SymmetricBuffer.adopt", comm.rank)
+        reserved_bytes = check_int(reserved_bytes, "reserved_bytes", "SymmetricBuffer.adopt", comm.rank)
         return cls(_kvcomm.SymmetricBuffer.adopt(comm, base, reserved_bytes, _kind(kind)))
 
     # ---- changes (collective) ----
     def grow(self, new_bytes: int) -> None:
         """Maps up to `new_bytes` everywhere; addresses and existing bytes stay."""
-        self._native.grow(new_bytes)
+        self._native.grow(check_int(new_bytes, "new_bytes", "SymmetricBuffer.grow", self.rank))
 
     def commit(self, ranges: Iterable[Tuple[int, int]]) -> None:
         """The engine mapped memory at these (offset, bytes) ranges; peers map the same ranges."""
-        self._native.commit([(int(o), int(b)) for o, b in ranges])
+        self._native.commit(self._ranges(ranges, "SymmetricBuffer.commit"))
 
     def release(self, ranges: Iterable[Tuple[int, int]]) -> None:
         """Peers unmap these committed ranges."""
-        self._native.release([(int(o), int(b)) for o, b in ranges])
+        self._native.release(self._ranges(ranges, "SymmetricBuffer.release"))
+
+    def _ranges(self, ranges: Iterable[Tuple[int, int]], call: str) -> List[Tuple[int, int]]:
+        return [(check_int(o, "range offset", call, self.rank), check_int(b, "range bytes", call, self.rank))
+                for o, b in ranges]
 
     def close(self) -> None:
         """Unmaps peer windows, then releases this rank's memory (local; idempotent)."""
@@ -93,14 +99,18 @@ class SymmetricBuffer:
     # ---- views ----
     def _view(self, rank: int, offset: int, nbytes: Optional[int], dtype: Any, framework: Optional[str]) -> Any:
         call = "SymmetricBuffer.local" if rank == self.rank else "SymmetricBuffer.peer"
-        if offset < 0:
-            raise invalid(call, self.rank, f"offset {offset} is negative")
+        rank = check_int(rank, "rank", call, self.rank, I32)
+        offset = check_int(offset, "offset", call, self.rank)
+        if nbytes is not None:
+            nbytes = check_int(nbytes, "nbytes", call, self.rank)
         if nbytes is None:
             nbytes = 0
             for o, b in self._native.backed_ranges():
                 if o <= offset < o + b:
                     nbytes = o + b - offset
             if nbytes == 0:
+                if self._native.peer_table_ptr() == 0:  # the tables are freed at close(): nothing is backed
+                    raise invalid(call, self.rank, "the buffer is closed")
                 raise invalid(call, self.rank, f"offset {offset} is not inside backed memory")
         fw = framework or _default_framework(self.kind == MemoryKind.Cuda)
         raw = self._native._region_view(rank, offset, nbytes, fw)
@@ -180,10 +190,12 @@ class SymmetricBuffer:
         return self._native.communicator
 
     def is_mapped(self, rank: int) -> bool:
-        return self._native.is_mapped(rank)
+        return self._native.is_mapped(check_int(rank, "rank", "SymmetricBuffer.is_mapped", self.rank, I32))
 
     def is_backed(self, offset: int, nbytes: int) -> bool:
-        return self._native.is_backed(offset, nbytes)
+        call = "SymmetricBuffer.is_backed"
+        return self._native.is_backed(check_int(offset, "offset", call, self.rank, U64),
+                                      check_int(nbytes, "nbytes", call, self.rank, U64))
 
     def backed_ranges(self) -> List[Tuple[int, int]]:
         return self._native.backed_ranges()
@@ -192,7 +204,7 @@ class SymmetricBuffer:
         return self._native.local_ptr()
 
     def peer_ptr(self, rank: int) -> int:
-        return self._native.peer_ptr(rank)
+        return self._native.peer_ptr(check_int(rank, "rank", "SymmetricBuffer.peer_ptr", self.rank, I32))
 
     def peer_table_ptr(self) -> int:
         return self._native.peer_table_ptr()

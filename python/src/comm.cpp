@@ -218,10 +218,7 @@ void bindComm(nb::module_& m) {
             s.pcp = pcp;
             s.pp = pp;
             s.dp = dp;
-            int world = tp * pcp * pp * dp;
-            if (tp <= 0 || pcp <= 0 || pp <= 0 || dp <= 0 || rank < 0 || rank >= world || axis < 0 || axis > 3)
-              throw Error(ErrorCode::InvalidArgument, "kvcomm Layout.group_of: rank " + std::to_string(rank) +
-                                                          " or axis " + std::to_string(axis) + " outside the spec");
+            // Layout::groupOf checks the sizes (and their product), the rank and the axis, naming each.
             return Layout::groupOf(s, rank, static_cast<Axis>(axis));
           },
           nb::arg("tp"), nb::arg("pcp"), nb::arg("pp"), nb::arg("dp"), nb::arg("rank"), nb::arg("axis"),

@@ -559,18 +559,22 @@ void SymmetricBuffer::close() {
   if (impl_) impl_->close();
 }
 
+// After close() the queries describe no memory (nullptr, unmapped, nothing backed), never the unmapped addresses.
 void* SymmetricBuffer::local() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::local");
-  return impl_->base;
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return impl_->closing ? nullptr : impl_->base;
 }
 void* SymmetricBuffer::peer(int r) const {
   requireBuffer(impl_.get(), "SymmetricBuffer::peer");
   KVCOMM_CHECK_ARG(r >= 0 && r < size(), "SymmetricBuffer::peer", "rank ", r, " out of range");
-  return reinterpret_cast<void*>(impl_->bases[static_cast<size_t>(r)]);
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return impl_->closing ? nullptr : reinterpret_cast<void*>(impl_->bases[static_cast<size_t>(r)]);
 }
 bool SymmetricBuffer::isMapped(int r) const {
   requireBuffer(impl_.get(), "SymmetricBuffer::isMapped");
-  return r >= 0 && r < size() && impl_->mapped[static_cast<size_t>(r)];
+  std::shared_lock<std::shared_mutex> state(impl_->stateMu);
+  return !impl_->closing && r >= 0 && r < size() && impl_->mapped[static_cast<size_t>(r)];
 }
 int SymmetricBuffer::rank() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::rank");
@@ -587,7 +591,7 @@ size_t SymmetricBuffer::capacity() const {
 size_t SymmetricBuffer::mappedBytes() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::mappedBytes");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
-  return impl_->backed.total();
+  return impl_->closing ? 0 : impl_->backed.total();
 }
 bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
   if (!impl_) return false;
@@ -598,7 +602,7 @@ bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
 std::vector<Range> SymmetricBuffer::backedRanges() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::backedRanges");
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
-  return impl_->backed.ranges();
+  return impl_->closing ? std::vector<Range>{} : impl_->backed.ranges();
 }
 uint64_t SymmetricBuffer::generation() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::generation");

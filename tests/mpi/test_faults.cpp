@@ -283,6 +283,12 @@ void Faults::callsAfterClose(const char* direct) {
   EXPECT_EQ(buf.peerTable(), nullptr);
   EXPECT_EQ(buf.backedBitmap(), nullptr);
   EXPECT_FALSE(buf.isBacked(0, 64));
+  // The queries describe no memory once it is gone, never the unmapped addresses.
+  EXPECT_EQ(buf.local(), nullptr);
+  EXPECT_EQ(buf.peer((world.rank() + 1) % world.size()), nullptr);
+  EXPECT_FALSE(buf.isMapped(world.rank()));
+  EXPECT_EQ(buf.mappedBytes(), 0u);
+  EXPECT_TRUE(buf.backedRanges().empty());
   buf.close();  // idempotent
   world.barrier();
 }

@@ -125,6 +125,8 @@ def _barrier_orders_peer_stores(comm: kvcomm.Communicator, buf: kvcomm.Symmetric
         bar.barrier(lane=0)  # everyone read before the next round overwrites
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
         bar.signal(lane=3)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="lane 1099511627776 is outside"):
+        bar.wait(lane=2**40)  # too large for the native int: the library's error, not nanobind's TypeError
     with pytest.raises(kvcomm.InvalidArgumentError, match="Communicator"):
         kvcomm.Barrier(buf)
     assert bar.poll_error() is None
@@ -278,6 +280,10 @@ def _fetch_bad_input(comm: kvcomm.Communicator) -> None:
     bad_fetch("contiguous", [(peer, np.arange(8, dtype=np.int64)[::2], dst)])
     bad_fetch("src_ids has 3 ids but dst_ids has 4", [(peer, src[:3], dst)])
     bad_fetch("must hold ints", [(peer, [0.5, 1.5, 2.5, 3.5], dst)])
+    # ids at or above 2**63 become uint64 in numpy: refused, never wrapped into other ids or -1 (padding)
+    bad_fetch("does not fit int64", [(peer, [1], [2**64 - 1])])
+    bad_fetch("does not fit int64", [(peer, [2**63], [20])])
+    bad_fetch("not an array", [(peer, src.astype(object), dst)])  # object arrays hold pointers, not ids
     bad_fetch("on the CPU", [(peer, FakeCudaArray(4), dst)])
     bad_fetch("not an array", [(peer, "0123", dst)])
     bad_fetch("source rank", [(N, src, dst)])

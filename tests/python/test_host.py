@@ -288,6 +288,9 @@ def _views(comm: kvcomm.Communicator) -> None:
     for view in (buf.peer_table, buf.backed_bitmap, buf.local, lambda: buf.peer((comm.rank + 1) % N)):
         with pytest.raises(kvcomm.InvalidArgumentError, match=f"\\[rank {comm.rank}\\] .*the buffer is closed"):
             view()
+    # and the queries describe no memory, never the unmapped addresses
+    assert buf.local_ptr() == 0 and buf.peer_ptr((comm.rank + 1) % N) == 0
+    assert buf.backed_ranges() == [] and buf.mapped_bytes == 0 and not buf.is_mapped(comm.rank)
 
 
 def test_views_are_zero_copy():
@@ -335,6 +338,11 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
     refused("non-negative", kvcomm.CacheTensor(rows, offset=-64), slots)
     refused("block_size", kvcomm.CacheTensor(rows, block_size=0), slots)
     refused("no tensors", [], slots)
+    refused("tensors must be", None, slots)
+    refused("num_tokens must be an int", good, slots, num_tokens=2.7)  # never truncated
+    refused("num_tokens must be an int", good, slots, num_tokens="3")
+    refused("offset 18446744073709551616 is outside", kvcomm.CacheTensor(rows, offset=2**64), slots)
+    refused("slot_mapping", good, slots.astype(object))  # object arrays hold pointers: not an array kvcomm reads
     refused("backed", kvcomm.CacheTensor(rows, offset=buf.mapped_bytes), slots)  # destination beyond the memory
     bad_slots = slots.copy()
     bad_slots[-1] = 1 << 40  # out-of-range slot: the library refuses the whole call
@@ -344,8 +352,15 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
         pub.barrier(lane=7)
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
         pub.publish_and_barrier(good, slots, lane=-1)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="lane 1099511627776 is outside"):
+        pub.barrier(lane=2**40)
     with pytest.raises(kvcomm.InvalidArgumentError, match="SymmetricBuffer"):
         kvcomm.Publisher("not a buffer")
+    # Sizes a native signature cannot hold are the library's errors on every rank (before any collective step).
+    with pytest.raises(kvcomm.InvalidArgumentError, match="capacity 18446744073709551616 is outside"):
+        kvcomm.SymmetricBuffer.create(comm, 2**64, kind="host")
+    with pytest.raises(kvcomm.InvalidArgumentError, match="new_bytes -1 is outside"):
+        buf.grow(-1)
     with pytest.raises(kvcomm.InvalidArgumentError, match="kind"):
         kvcomm.SymmetricBuffer.create(comm, 4096, 4096, kind="gpu")
     comm.barrier()
