@@ -1,8 +1,6 @@
 // C ABI: Layout (TP/PCP/PP/DP groups) and its pure coordinate functions.
-#include <climits>
-#include <cstdint>
-
 #include "capi/capi.hpp"
+#include "comm/layout_spec.hpp"
 #include "common/check.hpp"
 
 using kvcomm::capi::guard;
@@ -17,15 +15,7 @@ kvcomm::LayoutSpec specOf(const kvcommLayoutSpec* s, const char* call) {
   spec.pcp = s->pcp;
   spec.pp = s->pp;
   spec.dp = s->dp;
-  KVCOMM_CHECK_ARG(spec.tp > 0 && spec.pcp > 0 && spec.pp > 0 && spec.dp > 0, call, "every size must be positive (tp ",
-                   spec.tp, ", pcp ", spec.pcp, ", pp ", spec.pp, ", dp ", spec.dp, ")");
-  // checkRank multiplies the sizes in int: refuse a world past INT_MAX here (as the C++ functions do).
-  int64_t world = 1;
-  for (int size : {spec.tp, spec.pcp, spec.pp, spec.dp}) {
-    world *= size;
-    KVCOMM_CHECK_ARG(world <= INT_MAX, call, "tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp,
-                     " exceeds INT_MAX (", INT_MAX, ") ranks");
-  }
+  kvcomm::detail::checkedWorldSize(spec, call);  // positive sizes, and a product that fits an int
   return spec;
 }
 
@@ -44,7 +34,7 @@ kvcomm::Axis axisOf(kvcommAxis_t axis, const char* call) {
 }
 
 void checkRank(const kvcomm::LayoutSpec& s, int rank, const char* call) {
-  int world = s.tp * s.pcp * s.pp * s.dp;
+  const int world = kvcomm::detail::checkedWorldSize(s, call);
   KVCOMM_CHECK_ARG(rank >= 0 && rank < world, call, "rank ", rank, " outside [0, ", world, ")");
 }
 

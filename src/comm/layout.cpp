@@ -1,16 +1,15 @@
 #include <climits>
 #include <cstdint>
 
+#include "comm/layout_spec.hpp"
 #include "common/check.hpp"
 #include "kvcomm/comm.hpp"
 
 namespace kvcomm {
 
-namespace {
+namespace detail {
 
-// Every size positive and the world they span an int: ranks, colors and keys are ints, so a product past INT_MAX
-// would wrap (signed overflow) into a small world that a communicator could match.
-void validate(const LayoutSpec& s, const char* call) {
+int checkedWorldSize(const LayoutSpec& s, const char* call) {
   KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ", s.tp,
                    ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
   // Each factor is at most INT_MAX, so every partial product stays below INT_MAX * INT_MAX < INT64_MAX once the
@@ -21,12 +20,12 @@ void validate(const LayoutSpec& s, const char* call) {
     KVCOMM_CHECK_ARG(world <= INT_MAX, call, "tp*pcp*pp*dp = ", s.tp, "*", s.pcp, "*", s.pp, "*", s.dp,
                      " exceeds INT_MAX (", INT_MAX, ") ranks");
   }
+  return static_cast<int>(world);
 }
 
-// Only after validate(): the product fits an int.
-int worldSize(const LayoutSpec& s) {
-  return s.tp * s.pcp * s.pp * s.dp;
-}
+}  // namespace detail
+
+namespace {
 
 int& coordRef(LayoutCoord& c, Axis a) {
   switch (a) {
@@ -59,9 +58,9 @@ int axisSize(const LayoutSpec& s, Axis a) {
 }  // namespace
 
 LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
-  validate(s, "Layout::coordOf");
-  KVCOMM_CHECK_ARG(rank >= 0 && rank < worldSize(s), "Layout::coordOf", "rank ", rank, " outside the layout's ",
-                   worldSize(s), " ranks");
+  const int size = detail::checkedWorldSize(s, "Layout::coordOf");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < size, "Layout::coordOf", "rank ", rank, " outside the layout's ", size,
+                   " ranks");
   LayoutCoord c;
   c.tp = rank % s.tp;
   rank /= s.tp;
@@ -73,7 +72,7 @@ LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
 }
 
 int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
-  validate(s, "Layout::rankOf");
+  detail::checkedWorldSize(s, "Layout::rankOf");
   KVCOMM_CHECK_ARG(
       c.tp >= 0 && c.tp < s.tp && c.pcp >= 0 && c.pcp < s.pcp && c.pp >= 0 && c.pp < s.pp && c.dp >= 0 && c.dp < s.dp,
       "Layout::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
@@ -84,7 +83,7 @@ int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
 std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
   KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP, "Layout::groupOf",
                    "axis ", static_cast<int>(axis), " is not an Axis (TP 0, PCP 1, PP 2, DP 3)");
-  validate(s, "Layout::groupOf");
+  detail::checkedWorldSize(s, "Layout::groupOf");
   LayoutCoord c = coordOf(s, rank);
   std::vector<int> out;
   for (int i = 0; i < axisSize(s, axis); ++i) {
@@ -97,10 +96,9 @@ std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
 Layout Layout::create(Communicator& world, const LayoutSpec& spec) {
   KVCOMM_CHECK_ARG(world.valid(), "Layout::create", "the communicator is empty");
   detail::RankScope scope(world.rank());
-  validate(spec, "Layout::create");
-  KVCOMM_CHECK_ARG(world.size() == worldSize(spec), "Layout::create", "the communicator has ", world.size(),
-                   " ranks but tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp, " = ",
-                   worldSize(spec));
+  const int size = detail::checkedWorldSize(spec, "Layout::create");
+  KVCOMM_CHECK_ARG(world.size() == size, "Layout::create", "the communicator has ", world.size(),
+                   " ranks but tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp, " = ", size);
   Layout l;
   l.spec = spec;
   l.coord = coordOf(spec, world.rank());
