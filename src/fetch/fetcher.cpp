@@ -666,17 +666,15 @@ struct FetchOperation::Impl {
   FetchStatus last;
   bool finished = false;
 
-  // Every transport, before Done: an abort of the communicator, or a source the group knows is dead, fails the
-  // operation, and the blocks read from that source (every block, after an abort) are not reported landed.
+  // Every transport, when an operation is first seen finished: an abort of the communicator, or a source the group
+  // knows is dead, fails it (keeping a transport's own error when it has one), and the blocks read from that source
+  // (every block, after an abort) are not reported landed, however the failure was first seen. The group's health
+  // never recovers, so this one pass is the rule.
   void settleWithHealth(std::string* error) {
-    const detail::GroupHealth& h = detail::healthOf(owner->comm);
-    if (h.healthy()) return;
-    const bool aborted = h.state() == detail::kAborted;
     for (size_t i = 0; i < plan->runs.size(); ++i) {
-      const int source = plan->runs[i].rank;
-      std::string why = aborted ? detail::cat("the communicator was aborted (", h.reason(), ")") : h.deathOf(source);
-      if (why.empty()) continue;
-      if (error->empty()) *error = aborted ? why : detail::cat("source rank ", source, " is gone: ", why);
+      std::string lost = detail::healthFailure(owner->ctx, plan->runs[i].rank);
+      if (lost.empty()) continue;
+      if (error->empty()) *error = lost;
       blocksDone[i] = 0;
     }
   }
@@ -687,7 +685,7 @@ struct FetchOperation::Impl {
     bool done = false;
     std::string error;
     op->poll(blocksDone, &done, &error);
-    if (done && error.empty()) settleWithHealth(&error);
+    if (done) settleWithHealth(&error);
     FetchStatus s;
     s.bytesTotal = plan->info.bytes;
     for (size_t i = 0; i < plan->runs.size(); ++i)

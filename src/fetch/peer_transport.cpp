@@ -157,18 +157,9 @@ class HostOp : public TransportOp {
       }
       if (!failure.empty()) break;
     }
-    // Before reporting: a source the group knows is dead (or an abort), whether seen between slices or only now,
-    // fails the operation, and the blocks read from that source (every block, after an abort) are not reported
-    // landed. The group's health never recovers, so this one pass is the rule however the failure was first seen.
+    // The group's health at the end (blocks of a lost source not reported landed) is settled by the operation that
+    // polls this one, for every transport alike.
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < runs_.size(); ++i) {
-      std::string lost = healthFailure(ctx_, plan_->runs[runs_[i]].rank);
-      if (lost.empty()) continue;
-      if (failure.empty()) failure = lost;
-      bool aborted = ctx_.health->state() == kAborted;
-      for (size_t ri : runs_)
-        if (aborted || plan_->runs[ri].rank == plan_->runs[runs_[i]].rank) progress_[ri] = 0;
-    }
     error_ = failure;
     finished_ = true;
   }
