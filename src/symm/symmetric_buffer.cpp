@@ -313,6 +313,12 @@ struct SymmetricBuffer::Impl {
     writeBacked();
   }
 
+  // Whether [offset, offset + bytes) lies inside the capacity and is backed; never forms offset + bytes (sizes come
+  // from users, up to SIZE_MAX). The caller holds stateMu.
+  bool backedLocked(size_t offset, size_t bytes) const {
+    return offset <= capacity && bytes <= capacity - offset && backed.covers(offset, bytes);
+  }
+
   // Members mapped here: same host and, for GPU memory, P2P access both ways (the exchange is symmetric).
   void computeMapped() {
     const Topology& t = comm.topology();
@@ -596,8 +602,7 @@ size_t SymmetricBuffer::mappedBytes() const {
 bool SymmetricBuffer::isBacked(size_t offset, size_t bytes) const {
   if (!impl_) return false;
   std::shared_lock<std::shared_mutex> state(impl_->stateMu);
-  return !impl_->closing && offset <= impl_->capacity && bytes <= impl_->capacity - offset &&
-         impl_->backed.covers(offset, bytes);
+  return !impl_->closing && impl_->backedLocked(offset, bytes);
 }
 std::vector<Range> SymmetricBuffer::backedRanges() const {
   requireBuffer(impl_.get(), "SymmetricBuffer::backedRanges");
@@ -708,7 +713,7 @@ size_t BufferUse::mappedBytes() const {
   return impl_->backed.total();
 }
 bool BufferUse::isBacked(size_t offset, size_t bytes) const {
-  return offset <= impl_->capacity && bytes <= impl_->capacity - offset && impl_->backed.covers(offset, bytes);
+  return impl_->backedLocked(offset, bytes);
 }
 const uint64_t* BufferUse::backedBitmap() const {
   return impl_->backedBits;
