@@ -9,6 +9,8 @@ from __future__ import annotations
 import builtins
 from typing import Dict, Type
 
+import numpy as np
+
 from . import _kvcomm
 
 ErrorCode = _kvcomm.ErrorCode
@@ -112,8 +114,6 @@ I32 = 1 << 31
 def check_int(value: object, what: str, call: str, rank: int, limit: int = U64, low: int = 0) -> int:
     """`value` as an int in [low, limit): a Python or numpy int (not a bool), else InvalidArgumentError naming it.
     Checked here, so that a value the native signature cannot hold is the library's error, not nanobind's TypeError."""
-    import numpy as np  # noqa: PLC0415 (numpy is a dependency; imported where used)
-
     kind = "a non-negative int" if low == 0 else "an int"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise invalid(call, rank, f"{what} must be {kind}, got {type(value).__name__}")

@@ -25,7 +25,6 @@ FetchPlanInfo = _kvcomm.FetchPlanInfo
 
 _PATHS = {"auto": FetchPath.Auto, "kernel": FetchPath.Kernel, "copy": FetchPath.CopyEngine,
           "copy_engine": FetchPath.CopyEngine, "host": FetchPath.Host}
-_U64 = 1 << 64
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,6 @@ class FetchStatus:
         return self.state == FetchState.InProgress
 
 
-def _int(value: Any, what: str, call: str, rank: int, limit: int = _U64) -> int:
-    return check_int(value, what, call, rank, limit)
-
-
 def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int]]:
     if isinstance(layout, KvRegion):
         layout = [layout]
@@ -96,14 +91,14 @@ def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int
             raise invalid(call, rank, f"region {j}: expected a KvRegion or a 4-tuple (offset, block_bytes, "
                           f"block_stride, num_blocks), got {r!r}")
         names = ("offset", "block_bytes", "block_stride", "num_blocks")
-        out.append(tuple(_int(v, f"region {j}: {n}", call, rank) for n, v in zip(names, r)))
+        out.append(tuple(check_int(v, f"region {j}: {n}", call, rank) for n, v in zip(names, r)))
     return out
 
 
 def layout_hash(layout: Any, version: int = 0) -> int:
     """FNV-1a hash of a layout (a list of KvRegion or 4-tuples, and the engine's version): what requests
     (src_layout_hash) and peers compare."""
-    return _kvcomm.layout_hash(_regions(layout, "layout_hash", -1), _int(version, "version", "layout_hash", -1))
+    return _kvcomm.layout_hash(_regions(layout, "layout_hash", -1), check_int(version, "version", "layout_hash", -1))
 
 
 def _path(path: Any, call: str, rank: int) -> "_kvcomm.FetchPath":
@@ -189,7 +184,7 @@ class Fetcher:
         bad: Optional[InvalidArgumentError] = None
         try:
             regions = _regions(layout, call, buffer.rank)
-            ver = _int(version, "version", call, buffer.rank)
+            ver = check_int(version, "version", call, buffer.rank)
         except InvalidArgumentError as e:
             bad, regions, ver = e, [], 0
         try:
@@ -256,8 +251,8 @@ class Fetcher:
             if not isinstance(q, (tuple, list)) or len(q) not in (3, 4):
                 raise invalid(call, rank, f"request {k}: expected (src_rank, src_ids, dst_ids[, src_layout_hash]) "
                               f"or a FetchRequest, got {type(q).__name__}")
-            src_rank = _int(q[0], f"request {k}: source rank", call, rank, self._buffer.size)
-            h = _int(q[3], f"request {k}: src_layout_hash", call, rank) if len(q) == 4 else 0
+            src_rank = check_int(q[0], f"request {k}: source rank", call, rank, self._buffer.size)
+            h = check_int(q[3], f"request {k}: src_layout_hash", call, rank) if len(q) == 4 else 0
             s = self._host_ids(q[1], f"request {k}: src_ids", call)
             d = self._host_ids(q[2], f"request {k}: dst_ids", call)
             if s.shape[0] != d.shape[0]:
@@ -276,8 +271,9 @@ class Fetcher:
         of range, negative id other than -1, duplicate destination, stale generation, layout hash mismatch)."""
         call = "Fetcher.plan"
         raw, keep = self._requests(requests, call)
-        p = self._native.plan(raw, _path(path, call, self._rank), _int(copy_engine_min_run_bytes,
-                              "copy_engine_min_run_bytes", call, self._rank), 0)
+        how = _path(path, call, self._rank)
+        ce = check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
+        p = self._native.plan(raw, how, ce, 0)
         del keep
         return FetchPlan(p)
 
@@ -295,8 +291,10 @@ class Fetcher:
         run), 'kernel', 'copy' or 'host'; a path that cannot run on this buffer raises UnsupportedError."""
         call = "Fetcher.fetch"
         raw, keep = self._requests(requests, call)
-        info = self._native.fetch(raw, self._stream(stream, call), _path(path, call, self._rank),
-                                  _int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank), 0)
+        s = self._stream(stream, call)
+        how = _path(path, call, self._rank)
+        ce = check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
+        info = self._native.fetch(raw, s, how, ce, 0)
         del keep
         return info
 
@@ -338,7 +336,7 @@ class Fetcher:
                 raise invalid(call, rank, f"src_ranks has {r.shape[0]} entries but there are {s.shape[0]} pairs")
             ranks_ptr = r.ptr
         else:
-            one = _int(src_rank, "src_rank", call, rank, self._buffer.size)
+            one = check_int(src_rank, "src_rank", call, rank, self._buffer.size)
         self._native.fetch_device(s.ptr, d.ptr, ranks_ptr, one, s.shape[0], self._stream(stream, call))
 
     def start(self, requests: Requests, *, path: Any = "auto", max_bytes_per_second: int = 0,
@@ -349,7 +347,7 @@ class Fetcher:
         call = "Fetcher.start"
         raw, keep = self._requests(requests, call)
         p = _path(path, call, self._rank)
-        bps = _int(max_bytes_per_second, "max_bytes_per_second", call, self._rank)
+        bps = check_int(max_bytes_per_second, "max_bytes_per_second", call, self._rank)
         s = 0 if stream is None else self._stream(stream, call)
         op = self._native.start(raw, s, p, 0, bps)
         del keep
@@ -366,7 +364,7 @@ class Fetcher:
         try:
             raw, keep = self._requests(requests, call)
             p = _path(path, call, self._rank)
-            ce = _int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
+            ce = check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
             s = self._stream(stream, call)
         except InvalidArgumentError as e:  # still take part in the barriers, with nothing to fetch
             bad, raw, keep, p, ce, s = e, [], [], FetchPath.Auto, 0, self._stream(None, call)
