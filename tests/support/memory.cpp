@@ -91,6 +91,21 @@ int countFds() {
   return n;
 }
 
+std::string describeFds() {
+  std::string out;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return "(no /proc/self/fd)";
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[256] = {};
+    std::string link = std::string("/proc/self/fd/") + e->d_name;
+    ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+    out += std::string(out.empty() ? "" : " ") + e->d_name + "->" + (n > 0 ? target : "?");
+  }
+  closedir(d);
+  return out;
+}
+
 int countMappings() {
   std::ifstream f("/proc/self/maps");
   int n = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvcomm/comm.hpp"
@@ -31,6 +32,8 @@ std::vector<uint8_t> pattern(uint64_t seed, uint64_t stream, size_t n);
 
 /// Open file descriptors and /proc/self/maps lines of this process.
 int countFds();
+/// The open descriptors as "fd->target" pairs, for a message when a count is off.
+std::string describeFds();
 int countMappings();
 
 /// Plain memory of a kind (host heap, or cuMemAlloc device memory), for publish sources.
