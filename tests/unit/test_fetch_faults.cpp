@@ -28,13 +28,15 @@ TEST(FetchFaults, SourceThatDiesMidFetchIsReportedWithinFiveSecondsAndNothingIsS
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
   const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   constexpr size_t kBlock = 1 << 20, kBlocks = 64;
+  kvtest::Shared<int> started(1);  // set by the requester once its fetch is under way
   auto codes = kvtest::runProcesses(2, [&](int rank) {
     auto comm = kvcomm::Communicator::create(std::make_shared<kvcomm::TcpBootstrap>(id, rank, 2, 20000));
     auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
     kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
     auto fetcher = kvcomm::Fetcher::create(buf, layout);
     comm.barrier();
-    if (rank == 1) {  // the source: dies while rank 0 still reads from it
+    if (rank == 1) {  // the source: dies while rank 0 still reads from it (timed from the fetch's start, not ours)
+      kvtest::waitFor([&] { return __atomic_load_n(&started[0], __ATOMIC_ACQUIRE) == 1; }, 20000);
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
       raise(SIGKILL);
     }
@@ -45,10 +47,11 @@ TEST(FetchFaults, SourceThatDiesMidFetchIsReportedWithinFiveSecondsAndNothingIsS
     o.maxBytesPerSecond = 16u << 20;
     auto t0 = std::chrono::steady_clock::now();
     kvcomm::FetchOperation op = fetcher.start({{1, src.data(), dst.data(), src.size(), 0}}, o);
+    __atomic_store_n(&started[0], 1, __ATOMIC_RELEASE);
     kvcomm::FetchStatus s = op.wait(10000);
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
-                 "source died at ~0.4 s; requester saw state %d after %.3f s: %s (%zu of %zu bytes, %zu "
+                 "source died ~0.4 s after the start; requester saw state %d after %.3f s: %s (%zu of %zu bytes, %zu "
                  "failed blocks)\n",
                  static_cast<int>(s.state), sec, s.error.c_str(), s.bytesDone, s.bytesTotal, s.failedBlocks.size());
     if (s.state != kvcomm::FetchState::Failed || sec > 5.4) return false;

@@ -393,6 +393,7 @@ TEST(TcpFetchNegotiation, AMemberWithoutDirectReadsIsNeverSilentlyIgnored) {
 void sourceFaultMidFetch(bool kill) {
   const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   constexpr size_t kBlock = 1 << 20, kBlocks = 64;
+  kvtest::Shared<int> started(1);  // set by the requester once its fetch is under way
   auto codes = group2([&](int rank, kvcomm::Communicator& comm) {
     auto buf = kvcomm::SymmetricBuffer::create(comm, kBlock * kBlocks, kBlock * kBlocks, kvcomm::MemoryKind::Host);
     kvcomm::KvLayout layout = kvtest::fillOneRegion(buf, seed, rank, kBlock, kBlocks);
@@ -400,7 +401,8 @@ void sourceFaultMidFetch(bool kill) {
     if (fetcher.transport(1 - rank) != kvcomm::FetchTransportKind::Tcp) return false;
     const int sourcePid = comm.topology().members[1].pid;
     comm.barrier();
-    if (rank == 1) {
+    if (rank == 1) {  // timed from the fetch's start, not from this rank's barrier exit
+      kvtest::waitFor([&] { return __atomic_load_n(&started[0], __ATOMIC_ACQUIRE) == 1; }, 20000);
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
       raise(kill ? SIGKILL : SIGSTOP);
       return true;  // stopped: the requester kills it once it has checked
@@ -411,12 +413,14 @@ void sourceFaultMidFetch(bool kill) {
     o.maxBytesPerSecond = 16u << 20;  // about 2 s if the source stayed
     auto t0 = Clock::now();
     kvcomm::FetchOperation op = fetcher.start({{1, src.data(), dst.data(), src.size(), 0}}, o);
+    __atomic_store_n(&started[0], 1, __ATOMIC_RELEASE);
     kvcomm::FetchStatus s = op.wait(10000);
     double sec = secondsSince(t0);
-    std::fprintf(stderr,
-                 "source %s at ~0.4 s; requester saw state %d after %.3f s: %s (%zu of %zu bytes, %zu failed)\n",
-                 kill ? "killed" : "stopped", static_cast<int>(s.state), sec, s.error.c_str(), s.bytesDone,
-                 s.bytesTotal, s.failedBlocks.size());
+    std::fprintf(
+        stderr,
+        "source %s ~0.4 s after the start; requester saw state %d after %.3f s: %s (%zu of %zu bytes, %zu failed)\n",
+        kill ? "killed" : "stopped", static_cast<int>(s.state), sec, s.error.c_str(), s.bytesDone, s.bytesTotal,
+        s.failedBlocks.size());
     if (!kill) ::kill(sourcePid, SIGKILL);
     if (s.state != kvcomm::FetchState::Failed || sec > 5.0) return false;
     if (s.error.find("source rank 1") == std::string::npos) return false;
