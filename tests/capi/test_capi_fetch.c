@@ -352,14 +352,14 @@ void testFetch(kvcommComm_t world, int rank, int size) {
   oracleFetch(image, rank, b.req, 3);
   checkImage(buf, image, mapped, "polled fetch");
 
-  /* 5. Paced: 8 pairs that do not coalesce (8 runs), 2368 bytes at 8000 B/s, about 0.3 s: seen in progress after
-   *    the first run or two, then done. */
+  /* 5. Paced: 8 pairs that do not coalesce (8 runs), 2368 bytes at 2000 B/s, about 1.2 s: seen in progress after
+   *    the first run or two (with room for a loaded machine's stalls), then done. */
   {
     int64_t src[8], dst[8];
     for (int i = 0; i < 8; ++i) src[i] = 2 * i, dst[i] = 30 + 2 * i;
     kvcommFetchRequest q = {(rank + 1) % size, src, dst, 8, 0};
     kvcommFetchOptions paced = opt;
-    paced.maxBytesPerSecond = 8000;
+    paced.maxBytesPerSecond = 2000;
     OK(kvcommFetchStart(f, &q, 1, &paced, NULL, &op));
     OK(kvcommFetchOperationWait(op, 20, &st));
     CHECK(st.state == kvcommFetchInProgress && st.bytesDone < st.bytesTotal && st.bytesTotal == 8 * kPairBytes,
