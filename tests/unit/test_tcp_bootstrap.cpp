@@ -60,7 +60,8 @@ TEST(TcpBootstrap, FourProcessesBuildACommunicator) {
 TEST(TcpBootstrap, WrongNonceIsRefusedWithAClearError) {
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
   kvcomm::UniqueId forged = id;
-  forged.bytes[9] ^= 0x5a;  // inside the nonce
+  forged.bytes[9] ^= 0x5a;            // inside the nonce
+  kvtest::Shared<int> forgerDone(1);  // the real rank 1 joins only after the forger's attempt has ended
   auto codes = runProcesses(3, [&](int who) {
     if (who == 0) {  // the root of a 2-rank group
       kvcomm::TcpBootstrap root(id, 0, 2, 20000);
@@ -69,6 +70,10 @@ TEST(TcpBootstrap, WrongNonceIsRefusedWithAClearError) {
       return v[0] == 3 && v[1] == 7;
     }
     if (who == 1) {  // a forger: must be refused, then the real rank joins
+      struct Done {
+        kvtest::Shared<int>& flag;
+        ~Done() { __atomic_store_n(&flag[0], 1, __ATOMIC_RELEASE); }
+      } done{forgerDone};
       try {
         kvcomm::TcpBootstrap bad(forged, 1, 2, 20000);
         return false;
@@ -77,7 +82,7 @@ TEST(TcpBootstrap, WrongNonceIsRefusedWithAClearError) {
         return m.find("nonce mismatch") != std::string::npos && m.find("rank 1") != std::string::npos;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kvtest::waitFor([&] { return __atomic_load_n(&forgerDone[0], __ATOMIC_ACQUIRE) == 1; }, 20000);
     kvcomm::TcpBootstrap good(id, 1, 2, 20000);
     int v[2] = {0, 7};
     good.allgather(v, sizeof(int));
