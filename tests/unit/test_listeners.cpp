@@ -133,7 +133,9 @@ TEST(Listeners, MeshServesCollectivesUnderHundredIdleConnectionsPerRank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     p[rank].pendingPeak = static_cast<int32_t>(mesh->pendingConnections());
     p[rank].attackedMs = round();
-    std::this_thread::sleep_for(std::chrono::milliseconds(kvcomm::detail::kHandshakeDeadlineMs + 500));
+    // Gone once the hello deadline passed: waited for (a loaded machine's mesh thread may be late), not slept.
+    kvtest::waitFor([&] { return mesh->pendingConnections() == 0 && kvtest::countFds() == p[rank].fdsBefore; },
+                    kvcomm::detail::kHandshakeDeadlineMs + 5000);
     p[rank].pendingAfter = static_cast<int32_t>(mesh->pendingConnections());
     p[rank].fdsAfter = kvtest::countFds();
     comm.barrier();
@@ -194,7 +196,8 @@ TEST(Listeners, DescriptorExhaustionDoesNotBreakTheGroup) {
       comm.allgather(v, sizeof(int));
       if (v[0] != i || v[1] != i + 1) return false;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(kvcomm::detail::kHandshakeDeadlineMs + 500));
+    kvtest::waitFor([&] { return kvtest::countFds() == p[rank].fdsBefore; },
+                    kvcomm::detail::kHandshakeDeadlineMs + 5000);
     p[rank].fdsAfter = kvtest::countFds();
     comm.barrier();
     return p[rank].fdsAfter == p[rank].fdsBefore;
@@ -216,16 +219,22 @@ TEST(Listeners, DescriptorExhaustionDoesNotBreakTheGroup) {
 TEST(Listeners, StaleIdIsRefusedByAnIdleFormedGroup) {
   kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
   Shared<int32_t> formed(2);
+  Shared<int32_t> staleDone(1);
   Shared<int64_t> took(1);
   Children kids(3, [&](int who) {
     if (who < 2) {
       auto comm = kvcomm::Communicator::create(std::make_shared<kvcomm::TcpBootstrap>(id, who, 2, kTimeoutMs));
       comm.barrier();
       __atomic_store_n(&formed[who], 1, __ATOMIC_RELEASE);
-      std::this_thread::sleep_for(std::chrono::seconds(3));  // idle: no kvcomm call in flight
+      // Idle (no kvcomm call in flight) until the stale attempt has ended, however late it came.
+      kvtest::waitFor([&] { return __atomic_load_n(&staleDone[0], __ATOMIC_ACQUIRE) == 1; }, 20000);
       return comm.healthy();
     }
     kvtest::waitFor([&] { return formed[0] && formed[1]; }, 20000);
+    struct Done {
+      Shared<int32_t>& flag;
+      ~Done() { __atomic_store_n(&flag[0], 1, __ATOMIC_RELEASE); }
+    } done{staleDone};
     int64_t t0 = nowNs();
     try {
       kvcomm::TcpBootstrap stale(id, 1, 2, 5000);
@@ -291,7 +300,8 @@ TEST(Listeners, FdServerServesRendezvousUnderHundredIdleConnections) {
     __atomic_store_n(&p[rank].ready, 1, __ATOMIC_RELEASE);
     kvtest::waitFor([&] { return __atomic_load_n(&p[0].attacked, __ATOMIC_ACQUIRE) == 1; }, 20000);
     p[rank].attackedMs = grows();
-    std::this_thread::sleep_for(std::chrono::milliseconds(kvcomm::detail::kHandshakeDeadlineMs + 500));
+    kvtest::waitFor([&] { return kvtest::countFds() == p[rank].fdsBefore; },
+                    kvcomm::detail::kHandshakeDeadlineMs + 5000);
     p[rank].fdsAfter = kvtest::countFds();
     comm.barrier();
     return true;
