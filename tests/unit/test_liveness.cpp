@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,7 +231,15 @@ TEST(Abort, StopsASendBlockedOnAStoppedPeer) {
     return aborted && msBetween(t0, thrownAt) < 2000.0;
   });
   ASSERT_TRUE(kvtest::waitFor([&] { return __atomic_load_n(&rep[1].formed, __ATOMIC_ACQUIRE) == 1; }, 20000));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1 stops itself
+  // Rank 1 stops itself: waited for (its state in /proc turns to T), not assumed after a sleep.
+  auto stopped = [&] {
+    std::ifstream stat("/proc/" + std::to_string(kids.pid(1)) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t end = line.rfind(')');  // the state follows the command name, which may hold spaces
+    return end != std::string::npos && end + 2 < line.size() && line[end + 2] == 'T';
+  };
+  ASSERT_TRUE(kvtest::waitFor(stopped, 20000)) << "rank 1 did not stop";
   __atomic_store_n(&rep[1].code, 1, __ATOMIC_RELEASE);
   ASSERT_TRUE(kvtest::waitFor([&] { return __atomic_load_n(&rep[0].errorNs, __ATOMIC_ACQUIRE) != 0; }, 20000));
   kids.kill(1, SIGKILL);
