@@ -147,6 +147,11 @@ if [ "$what" != tests ]; then
     step "perf: $(basename "$b")"
     timeout 400 "${mpi[@]}" "$b" --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -40 || status=1
   done
+  # The verdicts on the latency targets (judged only on 2 GPUs; a miss does not fail this script).
+  if [ "$np" = 2 ]; then
+    step "perf: against the latency targets (perf/targets.py)"
+    python3 perf/targets.py "$OUT/perf.jsonl" --txt "$OUT/perf.txt" --json "$OUT/targets.json" | tee "$OUT/targets.txt"
+  fi
 fi
 echo; echo "=== status $status"
 # What comes back from the machine is limited in file count: one archive of the logs, plus the JSON.
