@@ -16,9 +16,10 @@ namespace kvcomm {
 
 /// Options of Barrier::create.
 struct BarrierOptions {
-  /// Independent lanes (one per micro-batch in flight); 1 to kMaxBarrierLanes.
+  /// Independent lanes (one per micro-batch in flight); 1 to kMaxBarrierLanes, the same on every member.
   int lanes = 2;
-  /// Bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (at least 1 ms).
+  /// Bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS. 0 is taken as 1 ms and anything above a day (86,400,000,
+  /// INT64_MAX included) as a day: every wait stays bounded.
   int64_t timeoutMs = -1;
   /// Where the signal area lives: Cuda (device memory, kernels signal and wait) or Host (CPU atomics); Auto picks
   /// Cuda when this rank has a current CUDA context. Must resolve the same on every member.
@@ -75,7 +76,8 @@ class KVCOMM_API Barrier {
 
   /// Reads (and clears) the first device error since the last call. Synchronise the stream first.
   DeviceError pollError();
-  /// Throws the recorded BarrierTimeout, if any, as a Timeout naming rank, peer and lane.
+  /// Throws the recorded device error, if any: a BarrierTimeout as a Timeout naming rank, peer and lane; a
+  /// PeerFailed as the communicator's own error (Aborted, or a NetworkError naming the rank that is gone).
   void checkErrors();
 
   struct Impl;

@@ -359,8 +359,9 @@ kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher);
 
 /** Options of kvcommBarrierCreate; kvcommBarrierOptionsInit fills the C++ defaults. */
 typedef struct {
-  int lanes;               /**< independent epoch sequences, 1..8 (default 2) */
-  int64_t timeoutMs;       /**< bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (default) */
+  int lanes;               /**< independent epoch sequences, 1..8 (default 2), the same on every member */
+  int64_t timeoutMs;       /**< bound on every wait; < 0: KVCOMM_BARRIER_TIMEOUT_MS (default); 0 is 1 ms, above
+                                86400000 (a day) is a day */
   kvcommMemoryKind_t kind; /**< where the signal area lives (default kvcommMemoryAuto: CUDA with a current
                                 CUDA context, else host); must resolve the same on every member */
 } kvcommBarrierOptions;
@@ -390,8 +391,10 @@ kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm);
 kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed);
 /** Reads (and clears) the first device error since the last call. Synchronise the stream first. */
 kvcommResult_t kvcommBarrierPollError(kvcommBarrier_t barrier, kvcommDeviceError* error);
-/** The recorded BarrierTimeout, if any, as kvcommTimeout with its message (rank, peer, lane) in
- *  kvcommGetLastError(); kvcommSuccess otherwise. Host barriers return kvcommTimeout from the call itself. */
+/** The recorded device error, if any: a BarrierTimeout as kvcommTimeout with its message (rank, peer, lane) in
+ *  kvcommGetLastError(); a PeerFailed (a wait stopped by an abort or a member's death) as the communicator's own
+ *  error, kvcommAborted or kvcommNetworkError; kvcommSuccess otherwise. Host barriers return those from the call
+ *  itself. */
 kvcommResult_t kvcommBarrierCheckErrors(kvcommBarrier_t barrier);
 
 /* ---- fetch ---------------------------------------------------------------------------------------------------- */

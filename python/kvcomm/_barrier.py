@@ -27,13 +27,14 @@ class Barrier:
 
     def __init__(self, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
                  kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> None:
-        """Collective over `comm`. lanes: 1..8 independent epoch sequences; timeout_ms < 0: KVCOMM_BARRIER_TIMEOUT_MS;
-        kind: 'auto' (CUDA with a current CUDA context), 'cuda' or 'host', the same on every member."""
+        """Collective over `comm`. lanes: 1..8 independent epoch sequences, the same on every member; timeout_ms < 0:
+        KVCOMM_BARRIER_TIMEOUT_MS (0 is 1 ms, above a day is a day); kind: 'auto' (CUDA with a current CUDA context),
+        'cuda' or 'host', the same on every member."""
         if not isinstance(comm, Communicator):
             raise invalid("Barrier", -1, f"expected a kvcomm.Communicator, got {type(comm).__name__}")
         lanes = check_int(lanes, "lanes", "Barrier", comm.rank, I32)
         timeout_ms = check_int(timeout_ms, "timeout_ms", "Barrier", comm.rank, 1 << 63, -(1 << 63))
-        self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind))
+        self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind, "Barrier", comm.rank))
 
     @classmethod
     def create(cls, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
@@ -82,7 +83,9 @@ class Barrier:
         return self._native.poll_error()
 
     def check_errors(self) -> None:
-        """Raises a recorded barrier timeout (kvcomm.TimeoutError naming rank, peer and lane), if any."""
+        """Raises a recorded device error, if any: a wait that expired as kvcomm.TimeoutError naming rank, peer and
+        lane; a wait stopped by an abort or a member's death as the communicator's own error (kvcomm.AbortedError,
+        or kvcomm.NetworkError naming the rank that is gone)."""
         self._native.check_errors()
 
     def __repr__(self) -> str:

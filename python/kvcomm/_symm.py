@@ -14,12 +14,12 @@ Communicator = _kvcomm.Communicator
 _KINDS = {"auto": MemoryKind.Auto, "cuda": MemoryKind.Cuda, "host": MemoryKind.Host}
 
 
-def _kind(kind: Union[str, "_kvcomm.MemoryKind"]) -> "_kvcomm.MemoryKind":
+def _kind(kind: Union[str, "_kvcomm.MemoryKind"], call: str, rank: int) -> "_kvcomm.MemoryKind":
     if isinstance(kind, MemoryKind):
         return kind
     k = _KINDS.get(str(kind).lower())
     if k is None:
-        raise invalid("SymmetricBuffer", -1, f"kind {kind!r} is not one of 'auto', 'cuda', 'host'")
+        raise invalid(call, rank, f"kind {kind!r} is not one of 'auto', 'cuda', 'host'")
     return k
 
 
@@ -57,7 +57,8 @@ class SymmetricBuffer:
             initial_bytes = capacity
         capacity = check_int(capacity, "capacity", "SymmetricBuffer.create", comm.rank)
         initial_bytes = check_int(initial_bytes, "initial_bytes", "SymmetricBuffer.create", comm.rank)
-        return cls(_kvcomm.SymmetricBuffer.create(comm, capacity, initial_bytes, _kind(kind)))
+        return cls(_kvcomm.SymmetricBuffer.create(comm, capacity, initial_bytes,
+                                                    _kind(kind, "SymmetricBuffer.create", comm.rank)))
 
     @classmethod
     def adopt(cls, comm: Communicator, base: Any, reserved_bytes: int,
@@ -67,7 +68,8 @@ class SymmetricBuffer:
             raise invalid("SymmetricBuffer.adopt", comm.rank, "base must be an address (int)")
         base = check_int(base, "base", "SymmetricBuffer.adopt", comm.rank)
         reserved_bytes = check_int(reserved_bytes, "reserved_bytes", "SymmetricBuffer.adopt", comm.rank)
-        return cls(_kvcomm.SymmetricBuffer.adopt(comm, base, reserved_bytes, _kind(kind)))
+        return cls(_kvcomm.SymmetricBuffer.adopt(comm, base, reserved_bytes,
+                                                   _kind(kind, "SymmetricBuffer.adopt", comm.rank)))
 
     # ---- changes (collective) ----
     def grow(self, new_bytes: int) -> None:

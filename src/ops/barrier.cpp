@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "comm/agreement.hpp"
 #include "comm/health.hpp"
@@ -61,11 +62,23 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
   const char* call = "Barrier::create";
   KVCOMM_CHECK_ARG(comm.valid(), call, "the communicator is empty");
   detail::RankScope scope(comm.rank());
-  KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, call, "lanes ", options.lanes,
-                   " outside [1, ", kMaxBarrierLanes, "]");
-  KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   KVCOMM_CHECK_ARG(comm.size() <= kMaxHandlePeers, call, "a group of ", comm.size(), " members exceeds the ",
                    kMaxHandlePeers, " a device barrier supports");
+  // Options are checked by a vote, so a bad value on one member fails every member at once (naming it) instead of
+  // leaving the others in the allocation's exchange until the bootstrap timeout.
+  detail::allSucceed(comm, call, [&] {
+    KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, call, "lanes ", options.lanes,
+                     " outside [1, ", kMaxBarrierLanes, "]");
+    KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
+  });
+  // Lanes must agree: a lane that exists on one member only would never be answered there.
+  std::vector<int32_t> lanes(static_cast<size_t>(comm.size()));
+  lanes[static_cast<size_t>(comm.rank())] = options.lanes;
+  comm.allgather(lanes.data(), sizeof(int32_t));
+  for (int r = 1; r < comm.size(); ++r)
+    KVCOMM_CHECK_ARG(lanes[static_cast<size_t>(r)] == lanes[0], call,
+                     "lanes must be the same on every member: world rank ", comm.worldRank(r), " has ",
+                     lanes[static_cast<size_t>(r)], ", world rank ", comm.worldRank(0), " has ", lanes[0]);
   auto impl = std::make_unique<Impl>();
   impl->comm = comm;
   impl->lanes = options.lanes;
@@ -104,7 +117,8 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
     b.health = health.flag();
   }
   int64_t ms = options.timeoutMs >= 0 ? options.timeoutMs : env::barrierTimeoutMs();
-  ms = std::max<int64_t>(ms, 1);  // every wait stays bounded, whatever the knob says
+  // Every wait stays bounded, whatever the knob says; above a day is a day (nanoseconds of INT64_MAX ms would wrap).
+  ms = std::clamp<int64_t>(ms, 1, env::kMaxBarrierTimeoutMs);
   b.timeoutNs = static_cast<uint64_t>(ms) * 1000000ull;
   b.rank = comm.rank();
   b.size = comm.size();
@@ -150,7 +164,8 @@ DeviceError Barrier::pollError() {
 }
 
 void Barrier::checkErrors() {
-  DeviceError e = pollError();  // refuses an empty barrier
+  KVCOMM_CHECK_ARG(impl_, "Barrier::checkErrors", "empty barrier");
+  DeviceError e = pollError();
   detail::RankScope scope(impl_->comm.rank());
   if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
   detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);

@@ -281,8 +281,11 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   KVCOMM_CHECK_ARG(buffer.valid(), "Publisher::create", "the buffer is empty");
   Communicator comm = buffer.communicator();
   detail::RankScope scope(comm.rank());
-  KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, "Publisher::create", "lanes ",
-                   options.lanes, " outside [1, ", kMaxBarrierLanes, "]");
+  // A vote: a bad value on one member fails every member at once instead of leaving them in the mode exchange.
+  detail::allSucceed(comm, "Publisher::create", [&] {
+    KVCOMM_CHECK_ARG(options.lanes >= 1 && options.lanes <= kMaxBarrierLanes, "Publisher::create", "lanes ",
+                     options.lanes, " outside [1, ", kMaxBarrierLanes, "]");
+  });
   KVCOMM_CHECK_ARG((buffer.granularity() & (buffer.granularity() - 1)) == 0, "Publisher::create", "granularity ",
                    buffer.granularity(), " is not a power of two");
   auto impl = std::make_unique<Impl>();

@@ -130,6 +130,47 @@ TEST_P(BarrierTest, BadOptionsAreRefused) {
   comm.barrier();
 }
 
+// A bad option on one member fails create() on every member at once (a vote), naming the member and the option,
+// instead of leaving the others in the signal area's exchange until the bootstrap timeout (120 s by default).
+TEST_P(BarrierTest, ABadOptionOnOneMemberFailsEveryMemberAtOnce) {
+  auto comm = kvtest::tcpWorld();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int last = comm.size() - 1;
+  auto t0 = std::chrono::steady_clock::now();
+  kvtest::expectError([&] { (void)make(comm, comm.rank() == last ? 0 : 2); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Barrier::create", "lanes 0 outside [1, 8]"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // Valid but different lane counts: a lane only some members have would never be answered on the others.
+  kvtest::expectError([&] { (void)make(comm, comm.rank() == last ? 4 : 2); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Barrier::create", "lanes must be the same on every member",
+                       "world rank " + std::to_string(comm.worldRank(last)) + " has 4",
+                       "world rank " + std::to_string(comm.worldRank(0)) + " has 2"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  comm.barrier();
+  Barrier ok = make(comm, 3);  // the group is still usable
+  ok.barrier(nullptr, 2);
+  kvtest::synchronize(kind_);
+  ok.checkErrors();
+  comm.barrier();
+}
+
+// Timeouts beyond a day are a day: INT64_MAX ms (and values whose nanoseconds wrap 64 bits) used to become an
+// instant timeout. Rank 0 arrives late, so every other member waits.
+TEST_P(BarrierTest, HugeTimeoutsDoNotWrapIntoAnInstantTimeout) {
+  auto comm = kvtest::tcpWorld();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (int64_t ms : {INT64_MAX, int64_t{18446744073710}, int64_t{86400001}}) {
+    Barrier bar = make(comm, 2, ms);
+    for (int lane : {0, 1}) {
+      if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      bar.barrier(nullptr, lane);
+      kvtest::synchronize(kind_);
+      EXPECT_NO_THROW(bar.checkErrors()) << "timeoutMs " << ms;
+    }
+    comm.barrier();
+  }
+}
+
 // Every method of an empty (default-constructed or moved-from) Barrier throws InvalidArgumentError naming it
 // ("empty barrier"); the accessors used to dereference null.
 TEST_P(BarrierTest, EveryMethodOfAnEmptyBarrierThrows) {
@@ -148,7 +189,7 @@ TEST_P(BarrierTest, EveryMethodOfAnEmptyBarrierThrows) {
     empty([&] { (void)b->communicator(); }, "Barrier::communicator");
     empty([&] { (void)b->deviceHandle(); }, "Barrier::deviceHandle");
     empty([&] { (void)b->pollError(); }, "Barrier::pollError");
-    empty([&] { b->checkErrors(); }, "Barrier::pollError");
+    empty([&] { b->checkErrors(); }, "Barrier::checkErrors");
     empty([&] { b->barrier(); }, "Barrier::barrier");
     empty([&] { b->signal(); }, "Barrier::signal");
     empty([&] { b->wait(); }, "Barrier::wait");

@@ -594,4 +594,24 @@ TEST(PublishMode, DifferentFallbackPackMaxBytesIsRefusedOnEveryMember) {
   world.barrier();
 }
 
+TEST(PublishMode, BadLanesOnOneMemberFailCreateOnEveryMemberAtOnce) {
+  // A vote before the mode exchange: the other members fail at once, naming the member's lanes, instead of waiting in
+  // the exchange until the bootstrap timeout. In Direct mode, valid but different lane counts are refused by the
+  // publisher's barrier.
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  const int last = world.size() - 1;
+  kvcomm::PublisherOptions o;
+  o.lanes = world.rank() == last ? 9 : 2;
+  auto t0 = std::chrono::steady_clock::now();
+  kvtest::expectError([&] { (void)Publisher::create(buf, o); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Publisher::create", "lanes 9 outside [1, 8]"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  o.lanes = world.rank() == last ? 3 : 2;
+  kvtest::expectError([&] { (void)Publisher::create(buf, o); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"lanes must be the same on every member"});
+  world.barrier();
+}
+
 }  // namespace

@@ -361,8 +361,10 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
         kvcomm.SymmetricBuffer.create(comm, 2**64, kind="host")
     with pytest.raises(kvcomm.InvalidArgumentError, match="new_bytes -1 is outside"):
         buf.grow(-1)
-    with pytest.raises(kvcomm.InvalidArgumentError, match="kind"):
+    with pytest.raises(kvcomm.InvalidArgumentError, match=rf"\[rank {comm.rank}\] SymmetricBuffer.create: kind 'gpu'"):
         kvcomm.SymmetricBuffer.create(comm, 4096, 4096, kind="gpu")
+    with pytest.raises(kvcomm.InvalidArgumentError, match=rf"\[rank {comm.rank}\] Barrier: kind 'bogus'"):
+        kvcomm.Barrier(comm, kind="bogus")
     comm.barrier()
     for r in range(N):
         assert np.array_equal(buf.peer(r), before[r]), f"replica {r} changed after refused calls"
