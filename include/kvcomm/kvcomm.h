@@ -303,7 +303,8 @@ typedef enum {
   kvcommDeviceErrorSlotOutOfRange = 1,  /**< a slot's row would land outside the backed part; not written */
   kvcommDeviceErrorBarrierTimeout = 2,  /**< a barrier wait expired; the peer never arrived */
   kvcommDeviceErrorBlockOutOfRange = 3, /**< a fetch named a block id outside its layout; that pair was not copied */
-  kvcommDeviceErrorPeerFailed = 4       /**< a barrier wait stopped: the communicator was aborted or a member died */
+  kvcommDeviceErrorPeerFailed = 4,      /**< a barrier wait stopped: the communicator was aborted or a member died */
+  kvcommDeviceErrorLaneOutOfRange = 5   /**< a device barrier call named a lane outside [0, lanes); nothing done */
 } kvcommDeviceErrorKind_t;
 
 /** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields

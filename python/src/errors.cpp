@@ -34,6 +34,9 @@ nb::object deviceErrorToPython(const DeviceError& e) {
     case DeviceErrorKind::PeerFailed:
       d["kind"] = "peer_failed";
       break;
+    case DeviceErrorKind::LaneOutOfRange:
+      d["kind"] = "lane_out_of_range";
+      break;
     case DeviceErrorKind::None:
       break;
   }

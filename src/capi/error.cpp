@@ -121,7 +121,8 @@ kvcommMemoryKind_t toC(MemoryKind kind) {
 static_assert(static_cast<int>(kvcomm::DeviceErrorKind::BlockOutOfRange) == kvcommDeviceErrorBlockOutOfRange &&
                   static_cast<int>(kvcomm::DeviceErrorKind::BarrierTimeout) == kvcommDeviceErrorBarrierTimeout &&
                   static_cast<int>(kvcomm::DeviceErrorKind::SlotOutOfRange) == kvcommDeviceErrorSlotOutOfRange &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::PeerFailed) == kvcommDeviceErrorPeerFailed,
+                  static_cast<int>(kvcomm::DeviceErrorKind::PeerFailed) == kvcommDeviceErrorPeerFailed &&
+                  static_cast<int>(kvcomm::DeviceErrorKind::LaneOutOfRange) == kvcommDeviceErrorLaneOutOfRange,
               "kvcommDeviceErrorKind_t mirrors kvcomm::DeviceErrorKind");
 
 using kvcomm::capi::guard;

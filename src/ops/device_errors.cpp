@@ -66,6 +66,9 @@ void throwDeviceError(const DeviceError& e, uint64_t timeoutMs) {
     case DeviceErrorKind::BarrierTimeout:
       KVCOMM_THROW(Timeout, "barrier (device)", "rank ", e.rank, " waited for peer ", e.peer, " on lane ", e.lane,
                    " longer than ", timeoutMs, " ms (the peer never arrived)");
+    case DeviceErrorKind::LaneOutOfRange:
+      KVCOMM_THROW(InvalidArgument, "barrier (device)", "rank ", e.rank, " called a device barrier function on lane ",
+                   e.lane, ", outside the barrier's lanes; it signalled and waited for nothing");
     case DeviceErrorKind::BlockOutOfRange:
       KVCOMM_THROW(InvalidArgument, "fetch (device)", "pair ", e.tokenIndex, ": block id ", e.slot, " (source rank ",
                    e.peer, ", region ", e.tensor,

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
+#include "support/expect_error.hpp"
 #include "support/memory.hpp"
 
 namespace {
@@ -44,6 +48,23 @@ __global__ void scopedKernel(kvcomm::SymmDeviceHandle h, uint64_t area, kvcomm::
   kvcomm::barrierSignalScope<S>(b, lane, order);
   kvcomm::barrierWaitScope<S>(b, lane, order);
   for (int r = t; r < h.size; r += step) out[r] = reinterpret_cast<const uint64_t*>(h.local() + area)[r];
+}
+
+// Signal then wait at scope S and order `relaxed` on `lane`; ok[thread] = what the wait returned. Block scope also
+// runs the split block functions and the two-argument barrierBlock.
+template <kvcomm::BarrierScope S>
+__global__ void signalWaitKernel(kvcomm::BarrierDeviceHandle b, int lane, int relaxed, int* ok) {
+  const bool caller =
+      S == kvcomm::BarrierScope::Block || (S == kvcomm::BarrierScope::Warp && threadIdx.x < 32) || threadIdx.x == 0;
+  if (!caller) return;
+  kvcomm::BarrierOrder order = relaxed ? kvcomm::BarrierOrder::Relaxed : kvcomm::BarrierOrder::Ordered;
+  kvcomm::barrierSignalScope<S>(b, lane, order);
+  ok[threadIdx.x] = kvcomm::barrierWaitScope<S>(b, lane, order) ? 1 : 0;
+  if constexpr (S == kvcomm::BarrierScope::Block) {
+    kvcomm::barrierSignalBlock(b, lane);
+    kvcomm::barrierWaitBlock(b, lane);
+    kvcomm::barrierBlock(b, lane);
+  }
 }
 
 uint64_t valueOf(uint64_t seed, int replay, int rank) {
@@ -177,6 +198,73 @@ TEST_F(GraphBarrier, ScopedDevicePrimitivesInsideAnEngineKernel) {
   CUDA_OK(cudaDeviceSynchronize());
   bar.checkErrors();
   cudaFree(out);
+  world.barrier();
+}
+
+// A device wait stops when the group fails, in either order (the relaxed wait once polled only its timeout): rank 0
+// of a group whose other members never signal is aborted 300 ms in; the kernel ends within 2 s of the 20 s timeout
+// and checkErrors() throws Aborted.
+TEST_F(GraphBarrier, DeviceWaitsOfBothOrdersStopWhenTheGroupIsAborted) {
+  auto world = kvtest::tcpWorld();
+  for (int relaxed : {0, 1}) {
+    auto comm = world.split(0, world.rank());  // aborted on rank 0 only; world stays for the test's own sync
+    auto bar = kvcomm::Barrier::create(*comm, {2, 20000, kvcomm::MemoryKind::Cuda});
+    world.barrier();
+    if (world.rank() == 0) {
+      int* ok = nullptr;
+      CUDA_OK(cudaMalloc(&ok, sizeof(int) * 32));
+      CUDA_OK(cudaMemset(ok, 0x7f, sizeof(int) * 32));
+      auto start = std::chrono::steady_clock::now();
+      signalWaitKernel<kvcomm::BarrierScope::Warp><<<1, 32>>>(bar.deviceHandle(), 1, relaxed, ok);
+      CUDA_OK(cudaGetLastError());
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm->abort();
+      CUDA_OK(cudaDeviceSynchronize());
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(secs, 2.3) << (relaxed ? "relaxed" : "ordered") << " wait did not stop at the abort";
+      std::vector<int> got(32);
+      CUDA_OK(cudaMemcpy(got.data(), ok, sizeof(int) * 32, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got[1], 0) << "the wait for member 1 reported success";
+      kvtest::expectError([&] { bar.checkErrors(); }, kvcomm::ErrorCode::Aborted, {"aborted"});
+      cudaFree(ok);
+    }
+    world.barrier();
+  }
+}
+
+// Device calls on a lane outside [0, lanes) record LaneOutOfRange and do nothing: a lane of 8 or more used to write
+// past the flag area into the peers' epochs, so the barriers after them (on every lane) still meet.
+TEST_F(GraphBarrier, DeviceCallsOnALaneOutsideTheBarrierAreRecordedAndDoNothing) {
+  auto world = kvtest::tcpWorld();
+  auto bar = kvcomm::Barrier::create(world, {2, 3000, kvcomm::MemoryKind::Cuda});
+  int* ok = nullptr;
+  CUDA_OK(cudaMalloc(&ok, sizeof(int) * 64));
+  for (int lane : {2, 7, 8, 9, 40, -1}) {
+    for (int scope = 0; scope < 3; ++scope) {
+      CUDA_OK(cudaMemset(ok, 0x7f, sizeof(int) * 64));
+      if (scope == 0) signalWaitKernel<kvcomm::BarrierScope::Thread><<<1, 64>>>(bar.deviceHandle(), lane, 0, ok);
+      if (scope == 1) signalWaitKernel<kvcomm::BarrierScope::Warp><<<1, 64>>>(bar.deviceHandle(), lane, 1, ok);
+      if (scope == 2) signalWaitKernel<kvcomm::BarrierScope::Block><<<1, 64>>>(bar.deviceHandle(), lane, 0, ok);
+      CUDA_OK(cudaDeviceSynchronize());
+      int got = 1;
+      CUDA_OK(cudaMemcpy(&got, ok, sizeof(int), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got, 0) << "lane " << lane << " scope " << scope << ": the wait reported success";
+      kvtest::expectError([&] { bar.checkErrors(); }, kvcomm::ErrorCode::InvalidArgument,
+                          {"barrier (device)", "on lane " + std::to_string(lane), "outside the barrier's lanes"});
+    }
+  }
+  world.barrier();  // every member made its bad calls; now every lane must still meet in step
+  for (int round = 0; round < 3; ++round)
+    for (int lane : {0, 1}) {
+      signalWaitKernel<kvcomm::BarrierScope::Thread><<<1, 32>>>(bar.deviceHandle(), lane, 0, ok);
+      bar.barrier(nullptr, lane);
+    }
+  CUDA_OK(cudaDeviceSynchronize());
+  int got = 0;
+  CUDA_OK(cudaMemcpy(&got, ok, sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, 1);
+  EXPECT_NO_THROW(bar.checkErrors());
+  cudaFree(ok);
   world.barrier();
 }
 

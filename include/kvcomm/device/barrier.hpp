@@ -109,15 +109,15 @@ KVCOMM_DEVICE_INLINE void barrierSignal(const BarrierDeviceHandle& b, int lane, 
   storeReleaseSystem(barrierFlag(b.peerSignals[peer], lane, b.rank), epoch);
 }
 
-/// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
-/// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
-/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with acquire loads, so the
-/// load that sees the epoch is the acquire (no second load after it); the health flag, in host memory, every 64 polls.
-KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
+namespace detail {
+/// barrierWait's loop, with acquire (Ordered) or relaxed (arrival only) polls: one bound and one health check for both.
+template <bool Acquire>
+KVCOMM_DEVICE_INLINE bool barrierPoll(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
   const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
-  if (loadAcquireSystem(flag) >= epoch) return true;
+  auto load = [flag] { return Acquire ? loadAcquireSystem(flag) : loadRelaxedSystem(flag); };
+  if (load() >= epoch) return true;
   uint64_t start = globalTimerNs();
-  for (uint32_t spin = 1; loadAcquireSystem(flag) < epoch; ++spin) {
+  for (uint32_t spin = 1; load() < epoch; ++spin) {
     if ((spin & 63) == 0 && barrierGroupFailed(b)) {
       recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
       return false;
@@ -128,6 +128,28 @@ KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, in
     }
   }
   return true;
+}
+}  // namespace detail
+
+/// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
+/// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
+/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with acquire loads, so the
+/// load that sees the epoch is the acquire (no second load after it); the health flag, in host memory, every 64 polls.
+/// Like barrierSignal, it takes a lane the caller checked (see barrierLaneValid).
+KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
+  return detail::barrierPoll<true>(b, lane, peer, epoch);
+}
+
+/// Whether `lane` is one of the barrier's lanes ([0, b.lanes)); records a LaneOutOfRange (rank, lane) when not. The
+/// scope and split functions (barrierSignalScope, barrierWaitScope, barrierSyncScope, barrierSignalBlock,
+/// barrierWaitBlock, the two-argument barrierBlock) check it and do nothing else on a bad lane. The fused-kernel
+/// primitives (barrierSignal, barrierWait, barrierNextEpoch, the three-argument barrierBlock, barrierLastBlock,
+/// barrierAfterGrid, barrierSignalAfterGrid) stay unchecked on their hot path: give them a lane checked once (by this
+/// function at the kernel's start, or by the host call that launches the kernel).
+KVCOMM_DEVICE_INLINE bool barrierLaneValid(const BarrierDeviceHandle& b, int lane) {
+  if (lane >= 0 && lane < b.lanes) return true;
+  recordDeviceError(b.error, DeviceErrorKind::LaneOutOfRange, -1, -1, -1, b.rank, -1, lane);
+  return false;
 }
 
 /// Block-scope barrier: the calling block's threads [0, size) each signal `epoch` (barrierNextEpoch()) and wait for
@@ -153,6 +175,7 @@ KVCOMM_DEVICE_INLINE uint64_t barrierNextEpoch(const BarrierDeviceHandle& b, int
 }
 
 KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
+  if (!barrierLaneValid(b, lane)) return;
   barrierBlock(b, lane, barrierNextEpoch(b, lane));
 }
 
@@ -161,6 +184,7 @@ KVCOMM_DEVICE_INLINE void barrierBlock(const BarrierDeviceHandle& b, int lane) {
 /// kernels of the stream), then the lane's epoch advances. Call from every thread of exactly one block per rank and
 /// lane; pair it with barrierWaitBlock() before reading what peers wrote.
 KVCOMM_DEVICE_INLINE void barrierSignalBlock(const BarrierDeviceHandle& b, int lane) {
+  if (!barrierLaneValid(b, lane)) return;
   __syncthreads();
   const uint64_t epoch = barrierNextEpoch(b, lane);
   int t = static_cast<int>(threadIdx.x);
@@ -173,6 +197,7 @@ KVCOMM_DEVICE_INLINE void barrierSignalBlock(const BarrierDeviceHandle& b, int l
 /// its last barrierSignalBlock() announced), with system-scope acquire shared with the block by the closing
 /// __syncthreads. Bounded by b.timeoutNs (records a BarrierTimeout).
 KVCOMM_DEVICE_INLINE void barrierWaitBlock(const BarrierDeviceHandle& b, int lane) {
+  if (!barrierLaneValid(b, lane)) return;
   const uint64_t epoch = b.epochs[lane];
   int t = static_cast<int>(threadIdx.x);
   if (t < b.size && t != b.rank && b.peerSignals[t] != 0) barrierWait(b, lane, t, epoch);
@@ -203,10 +228,12 @@ KVCOMM_DEVICE_INLINE int barrierScopeSize() {
 /// every mapped member (the scope's threads share the members), then advances the lane's epoch. Ordered: a
 /// system-scope release per member, cumulative over what the scope's threads wrote before the call (through the
 /// scope's own sync) and over earlier kernels of the stream; Relaxed: a relaxed system-scope store (arrival only).
-/// One scope per rank and lane calls it; pair with barrierWaitScope() (or the host's Barrier::wait()).
+/// One scope per rank and lane calls it; pair with barrierWaitScope() (or the host's Barrier::wait()). A lane outside
+/// [0, b.lanes) is recorded (LaneOutOfRange) and nothing is signalled.
 template <BarrierScope S>
 KVCOMM_DEVICE_INLINE void barrierSignalScope(const BarrierDeviceHandle& b, int lane,
                                              BarrierOrder order = BarrierOrder::Ordered) {
+  if (!barrierLaneValid(b, lane)) return;
   detail::barrierScopeSync<S>();
   const uint64_t epoch = barrierNextEpoch(b, lane);
   for (int peer = detail::barrierScopeRank<S>(); peer < b.size; peer += detail::barrierScopeSize<S>()) {
@@ -223,28 +250,20 @@ KVCOMM_DEVICE_INLINE void barrierSignalScope(const BarrierDeviceHandle& b, int l
 }
 
 /// The second half: waits until every member announced this rank's current epoch on `lane`. Ordered: system-scope
-/// acquire, shared with the scope by its closing sync; Relaxed: arrival only. Bounded (records BarrierTimeout or
-/// PeerFailed). Returns false in a thread whose wait failed.
+/// acquire, shared with the scope by its closing sync; Relaxed: arrival only. Either order is bounded and stops when
+/// the group fails (records BarrierTimeout or PeerFailed, like barrierWait). Returns false in a thread whose wait
+/// failed, and in every thread for a lane outside [0, b.lanes) (recorded: LaneOutOfRange).
 template <BarrierScope S>
 KVCOMM_DEVICE_INLINE bool barrierWaitScope(const BarrierDeviceHandle& b, int lane,
                                            BarrierOrder order = BarrierOrder::Ordered) {
+  if (!barrierLaneValid(b, lane)) return false;
   const uint64_t epoch = b.epochs[lane];
   bool ok = true;
   for (int peer = detail::barrierScopeRank<S>(); peer < b.size; peer += detail::barrierScopeSize<S>()) {
     if (peer == b.rank || b.peerSignals[peer] == 0) continue;
-    if (order == BarrierOrder::Ordered) {
-      ok = barrierWait(b, lane, peer, epoch) && ok;
-    } else {
-      const uint64_t* flag = barrierFlag(reinterpret_cast<uint64_t>(b.localSignals), lane, peer);
-      uint64_t start = globalTimerNs();
-      while (loadRelaxedSystem(flag) < epoch) {
-        if (globalTimerNs() - start > b.timeoutNs) {
-          recordDeviceError(b.error, DeviceErrorKind::BarrierTimeout, -1, -1, -1, b.rank, peer, lane);
-          ok = false;
-          break;
-        }
-      }
-    }
+    const bool arrived = order == BarrierOrder::Ordered ? detail::barrierPoll<true>(b, lane, peer, epoch)
+                                                        : detail::barrierPoll<false>(b, lane, peer, epoch);
+    ok = arrived && ok;
   }
   detail::barrierScopeSync<S>();
   return ok;

@@ -16,6 +16,7 @@ enum class DeviceErrorKind : int32_t {
   BarrierTimeout = 2,   ///< a barrier wait expired; the peer never arrived
   BlockOutOfRange = 3,  ///< a fetch named a block id outside its layout; that block pair was not copied
   PeerFailed = 4,       ///< a barrier wait stopped: the communicator was aborted or a member died
+  LaneOutOfRange = 5,   ///< a device barrier call named a lane outside [0, lanes); it signalled and waited for nothing
 };
 
 /// First error wins; later ones are dropped until the host clears the record.
@@ -27,7 +28,7 @@ struct DeviceErrorRecord {
   int32_t tensor;
   int32_t rank;  ///< rank that detected it
   int32_t peer;  ///< peer waited for (BarrierTimeout, PeerFailed)
-  int32_t lane;  ///< barrier lane (BarrierTimeout, PeerFailed)
+  int32_t lane;  ///< barrier lane (BarrierTimeout, PeerFailed, LaneOutOfRange)
 };
 
 #if KVCOMM_ON_DEVICE_COMPILER
