@@ -59,7 +59,9 @@ if [ "$what" != perf ]; then
   "${mpi[@]}" "$build/tools/kvcomm-info" --tp 1 2>&1 | tee "$OUT/info.txt" || status=1
 
   step "unit tests"
-  timeout 300 "$build/tests/unit/kvcomm_unit_tests" --gtest_brief=1 2>&1 | tail -15 | tee "$OUT/unit.txt" || status=1
+  # The whole log is kept (a brief tail had shown "104 passed" of 105 without naming the one that did not pass).
+  timeout 300 "$build/tests/unit/kvcomm_unit_tests" --gtest_color=no >"$OUT/unit.txt" 2>&1 || status=1
+  grep -E "^\[ *(FAILED|SKIPPED) |Failure$|tests? from .* ran|^\[ *PASSED" "$OUT/unit.txt" | head -30
 
   step "arena tests (processes; CUDA: server on GPU 0, clients on every GPU) and the arena example"
   timeout 600 "$build/tests/arena/kvcomm_arena_tests" --gtest_color=no 2>&1 | tee "$OUT/arena.txt" | \
