@@ -14,8 +14,8 @@ struct DeviceError {
   int64_t slot = -1;        ///< SlotOutOfRange: the slot; BlockOutOfRange: the offending block id
   int tensor = -1;          ///< SlotOutOfRange: tensor index; BlockOutOfRange: region index
   int rank = -1;            ///< rank that detected it
-  int peer = -1;            ///< BarrierTimeout: the peer waited for; BlockOutOfRange: the source rank
-  int lane = -1;            ///< BarrierTimeout: the lane
+  int peer = -1;            ///< BarrierTimeout, PeerFailed: the peer waited for; BlockOutOfRange: the source rank
+  int lane = -1;            ///< BarrierTimeout, PeerFailed, LaneOutOfRange: the lane
   explicit operator bool() const { return kind != DeviceErrorKind::None; }
 };
 

@@ -171,6 +171,34 @@ TEST_P(BarrierTest, HugeTimeoutsDoNotWrapIntoAnInstantTimeout) {
   }
 }
 
+// What a kernel records reaches the host as documented: each kind written into the barrier's record (the one device
+// functions write through deviceHandle().error, in the signal area's memory) is read back once by pollError() and
+// thrown by checkErrors() with its code and wording.
+TEST_P(BarrierTest, RecordedDeviceErrorsAreReadOnceAndThrownAsDocumented) {
+  auto comm = kvtest::tcpWorld();
+  Barrier bar = make(comm);
+  kvcomm::DeviceErrorRecord* rec = bar.deviceHandle().error;
+  auto record = [&](kvcomm::DeviceErrorKind kind, int peer, int lane) {
+    const kvcomm::DeviceErrorRecord r{1, static_cast<int32_t>(kind), -1, -1, -1, comm.rank(), peer, lane};
+    kvtest::toMemory(kind_, rec, &r, sizeof(r));
+  };
+  record(kvcomm::DeviceErrorKind::LaneOutOfRange, -1, 9);
+  kvcomm::DeviceError e = bar.pollError();
+  EXPECT_EQ(e.kind, kvcomm::DeviceErrorKind::LaneOutOfRange);
+  EXPECT_EQ(e.lane, 9);
+  EXPECT_EQ(e.rank, comm.rank());
+  EXPECT_EQ(bar.pollError().kind, kvcomm::DeviceErrorKind::None) << "pollError did not clear the record";
+  record(kvcomm::DeviceErrorKind::LaneOutOfRange, -1, 9);
+  kvtest::expectError(
+      [&] { bar.checkErrors(); }, kvcomm::ErrorCode::InvalidArgument,
+      {"barrier (device)", "rank " + std::to_string(comm.rank()), "on lane 9", "outside the barrier's lanes"});
+  EXPECT_NO_THROW(bar.checkErrors()) << "checkErrors did not clear the record";
+  record(kvcomm::DeviceErrorKind::BarrierTimeout, 1, 1);
+  kvtest::expectError([&] { bar.checkErrors(); }, kvcomm::ErrorCode::Timeout,
+                      {"barrier (device)", "waited for peer 1 on lane 1"});
+  comm.barrier();
+}
+
 // Every method of an empty (default-constructed or moved-from) Barrier throws InvalidArgumentError naming it
 // ("empty barrier"); the accessors used to dereference null.
 TEST_P(BarrierTest, EveryMethodOfAnEmptyBarrierThrows) {
