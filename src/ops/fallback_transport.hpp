@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -18,8 +19,20 @@ class FallbackTransport {
   /// Where this rank packs its record of `recordBytes` (grows the staging outside graph capture; inside capture a
   /// record larger than the staging is an InvalidArgumentError).
   virtual char* sendBuffer(size_t recordBytes, Stream stream) = 0;
+  /// What every member's call must agree on: the host transport compares it across members before gathering and
+  /// names a member that differs (equal record sizes alone let 1 token of 32 B pass for 2 of 16 B); NCCL does not.
+  struct Shape {
+    uint64_t numTokens = 0;
+    uint64_t numTensors = 0;
+    uint64_t rowBytes[4] = {};
+    bool operator==(const Shape& o) const {
+      bool same = numTokens == o.numTokens && numTensors == o.numTensors;
+      for (int k = 0; k < 4; ++k) same = same && rowBytes[k] == o.rowBytes[k];
+      return same;
+    }
+  };
   /// Gathers every rank's record (stream-ordered); returns the base of size() records of `recordBytes`.
-  virtual const char* gather(size_t recordBytes, Stream stream) = 0;
+  virtual const char* gather(size_t recordBytes, const Shape& shape, Stream stream) = 0;
   /// Every member arrived (stream-ordered).
   virtual void barrier(Stream stream) = 0;
 

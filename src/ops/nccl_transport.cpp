@@ -40,7 +40,7 @@ class NcclTransport : public FallbackTransport {
     return send_;
   }
 
-  const char* gather(size_t recordBytes, Stream stream) override {
+  const char* gather(size_t recordBytes, const Shape&, Stream stream) override {
     KVCOMM_CHECK_NCCL(nccl().allGather(send_, recv_, recordBytes, ncclUint8, comm_, stream));
     return recv_;
   }

@@ -247,7 +247,11 @@ struct Publisher::Impl {
       detail::launchPack(pack, stream);
     else
       detail::hostPack(pack);
-    const char* all = transport->gather(record, stream);
+    detail::FallbackTransport::Shape shape;
+    shape.numTokens = p.numTokens;
+    shape.numTensors = static_cast<uint64_t>(p.numTensors);
+    for (int k = 0; k < p.numTensors; ++k) shape.rowBytes[k] = p.t[k].rowBytes;
+    const char* all = transport->gather(record, shape, stream);
     detail::PublishLaunch ins = p;
     ins.replicas = localOnly;
     ins.slots = all;
@@ -400,8 +404,8 @@ void Publisher::barrier(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
   detail::RankScope scope(impl_->rank());
   impl_->checkOpen("Publisher::barrier");
+  impl_->checkLane(lane, "Publisher::barrier");  // before the Barrier's own check, which would name itself
   if (impl_->mode == PublishMode::Direct) return impl_->barrier.barrier(stream, lane);
-  impl_->checkLane(lane, "Publisher::barrier");
   impl_->transport->barrier(stream);
 }
 
@@ -409,8 +413,8 @@ void Publisher::signal(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::signal", "empty publisher");
   detail::RankScope scope(impl_->rank());
   impl_->checkOpen("Publisher::signal");
-  if (impl_->mode == PublishMode::Direct) return impl_->barrier.signal(stream, lane);
   impl_->checkLane(lane, "Publisher::signal");
+  if (impl_->mode == PublishMode::Direct) return impl_->barrier.signal(stream, lane);
   impl_->transport->barrier(stream);
 }
 
@@ -418,8 +422,8 @@ void Publisher::wait(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Publisher::wait", "empty publisher");
   detail::RankScope scope(impl_->rank());
   impl_->checkOpen("Publisher::wait");
-  if (impl_->mode == PublishMode::Direct) return impl_->barrier.wait(stream, lane);
-  impl_->checkLane(lane, "Publisher::wait");  // the fallback's signal() already synchronised
+  impl_->checkLane(lane, "Publisher::wait");
+  if (impl_->mode == PublishMode::Direct) return impl_->barrier.wait(stream, lane);  // the fallback's signal() synced
 }
 
 void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
@@ -470,7 +474,8 @@ DeviceError Publisher::pollError() {
 }
 
 void Publisher::checkErrors() {
-  DeviceError e = pollError();  // refuses an empty publisher
+  KVCOMM_CHECK_ARG(impl_, "Publisher::checkErrors", "empty publisher");
+  DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
   if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->buf.communicator(), "barrier (device)");
   detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kvcomm/error.hpp"
@@ -417,7 +418,12 @@ TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
   kvcomm::CacheTensor empty = ok;
   empty.rowBytes = 0;
   expectRefused({empty}, "rowBytes is 0");
-  EXPECT_THROW(pub.barrier(nullptr, 7), kvcomm::InvalidArgumentError);
+  // A bad lane names the publisher's call in both modes (Direct used to name its Barrier's).
+  kvtest::expectError([&] { pub.barrier(nullptr, 7); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Publisher::barrier", "lane 7 outside [0, 2)"});
+  kvtest::expectError([&] { pub.signal(nullptr, -1); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Publisher::signal", "lane -1"});
+  kvtest::expectError([&] { pub.wait(nullptr, 2); }, kvcomm::ErrorCode::InvalidArgument, {"Publisher::wait", "lane 2"});
   world.barrier();
 }
 
@@ -479,7 +485,7 @@ TEST_P(Publish, EveryMethodOfAnEmptyPublisherThrows) {
     empty([&] { (void)e.modeReason(); }, "Publisher::modeReason");
     empty([&] { (void)e.barrierHandle(); }, "Publisher::barrierHandle");
     empty([&] { (void)e.pollError(); }, "Publisher::pollError");
-    empty([&] { e.checkErrors(); }, "Publisher::pollError");
+    empty([&] { e.checkErrors(); }, "Publisher::checkErrors");
     empty([&] { e.publish({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publish");
     empty([&] { e.publishAndBarrier({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndBarrier");
     empty([&] { e.publishAndSignal({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndSignal");
@@ -611,6 +617,40 @@ TEST(PublishMode, BadLanesOnOneMemberFailCreateOnEveryMemberAtOnce) {
   o.lanes = world.rank() == last ? 3 : 2;
   kvtest::expectError([&] { (void)Publisher::create(buf, o); }, kvcomm::ErrorCode::InvalidArgument,
                       {"lanes must be the same on every member"});
+  world.barrier();
+}
+
+TEST(PublishMode, HostFallbackRefusesCallsOfDifferentShapesOnEveryMember) {
+  // Equal record sizes are not enough (1 token of 32 B is 2 tokens of 16 B, or 1 token of two 16 B tensors): the
+  // host fallback compares numTokens and row sizes, so no replica is filled from records read with another layout.
+  auto world = kvtest::tcpWorld();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  ScopedEnv off("KVCOMM_DIRECT", "0");
+  auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
+  auto pub = Publisher::create(buf);
+  ASSERT_EQ(pub.mode(), kvcomm::PublishMode::Fallback);
+  const int last = world.size() - 1;
+  const bool odd = world.rank() == last;
+  std::vector<uint8_t> rows(64, 0x5a), before(buf.mappedBytes());
+  std::vector<int64_t> slots{3, 4};
+  std::memcpy(before.data(), buf.local(), before.size());
+  kvcomm::CacheTensor wide{rows.data(), 0, 32, 0, 1, 0, 0}, narrow{rows.data(), 0, 16, 4096, 1, 0, 0};
+  kvtest::expectError([&] { pub.publish({odd ? narrow : wide}, slots.data(), SlotType::Int64, odd ? 2 : 1); },
+                      kvcomm::ErrorCode::InvalidArgument,
+                      {"publish (fallback)", "every member must pass the same numTokens and row sizes"});
+  kvtest::expectError(
+      [&] {
+        if (odd)
+          pub.publish({narrow, narrow}, slots.data(), SlotType::Int64, 1);
+        else
+          pub.publish({wide}, slots.data(), SlotType::Int64, 1);
+      },
+      kvcomm::ErrorCode::InvalidArgument, {"publish (fallback)", "tensors with rows of"});
+  EXPECT_EQ(std::memcmp(before.data(), buf.local(), before.size()), 0) << "a refused call wrote into the replica";
+  world.barrier();
+  // Calls of one shape still work afterwards.
+  pub.publish({wide}, slots.data(), SlotType::Int64, 1);
+  pub.barrier();
   world.barrier();
 }
 
