@@ -150,8 +150,9 @@ struct FetchStatus {
   std::string error;  ///< Failed: why (e.g. "source rank 2 (pid 1234) died")
 };
 
-/// A polled fetch (Fetcher::start). Destroying it, or its Fetcher, waits until nothing can still write the
-/// destination: memory is never released while a copy may still land in it.
+/// A polled fetch (Fetcher::start). It holds what it writes through (the fetcher's buffer and transports) itself,
+/// so destroying its Fetcher neither stops nor waits for it; destroying the operation waits until nothing can still
+/// write the destination: memory is never released while a copy may still land in it.
 class KVCOMM_API FetchOperation {
  public:
   FetchOperation();
@@ -175,7 +176,8 @@ class KVCOMM_API FetchOperation {
 
 /// Options of Fetcher::create.
 struct FetcherOptions {
-  /// Barrier lanes of the collective form (fetchAll); see BarrierOptions.
+  /// Barrier lanes of the collective form (fetchAll; it uses lane 0); see BarrierOptions. Checked, and required
+  /// to be the same on every member, where the collective form has a barrier (every member mapped here).
   int lanes = 1;
   /// Bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS.
   int64_t barrierTimeoutMs = -1;
@@ -249,7 +251,8 @@ class KVCOMM_API Fetcher {
   /// The transport this rank's fetches from member `rank` take (chosen at create: see KVCOMM_FETCH_TRANSPORT).
   FetchTransportKind transport(int rank) const;
 
-  /// Member `rank`'s registered layout and its hash.
+  /// Member `rank`'s registered layout and its hash, normalised: a region's blockStride of 0 (= blockBytes) reads back
+  /// as its blockBytes (the hash is of the normalised form, so both spellings hash alike).
   const KvLayout& layout(int rank) const;
   uint64_t layoutHash(int rank) const;
   /// The buffer generation the layouts were validated at.

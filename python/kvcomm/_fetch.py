@@ -131,8 +131,8 @@ class FetchPlan:
 
 
 class FetchOperation:
-    """A polled fetch (Fetcher.start). Dropping it, or its Fetcher, waits until nothing can still write the
-    destination."""
+    """A polled fetch (Fetcher.start). It keeps what it writes through alive, so dropping its Fetcher neither stops
+    nor waits for it; dropping the operation waits until nothing can still write the destination."""
 
     def __init__(self, native: "_kvcomm.FetchOperation") -> None:
         self._native = native

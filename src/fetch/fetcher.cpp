@@ -160,7 +160,9 @@ class CompositeOp : public detail::TransportOp {
 struct FetchPlan::Impl {
   std::shared_ptr<const detail::PlanOutput> out;
   uint64_t generation = 0;
-  const void* owner = nullptr;
+  // Not an address: a fetcher created after the planning one died may get the same one, and would take a plan of
+  // another layout for its own (it wrote outside its layout).
+  std::weak_ptr<Fetcher::Impl> owner;
 };
 
 FetchPlan::FetchPlan() = default;
@@ -567,14 +569,14 @@ FetchPlan Fetcher::plan(const std::vector<FetchRequest>& requests, const FetchOp
   auto p = std::make_unique<FetchPlan::Impl>();
   p->out = std::make_shared<detail::PlanOutput>(impl_->makePlan(requests, options, "Fetcher::plan"));
   p->generation = impl_->generation;
-  p->owner = impl_.get();
+  p->owner = impl_;
   return FetchPlan(std::move(p));
 }
 
 void Fetcher::submit(const FetchPlan& plan, Stream stream) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::submit", "empty fetcher");
   detail::RankScope scope(impl_->rank());
-  KVCOMM_CHECK_ARG(plan.impl_ && plan.impl_->owner == impl_.get(), "Fetcher::submit",
+  KVCOMM_CHECK_ARG(plan.impl_ && plan.impl_->owner.lock() == impl_, "Fetcher::submit",
                    "the plan is empty or was made by another fetcher");
   impl_->checkCurrent(plan.impl_->generation, "Fetcher::submit");
   impl_->checkHealth(*plan.impl_->out, "Fetcher::submit");
@@ -856,8 +858,10 @@ DeviceError Fetcher::pollError() {
 }
 
 void Fetcher::checkErrors() {
+  KVCOMM_CHECK_ARG(impl_, "Fetcher::checkErrors", "empty fetcher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
+  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
   uint64_t ms = impl_->barrier.valid() ? impl_->barrier.deviceHandle().timeoutNs / 1000000 : 0;
   detail::throwDeviceError(e, ms);
 }

@@ -81,18 +81,19 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
     };
     for (size_t i = 0; i < q.count; ++i) {
       const int64_t s = qs[i], d = qd[i];
+      // -1 is padding; any other negative id is an error, also beside a -1 (such a pair used to be skipped).
+      // Unsigned compares: a negative id is huge, so one test per side covers both ends of the range.
+      if (s != -1 && static_cast<uint64_t>(s) >= srcLimit)
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s, " is outside [0, ",
+                     srcLimit, ") of rank ", q.srcRank, "'s layout");
+      if (d != -1 && static_cast<uint64_t>(d) >= dstLimit)
+        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d, " is outside [0, ",
+                     dstLimit, ") of this rank's layout");
       if (s == -1 || d == -1) {
         ++skipped;
         close();
         continue;
       }
-      // Unsigned compares: a negative id is huge, so one test per side covers both ends of the range.
-      if (static_cast<uint64_t>(s) >= srcLimit)
-        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s, " is outside [0, ",
-                     srcLimit, ") of rank ", q.srcRank, "'s layout");
-      if (static_cast<uint64_t>(d) >= dstLimit)
-        KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d, " is outside [0, ",
-                     dstLimit, ") of this rank's layout");
       uint64_t& word = claimed[static_cast<uint64_t>(d) >> 6];
       const uint64_t bit = 1ull << (static_cast<uint64_t>(d) & 63);
       if (word & bit) {

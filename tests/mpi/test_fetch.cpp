@@ -137,6 +137,16 @@ TEST_P(Fetch, PlanOnceSubmitTwiceAndPlanReportsCoalescing) {
   EXPECT_EQ(p.info().pairsIn, 10u);
   EXPECT_EQ(p.info().runsOut, 4u) << p.info().toString();
   EXPECT_EQ(p.info().bytes, 10u * 4 * 4096);
+  // A plan outlives its fetcher, but no other fetcher takes it: one created after the planner died may sit at its
+  // address (such a fetcher accepted the plan and wrote outside its own, smaller layout).
+  { Fetcher gone = std::move(f); }
+  FetchCase small{4096, 2, true, 8};
+  for (int i = 0; i < 5; ++i) {
+    Fetcher g = Fetcher::create(buf, kvtest::makeFetchLayout(small, seed_, comm.rank(), &extent));
+    kvtest::expectError([&] { g.submit(p); }, kvcomm::ErrorCode::InvalidArgument,
+                        {"Fetcher::submit", "made by another fetcher"});
+  }
+  comm.barrier();
 }
 
 TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
@@ -330,7 +340,7 @@ TEST_P(Fetch, EveryMethodOfAnEmptyHandleThrows) {
     empty([&] { (void)f->buffer(); }, "Fetcher::buffer");
     empty([&] { (void)f->deviceHandle(); }, "Fetcher::deviceHandle");
     empty([&] { (void)f->pollError(); }, "Fetcher::pollError");
-    empty([&] { f->checkErrors(); }, "Fetcher::pollError");
+    empty([&] { f->checkErrors(); }, "Fetcher::checkErrors");
   }
   kvcomm::FetchPlan plan;
   EXPECT_FALSE(plan.valid());

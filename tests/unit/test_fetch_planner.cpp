@@ -169,6 +169,10 @@ TEST(FetchPlanner, ValidationNamesTheRequestPairAndId) {
   const int64_t huge = std::numeric_limits<int64_t>::max() - 3;  // near 2^63: must not wrap into range
   expectError([&] { planFetch({Ids{{1, 2, huge}, {1, 2, 3}}.req(1)}, in); }, {"pair 2", "source block"});
   expectError([&] { planFetch({Ids{{1}, {huge}}.req(1)}, in); }, {"pair 0", "destination block"});
+  // Only -1 is padding: another negative id is refused, also when the other side of its pair is -1.
+  expectError([&] { planFetch({Ids{{0, -7}, {0, -1}}.req(1)}, in); }, {"pair 1", "source block -7 is outside"});
+  expectError([&] { planFetch({Ids{{-1}, {-9}}.req(1)}, in); }, {"pair 0", "destination block -9 is outside"});
+  EXPECT_EQ(planFetch({Ids{{-1, 2}, {-1, 3}}.req(1)}, in).info.pairsSkipped, 1u);
   expectError([&] { planFetch({Ids{{-2}, {1}}.req(1)}, in); }, {"pair 0", "source block -2"});
   expectError(
       [&] {
