@@ -551,7 +551,8 @@ kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, 
 /** Reads (and clears) the first device error of kvcommFetchDevice / kvcommFetchAll. Synchronise the stream first. */
 kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError* error);
 /** The recorded device error as a result: kvcommInvalidArgument for a bad block id (naming the pair), kvcommTimeout
- *  for the collective form's barrier; kvcommSuccess when none. */
+ *  for the collective form's barrier, the communicator's own error (kvcommAborted, or kvcommNetworkError naming a
+ *  dead member) for a barrier wait the group's failure stopped; kvcommSuccess when none. */
 kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
 
 /* ---- capabilities --------------------------------------------------------------------------------------------- */

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _kvcomm
 from ._arrays import ArrayView, inspect
-from ._errors import Error, InvalidArgumentError, check_int, invalid
+from ._errors import I32, Error, InvalidArgumentError, check_int, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
@@ -134,8 +134,9 @@ class FetchOperation:
     """A polled fetch (Fetcher.start). It keeps what it writes through alive, so dropping its Fetcher neither stops
     nor waits for it; dropping the operation waits until nothing can still write the destination."""
 
-    def __init__(self, native: "_kvcomm.FetchOperation") -> None:
+    def __init__(self, native: "_kvcomm.FetchOperation", rank: int = -1) -> None:
         self._native = native
+        self._rank = rank
 
     @staticmethod
     def _status(raw: tuple) -> FetchStatus:
@@ -149,7 +150,9 @@ class FetchOperation:
     def wait(self, timeout_ms: int = -1) -> FetchStatus:
         """Blocks (without the GIL) up to timeout_ms (< 0: until it ends). Expiry returns an InProgress status and
         cancels nothing. Done and Failed are final."""
-        return self._status(self._native.wait(int(timeout_ms)))
+        # Checked like every other integer argument: int() truncated 1.9 to 1 and took "5".
+        ms = check_int(timeout_ms, "timeout_ms", "FetchOperation.wait", self._rank, 1 << 63, -(1 << 63))
+        return self._status(self._native.wait(ms))
 
 
 Requests = Union[FetchRequest, tuple, Sequence[Union[FetchRequest, tuple]]]
@@ -185,8 +188,11 @@ class Fetcher:
         try:
             regions = _regions(layout, call, buffer.rank)
             ver = check_int(version, "version", call, buffer.rank)
+            lanes = check_int(lanes, "lanes", call, buffer.rank, I32, -I32)
+            barrier_timeout_ms = check_int(barrier_timeout_ms, "barrier_timeout_ms", call, buffer.rank, 1 << 63,
+                                           -(1 << 63))
         except InvalidArgumentError as e:
-            bad, regions, ver = e, [], 0
+            bad, regions, ver, lanes, barrier_timeout_ms = e, [], 0, 1, -1
         try:
             self._native = _kvcomm.Fetcher.create(buffer._native, regions, ver, lanes, barrier_timeout_ms)
         except Error:
@@ -351,7 +357,7 @@ class Fetcher:
         s = 0 if stream is None else self._stream(stream, call)
         op = self._native.start(raw, s, p, 0, bps)
         del keep
-        return FetchOperation(op)
+        return FetchOperation(op, self._rank)
 
     def fetch_all(self, requests: Requests = (), stream: Any = None, path: Any = "auto", *,
                   copy_engine_min_run_bytes: int = 0) -> "_kvcomm.FetchPlanInfo":
@@ -386,16 +392,19 @@ class Fetcher:
 
     def layout(self, rank: Optional[int] = None) -> List[KvRegion]:
         """Member `rank`'s registered layout (default: this rank's)."""
-        regions, _ = self._native.layout(self._rank if rank is None else rank)
+        regions, _ = self._native.layout(self._member(rank, "Fetcher.layout"))
         return [KvRegion(*r) for r in regions]
 
     def layout_version(self, rank: Optional[int] = None) -> int:
         """The version member `rank` registered with its layout."""
-        return self._native.layout(self._rank if rank is None else rank)[1]
+        return self._native.layout(self._member(rank, "Fetcher.layout_version"))[1]
 
     def layout_hash(self, rank: Optional[int] = None) -> int:
         """Hash of member `rank`'s layout (default: this rank's), as FetchRequest.src_layout_hash expects it."""
-        return self._native.layout_hash(self._rank if rank is None else rank)
+        return self._native.layout_hash(self._member(rank, "Fetcher.layout_hash"))
+
+    def _member(self, rank: Optional[int], call: str) -> int:
+        return self._rank if rank is None else check_int(rank, "rank", call, self._rank, self._buffer.size)
 
     @property
     def generation(self) -> int:

@@ -187,6 +187,10 @@ def _fetch_suite(comm: kvcomm.Communicator) -> None:
         time.sleep(0.0005)
         status = op.test()
     assert status.done, status
+    # Checked like every integer argument (int() truncated 1.9 and took "5").
+    for bad in (1.9, "5"):
+        with pytest.raises(kvcomm.InvalidArgumentError, match=rf"\[rank {rank}\] FetchOperation.wait: timeout_ms"):
+            op.wait(timeout_ms=bad)
     status = op.wait()
     total, skipped = _pairs(reqs)
     assert status.bytes_done == status.bytes_total == (total - skipped) * PAIR_BYTES
@@ -298,6 +302,11 @@ def _fetch_bad_input(comm: kvcomm.Communicator) -> None:
     refused("999", lambda: f.plan([(peer, np.array([999], np.int64), np.array([20], np.int64))]))
     refused("FetchPlan", lambda: f.submit("plan"))
     refused("exactly one", lambda: f.fetch_device(src, dst))
+    # Every integer argument is checked (int() truncated 1.9 and took "5"; a bad rank was nanobind's TypeError).
+    refused("rank", lambda: f.layout(2.0))
+    refused("rank", lambda: f.layout_hash(N))
+    refused("rank", lambda: f.layout_version("0"))
+    refused("lanes must be an int", lambda: kvcomm.Fetcher(buf, f.layout(), lanes=1.5))
     refused("exactly one", lambda: f.fetch_device(src, dst, peer, src_ranks=np.full(4, peer, np.int32)))
     refused("int32", lambda: f.fetch_device(src, dst, src_ranks=np.full(4, peer, np.int64)))
     refused("src_ranks has 3", lambda: f.fetch_device(src, dst, src_ranks=np.full(3, peer, np.int32)))
