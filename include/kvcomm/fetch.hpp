@@ -207,7 +207,8 @@ struct FetcherOptions {
 ///
 /// Threads and lifetimes: submissions (fetch, submit, fetchDevice, start) may come from several threads; they are
 /// serialised. refresh() and fetchAll() are collective: one thread at a time. The buffer's grow/commit/release on
-/// another thread are safe against host-memory copies in progress (they wait for each other). After the buffer is
+/// another thread are safe against host-memory copies in progress (they wait for each other; a polled host
+/// operation whose buffer changed since its plan fails at its next slice, "the buffer changed"). After the buffer is
 /// closed, every submission throws InvalidArgumentError ("the buffer is closed") and a polled operation in progress
 /// fails.
 class KVCOMM_API Fetcher {

@@ -132,8 +132,13 @@ class HostOp : public TransportOp {
         slice.blocks = std::min(perSlice, run.blocks - b0);
         try {
           // The buffer stays mapped while a slice lands (close() and release() on other threads wait for it); a
-          // buffer closed meanwhile fails the rest of the operation.
+          // buffer closed meanwhile fails the rest of the operation, and so does one whose backing changed since
+          // the plan (a release() unmaps ranges the next slices would read or write: it crashed the process).
           BufferUse use(*ctx_.buffer, "fetch (polled)");
+          if (use.generation() != plan_->generation)
+            KVCOMM_THROW(InvalidArgument, "fetch (polled)", "the buffer changed (grow, commit or release: generation ",
+                         use.generation(), ", the plan's ", plan_->generation,
+                         ") while the fetch ran; the rest was not copied (refresh() the fetcher and fetch again)");
           for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
         } catch (const Error& e) {
           failure = e.what();

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcomm/capabilities.hpp"
@@ -491,6 +492,33 @@ TEST_P(Fetch, DemandedRdmaRunsWhereThereIsADeviceAndIsRefusedLoudlyWhereNot) {
     kvcomm::FetchStatus st = f.start(b.requests()).wait(20000);
     EXPECT_EQ(st.state, kvcomm::FetchState::Done) << st.error;
   });
+}
+
+// release() on the group while a paced polled host fetch still reads a peer's range through the mappings it unmaps:
+// the operation fails at its next slice naming the change (the process crashed reading the unmapped peer range).
+TEST(FetchHostMemory, ReleaseDuringAPolledFetchFailsItAndNothingCrashes) {
+  auto comm = kvtest::tcpWorld();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const size_t reserved = 64u << 20, committed = 32u << 20;
+  kvtest::EngineCache cache(MemoryKind::Host, reserved);
+  cache.commit(0, committed);
+  auto buf = SymmetricBuffer::adopt(comm, cache.base(), reserved, MemoryKind::Host);
+  buf.commit({{0, committed}});
+  KvLayout l;
+  l.regions.push_back({0, 1u << 20, 0, 16});
+  Fetcher f = Fetcher::create(buf, l);
+  comm.barrier();
+  std::vector<int64_t> s{0, 1, 2, 3, 4, 5, 6, 7}, d{8, 9, 10, 11, 12, 13, 14, 15};
+  kvcomm::FetchOptions paced;
+  paced.maxBytesPerSecond = 1u << 20;  // 8 MiB: about 8 s, so the release lands in the middle
+  kvcomm::FetchOperation op = f.start({{(comm.rank() + 1) % comm.size(), s.data(), d.data(), s.size(), 0}}, paced);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  buf.release({{0, committed}});  // collective: every member unmaps its view of every peer's range
+  kvcomm::FetchStatus st = op.wait(30000);
+  EXPECT_EQ(st.state, kvcomm::FetchState::Failed);
+  EXPECT_NE(st.error.find("the buffer changed"), std::string::npos) << st.error;
+  EXPECT_LT(st.bytesDone, st.bytesTotal);
+  comm.barrier();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fetch, ::testing::Values(MemoryKind::Host, MemoryKind::Cuda), kvtest::kindName);
