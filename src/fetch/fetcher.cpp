@@ -359,9 +359,11 @@ void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
   env::FetchTransportKnob demand = env::FetchTransportKnob::Auto;
   detail::RemoteDescriptor mine{};
   int64_t timeoutMs = 0;
+  int connections = 0;
   detail::allSucceed(comm, "Fetcher::create (transports)", [&] {
     demand = env::fetchTransport();
     timeoutMs = env::fetchNetTimeoutMs();
+    connections = env::fetchTcpConnections();  // read here: a bad value fails every member, not this one alone
     auto served = std::make_shared<detail::ServedMemory>();
     served->base = static_cast<char*>(buffer.local());
     served->kind = impl.kind;
@@ -453,7 +455,7 @@ void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
   net.table = &impl.table;
   net.descs = impl.descs;
   net.netTimeoutMs = timeoutMs;
-  net.connectionsPerSource = env::fetchTcpConnections();
+  net.connectionsPerSource = connections;
   bool anyTcp = false, anyRdma = false;
   for (detail::Route x : impl.routes) {
     anyTcp = anyTcp || x == detail::Route::Tcp;

@@ -378,6 +378,15 @@ TEST_P(Fetch, CreateRefusesIncompatibleOrUnbackedLayoutsOnEveryRank) {
   overlapping.regions.push_back({comm.rank() == 1 ? 4096u : (1u << 20), 4096, 0, 16});
   expectError([&] { Fetcher::create(buf, overlapping); }, kvcomm::ErrorCode::InvalidArgument,
               {"rank 1", "regions 0 and 1 overlap"});
+  {  // a knob only rank 1 gets wrong fails every member at once (the others waited for rank 1 in create)
+    ScopedEnv bad("KVCOMM_FETCH_TCP_CONNECTIONS", comm.rank() == 1 ? "0" : "");
+    auto t0 = std::chrono::steady_clock::now();
+    KvLayout good;
+    good.regions.push_back({0, 4096, 0, 64});
+    expectError([&] { Fetcher::create(buf, good); }, kvcomm::ErrorCode::InvalidArgument,
+                {"rank 1", "KVCOMM_FETCH_TCP_CONNECTIONS"});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
   comm.barrier();
 }
 
