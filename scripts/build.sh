@@ -20,8 +20,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 gen=()
-# A fresh directory gets Ninja where it is installed; an existing one keeps the generator it was configured with.
-command -v ninja >/dev/null && [ ! -f "$dir/CMakeCache.txt" ] && gen=(-G Ninja)
+# A fresh directory gets Ninja where it is installed, and a Release build unless the arguments name a build type
+# (the guide's own configure is Release, so the main job's build and a later hand configure share their objects);
+# an existing one keeps the generator and build type it was configured with.
+if [ ! -f "$dir/CMakeCache.txt" ]; then
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  [[ " ${args[*]} " == *" -DCMAKE_BUILD_TYPE="* ]] || gen+=(-DCMAKE_BUILD_TYPE=Release)
+fi
 mkdir -p "$dir"
 echo "build.sh: configuring $dir (log: $dir/configure.log)"
 cmake -S . -B "$dir" "${gen[@]}" -DKVCOMM_WERROR=ON "${args[@]}" >"$dir/configure.log" 2>&1 ||

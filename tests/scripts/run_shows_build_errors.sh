@@ -19,7 +19,8 @@ check() {  # name marker
   [ "$rc" != 0 ] || fail "$name: run.sh exited 0"
   [ "$rc" != 124 ] || fail "$name: run.sh did not stop within 600 s"
   grep -q "$marker" "$work/out.txt" || fail "$name: the error ('$marker') is not in run.sh's output"
-  ! grep -q "== kvcomm-info" "$work/out.txt" || fail "$name: run.sh went on to run the tools after the error"
+  ! grep -q "^== \[1/" "$work/out.txt" || fail "$name: run.sh went on to run its steps after the error"
+  grep -q "run.sh: FAILED: the build" "$work/out.txt" || fail "$name: run.sh's last line does not say the build failed"
   echo "ok: exit $rc, the error is shown:"
   grep -m3 "$marker" "$work/out.txt"
 }
