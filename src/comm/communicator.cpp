@@ -106,6 +106,10 @@ GroupHealth& healthOf(const Communicator& comm) {
 void checkHealthy(const Communicator& comm, const char* call) {
   healthOf(comm).check(call);
 }
+void explainPeerFailed(const Communicator& comm, int peer, const char* call) {
+  healthOf(comm).check(call);
+  healthOf(comm).checkPresent(call, peer);
+}
 }  // namespace detail
 
 void Communicator::abort() {

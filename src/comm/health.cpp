@@ -19,7 +19,8 @@ size_t pageBytes() {
 }
 }  // namespace
 
-GroupHealth::GroupHealth(std::vector<int> meshMembers) : members_(std::move(meshMembers)), deaths_(members_.size()) {
+GroupHealth::GroupHealth(std::vector<int> meshMembers)
+    : members_(std::move(meshMembers)), deaths_(members_.size()), gone_(members_.size()) {
   // A page of its own: cuMemHostRegister works on whole pages and refuses a page registered twice.
   void* p = mmap(nullptr, pageBytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throwSystem("mmap(health flag page)", errno, __FILE__, __LINE__);
@@ -71,12 +72,75 @@ void GroupHealth::memberDied(int meshRank, const std::string& why) {
     if (members_[i] == meshRank) groupRank = static_cast<int>(i);
   if (groupRank < 0 || !deaths_[static_cast<size_t>(groupRank)].empty()) return;
   deaths_[static_cast<size_t>(groupRank)] = why.empty() ? "its process died" : why;
+  markGoneLocked(groupRank, deaths_[static_cast<size_t>(groupRank)]);
   if (deadRank_ >= 0) return;  // the flag and reason name the first death
   deadRank_ = groupRank;
   if (state() == kHealthy) {
     reason_ = cat("rank ", groupRank, " is gone: ", why);
+    if (goneOrder_.front() != groupRank)
+      reason_ +=
+          cat(" (after rank ", goneOrder_.front(), " left: ", gone_[static_cast<size_t>(goneOrder_.front())], ")");
     __atomic_store_n(flag_, static_cast<uint32_t>(kPeerDied), __ATOMIC_RELEASE);
   }
+}
+
+void GroupHealth::memberLeft(int meshRank, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (members_[i] == meshRank) markGoneLocked(static_cast<int>(i), why.empty() ? "it left the group" : why);
+}
+
+void GroupHealth::markGoneLocked(int groupRank, const std::string& why) {
+  std::string& g = gone_[static_cast<size_t>(groupRank)];
+  if (!g.empty()) return;
+  g = why;
+  goneOrder_.push_back(groupRank);
+  if (static_cast<size_t>(groupRank) < departedCapacity())
+    __atomic_store_n(flag_ + kHealthDepartedWord + groupRank, 1u, __ATOMIC_RELEASE);
+}
+
+size_t GroupHealth::departedCapacity() {
+  return pageBytes() / sizeof(uint32_t) - kHealthDepartedWord;
+}
+
+int GroupHealth::firstGone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return goneOrder_.empty() ? -1 : goneOrder_.front();
+}
+
+std::string GroupHealth::firstGoneText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (goneOrder_.empty()) return "";
+  int g = goneOrder_.front();
+  return cat("rank ", g, " is gone: ", gone_[static_cast<size_t>(g)]);
+}
+
+bool GroupHealth::isGone(int groupRank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return groupRank >= 0 && static_cast<size_t>(groupRank) < gone_.size() &&
+         !gone_[static_cast<size_t>(groupRank)].empty();
+}
+
+void GroupHealth::checkPresent(const char* call, int waitedFor) const {
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waitedFor < 0 || static_cast<size_t>(waitedFor) >= gone_.size() ||
+        gone_[static_cast<size_t>(waitedFor)].empty())
+      return;
+    int first = goneOrder_.front();  // not empty: waitedFor is in it
+    text = cat("rank ", first, " is gone: ", gone_[static_cast<size_t>(first)]);
+    if (first != waitedFor)
+      text += cat(" (the first to go; rank ", waitedFor,
+                  ", waited for here, is gone too: ", gone_[static_cast<size_t>(waitedFor)], ")");
+  }
+  throwError(ErrorCode::NetworkError, call, text, __FILE__, __LINE__);
+}
+
+void GroupHealth::checkNoneGone(const char* call, const std::string& context) const {
+  std::string text = firstGoneText();
+  if (text.empty()) return;
+  throwError(ErrorCode::NetworkError, call, context.empty() ? text : cat(text, " (", context, ")"), __FILE__, __LINE__);
 }
 
 void GroupHealth::addChild(const std::shared_ptr<GroupHealth>& child) {

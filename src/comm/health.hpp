@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvcomm/comm.hpp"
+#include "kvcomm/device/barrier.hpp"
 
 namespace kvcomm::detail {
 
@@ -44,6 +45,10 @@ class GroupHealth {
   void abort(const std::string& why);
   /// Marks the group broken by the death of the member at `meshRank` (no-op when it is not a member).
   void memberDied(int meshRank, const std::string& why);
+  /// Records that the member at `meshRank` left normally (destroyed its communicator or exited). The group stays
+  /// healthy (what it sent before leaving is still delivered, and a collective it finished stays finished), but a
+  /// wait for that member stops: host and device barrier waits read its departure word (departedWord()).
+  void memberLeft(int meshRank, const std::string& why);
   /// Groups split from this one: aborted with it.
   void addChild(const std::shared_ptr<GroupHealth>& child);
 
@@ -52,18 +57,36 @@ class GroupHealth {
   int deadRank() const;
   /// Why the member at group rank `groupRank` is known dead ("" while it is not: alive, or not known dead).
   std::string deathOf(int groupRank) const;
+  /// Group rank of the first member known gone (died or left), in the order this rank learned of them (rank 0's
+  /// order, which relays every death and departure), or -1.
+  int firstGone() const;
+  /// "rank G is gone: why" for the first member known gone ("" while none is).
+  std::string firstGoneText() const;
+  /// Whether the member at group rank `groupRank` left or died.
+  bool isGone(int groupRank) const;
+  /// Throws NetworkError (naming the first member gone and the one waited for) when `waitedFor` (a group rank) is
+  /// gone: for waits that stopped on a member that left without arriving.
+  void checkPresent(const char* call, int waitedFor) const;
+  /// Throws NetworkError "rank G is gone: why (<context>)" for the first member known gone; nothing when none is.
+  void checkNoneGone(const char* call, const std::string& context) const;
   /// Why the group stopped ("" while healthy).
   std::string reason() const;
   /// Throws when the group is not healthy: Error(Aborted) after abort(), NetworkError naming the dead rank.
   void check(const char* call) const;
 
  private:
-  uint32_t* flag_ = nullptr;  // first word of a private page
+  void markGoneLocked(int groupRank, const std::string& why);
+  /// Members with a departure word on the flag's page (the rest are watched by their timeouts only).
+  static size_t departedCapacity();
+
+  uint32_t* flag_ = nullptr;  // first word of a private page; departure words from kHealthDepartedWord on
   std::vector<int> members_;
   mutable std::mutex mu_;
   std::string reason_;
   int deadRank_ = -1;
   std::vector<std::string> deaths_;  // by group rank: why it died ("" while alive); every death, not only the first
+  std::vector<std::string> gone_;    // by group rank: why it died or left ("" while present)
+  std::vector<int> goneOrder_;       // group ranks in the order this rank learned they were gone
   std::vector<std::weak_ptr<GroupHealth>> children_;
   uint64_t deviceFlag_ = 0;
   bool registered_ = false;
@@ -74,5 +97,8 @@ GroupHealth& healthOf(const Communicator& comm);
 
 /// Throws when `comm`'s group is aborted or lost a member (see GroupHealth::check).
 void checkHealthy(const Communicator& comm, const char* call);
+/// Says why a device wait recorded a PeerFailed for group rank `peer`: throws for an abort, a death or the peer's
+/// departure (nothing when none is known).
+void explainPeerFailed(const Communicator& comm, int peer, const char* call);
 
 }  // namespace kvcomm::detail

@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -103,6 +104,9 @@ UniqueId TcpBootstrap::createUniqueId(const std::string& ifname) {
 
 namespace {
 
+// How much longer than its timeout a joined rank waits for the root's table or verdict.
+constexpr int kRootVerdictGraceMs = 1000;
+
 // Phase 1 and 2 on the root: hellos are read concurrently (each connection gets at most kHandshakeDeadlineMs to
 // present its hello, at most kMaxPendingHandshakes wait at once), so idle or hostile connections never delay a
 // rank; strays are refused with a reason; once size-1 ranks joined, each gets the table.
@@ -126,6 +130,13 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
       if (!joined[static_cast<size_t>(r)]) m += (listed++ ? "," : "") + std::to_string(r);
     return m + (size - count > listed ? ",..." : "");
   };
+  // Every rank that joined hears why the root gives up (instead of its own timeout with bytes missing).
+  auto giveUp = [&](const std::string& why) {
+    HelloReply reply = detail::refusalReply(cat("the bootstrap root gave up: ", why));
+    for (int r = 1; r < size; ++r)
+      if (conns[static_cast<size_t>(r)])
+        (void)::send(conns[static_cast<size_t>(r)].get(), &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+  };
   while (count < size) {
     if (progress.due())
       progress.report(cat("bootstrap root (rank 0) at ", table[0].toString(), ": ", count, " of ", size,
@@ -133,14 +144,36 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
                           " (are they started, with this unique id and size ", size, "?)"));
     std::vector<pollfd> pfds{{acceptor.pollFd(), POLLIN, 0}};
     pending.pollFds(pfds);
+    // A joined rank never sends before the table: a readable connection is one that closed (the process was
+    // interrupted). It is no longer counted, so a restarted rank can take its place and the table never goes to it.
+    const size_t firstJoined = pfds.size();
+    std::vector<int> joinedRanks;
+    for (int r = 1; r < size; ++r)
+      if (conns[static_cast<size_t>(r)]) {
+        pfds.push_back({conns[static_cast<size_t>(r)].get(), POLLIN, 0});
+        joinedRanks.push_back(r);
+      }
     int wait = pfds[0].fd < 0 ? 100 : detail::msLeft(deadline);
     if (wait < 0 || wait > progress.msUntilNext()) wait = std::max(1, progress.msUntilNext());
     int next = pending.msToNextDeadline();
     if (next >= 0) wait = std::min(wait, next + 1);
     int rc = poll(pfds.data(), pfds.size(), wait);
     if (rc < 0 && errno != EINTR) detail::throwSystem("poll(root listener)", errno, __FILE__, __LINE__);
+    if (rc > 0)
+      for (size_t i = 0; i < joinedRanks.size(); ++i) {
+        if (pfds[firstJoined + i].revents == 0) continue;
+        int r = joinedRanks[i];
+        char byte;
+        bool spoke = ::recv(conns[static_cast<size_t>(r)].get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK) > 0;
+        KVCOMM_WARN("bootstrap root: rank ", r, " joined and then ",
+                    spoke ? "sent bytes outside the protocol" : "left (its connection closed)", " before all ", size,
+                    " ranks joined; dropped, waiting for rank ", r, " again");
+        conns[static_cast<size_t>(r)].reset();
+        joined[static_cast<size_t>(r)] = false;
+        --count;
+      }
     if (rc > 0 || pending.size() > 0) {
-      for (auto& r : pending.progress(pfds.data() + 1, pfds.size() - 1)) {
+      for (auto& r : pending.progress(pfds.data() + 1, firstJoined - 1)) {
         Hello h;
         std::memcpy(&h, r.hello.data(), sizeof(h));
         std::string why = detail::rootHelloRefusal(h, w.nonce, size, joined);
@@ -158,15 +191,25 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
     }
     if (rc > 0 && pfds[0].revents)
       for (Fd c = acceptor.next(); c; c = acceptor.next()) pending.add(std::move(c));
-    if (count < size && detail::msLeft(deadline) == 0)
-      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", "only ", count, " of ", size, " ranks joined (missing: ", missing(),
-                   ") before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
+    if (count < size && detail::msLeft(deadline) == 0) {
+      std::string why = cat("only ", count, " of ", size, " ranks joined (missing: ", missing(),
+                            ") before the timeout (KVCOMM_BOOTSTRAP_TIMEOUT_MS)");
+      giveUp(why);
+      KVCOMM_THROW(Timeout, "TcpBootstrap(root)", why);
+    }
   }
   HelloReply ok{};
   for (int r = 1; r < size; ++r) {
     int fd = conns[static_cast<size_t>(r)].get();
-    detail::sendAll(fd, &ok, sizeof(ok), deadline, cat("reply to rank ", r));
-    detail::sendAll(fd, table.data(), table.size() * sizeof(SockAddr), deadline, cat("table to rank ", r));
+    try {
+      detail::sendAll(fd, &ok, sizeof(ok), deadline, cat("reply to rank ", r));
+      detail::sendAll(fd, table.data(), table.size() * sizeof(SockAddr), deadline, cat("table to rank ", r));
+    } catch (const Error& e) {
+      std::string why =
+          cat("rank ", r, " left after all ", size, " ranks had joined, before it got the table (", e.what(), ")");
+      giveUp(why);
+      KVCOMM_THROW(NetworkError, "TcpBootstrap(root)", why);
+    }
   }
   return table;
 }
@@ -222,8 +265,12 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
     HelloReply reply{};
     detail::WaitReporter progress(timeoutMs);
     pollfd answer{root.get(), POLLIN, 0};
-    while (detail::msLeft(deadline) != 0) {
-      int waitMs = detail::msLeft(deadline);
+    // The root's verdict (the table, or why it gave up) may come a moment after our own timeout when we started
+    // first: wait a little longer for it, so a rank says what the root knows instead of "timed out".
+    const Clock::time_point verdict =
+        detail::msLeft(deadline) < 0 ? deadline : deadline + std::chrono::milliseconds(kRootVerdictGraceMs);
+    while (detail::msLeft(verdict) != 0) {
+      int waitMs = detail::msLeft(verdict);
       if (waitMs < 0 || waitMs > progress.msUntilNext()) waitMs = std::max(1, progress.msUntilNext());
       int rc = poll(&answer, 1, waitMs);
       if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // data, end of stream or an error: recvAll reports it
@@ -231,14 +278,23 @@ TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeo
         progress.report(cat("rank ", rank, " joined the bootstrap root at ", rootAddr.toString(),
                             "; the root answers when all ", size, " ranks have joined (are they all started?)"));
     }
-    detail::recvAll(root.get(), &reply, sizeof(reply), deadline, cat("bootstrap root at ", rootAddr.toString()));
+    if (detail::msLeft(verdict) == 0 && poll(&answer, 1, 0) == 0)
+      KVCOMM_THROW(Timeout, "TcpBootstrap", "rank ", rank, " joined the bootstrap root at ", rootAddr.toString(),
+                   " but the root sent no table within ", timeoutMs, " ms: not all ", size,
+                   " ranks joined it (the root names the missing ones; are they all started, with this id and size?)");
+    try {
+      detail::recvAll(root.get(), &reply, sizeof(reply), verdict, cat("bootstrap root at ", rootAddr.toString()));
+    } catch (const Error& e) {
+      KVCOMM_THROW(NetworkError, "TcpBootstrap", "rank ", rank, " lost the bootstrap root at ", rootAddr.toString(),
+                   " before it sent the table (rank 0 exited or failed: see its error): ", e.what());
+    }
     if (reply.status != 0) {
       reply.message[sizeof(reply.message) - 1] = '\0';
       KVCOMM_THROW(NetworkError, "TcpBootstrap", "the root at ", rootAddr.toString(), " refused rank ", rank, ": ",
                    reply.message);
     }
     table.resize(static_cast<size_t>(size));
-    detail::recvAll(root.get(), table.data(), table.size() * sizeof(SockAddr), deadline, "address table");
+    detail::recvAll(root.get(), table.data(), table.size() * sizeof(SockAddr), verdict, "address table");
   }
   impl_->mesh = std::make_shared<detail::TcpMesh>(rank, size, w.nonce, std::move(listener), timeoutMs);
   impl_->mesh->start(std::move(table));

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/check.hpp"
@@ -30,6 +31,12 @@ Hello makeHello(HelloKind kind, int rank, int size, const Nonce& nonce) {
 // Bounded wait slice of a blocked send, so an abort or a death reported meanwhile stops it promptly.
 constexpr int kSendSliceMs = 100;
 
+// How long a receive that saw its peer's connection close waits for rank 0's word on that peer (its Gone notice
+// follows the peer's Bye within a round trip), so that it names the rank that went first.
+constexpr int kGoneSettleMs = 1000;
+
+constexpr const char* kLeftReason = "it left the group (destroyed its communicator, or its process exited normally)";
+
 }  // namespace
 
 TcpMesh::TcpMesh(int rank, int size, const Nonce& nonce, Fd listener, int64_t timeoutMs)
@@ -43,6 +50,7 @@ TcpMesh::TcpMesh(int rank, int size, const Nonce& nonce, Fd listener, int64_t ti
       gone_(static_cast<size_t>(size)),
       outboundClosed_(static_cast<size_t>(size)),
       dead_(static_cast<size_t>(size), 0),
+      left_(static_cast<size_t>(size), 0),
       refusals_(cat("mesh rank ", rank, " listener")) {
   setNonBlocking(listener_.get(), true);
   listenAddr_ = localAddress(listener_.get());
@@ -103,8 +111,12 @@ void TcpMesh::watchGroup(const std::shared_ptr<GroupHealth>& group) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(groups_, [](const std::weak_ptr<GroupHealth>& w) { return w.expired(); });
   groups_.push_back(group);
-  for (int p = 0; p < size_; ++p)
-    if (dead_[static_cast<size_t>(p)]) group->memberDied(p, gone_[static_cast<size_t>(p)]);
+  for (int p : goneOrder_) {  // in the order they went, so the group's first gone is everyone's
+    if (dead_[static_cast<size_t>(p)])
+      group->memberDied(p, gone_[static_cast<size_t>(p)]);
+    else
+      group->memberLeft(p, gone_[static_cast<size_t>(p)]);
+  }
 }
 
 void TcpMesh::wakeAll() {
@@ -255,8 +267,11 @@ bool TcpMesh::readInbound(Inbound& in) {
     size_t off = 0;
     for (; in.watchBuf.size() - off >= sizeof(WatchMsg); off += sizeof(WatchMsg)) {
       WatchMsg m;
-      if (decodeWatch(in.watchBuf.data() + off, size_, &m) && m.kind == static_cast<uint32_t>(WatchKind::Bye))
+      if (decodeWatch(in.watchBuf.data() + off, size_, &m) && m.kind == static_cast<uint32_t>(WatchKind::Bye) &&
+          !in.bye) {
         in.bye = true;
+        peerLeft(in.rank, kLeftReason, true);
+      }
     }
     in.watchBuf.erase(in.watchBuf.begin(), in.watchBuf.begin() + static_cast<ptrdiff_t>(off));
     if (eof && !in.bye) {
@@ -332,10 +347,14 @@ void TcpMesh::readWatch() {
       if (r.status == 1) KVCOMM_WARN("mesh rank ", rank_, ": rank 0 refused the liveness connection: ", r.message);
       continue;
     }
-    if (m.kind == static_cast<uint32_t>(WatchKind::Bye))
+    if (m.kind == static_cast<uint32_t>(WatchKind::Bye)) {
       rootBye_ = true;
-    else if (m.dead)
+      peerLeft(0, kLeftReason, false);
+    } else if (m.dead) {
       peerDied(m.rank, cat(m.reason, " (reported by rank 0)"), false);
+    } else {
+      peerLeft(m.rank, cat(m.reason, " (reported by rank 0)"), false);
+    }
   }
   watchBuf_.erase(watchBuf_.begin(), watchBuf_.begin() + static_cast<ptrdiff_t>(off));
   if (eof) {
@@ -351,10 +370,50 @@ void TcpMesh::peerGone(int peer, const std::string& why) {
   if (g.empty()) g = why;
 }
 
-void TcpMesh::peerDied(int peer, const std::string& why, bool relay) {
-  if (dead_[static_cast<size_t>(peer)]) return;
-  dead_[static_cast<size_t>(peer)] = 1;
+void TcpMesh::markGoneLocked(int peer, const std::string& why, bool died) {
+  (died ? dead_ : left_)[static_cast<size_t>(peer)] = 1;
   gone_[static_cast<size_t>(peer)] = why;
+  if (std::find(goneOrder_.begin(), goneOrder_.end(), peer) == goneOrder_.end()) goneOrder_.push_back(peer);
+}
+
+bool TcpMesh::isReportedLocked(int peer) const {
+  if (dead_[static_cast<size_t>(peer)] || left_[static_cast<size_t>(peer)]) return true;
+  return rank_ != 0 && (dead_[0] || left_[0]);  // rank 0 is gone: no word will come
+}
+
+void TcpMesh::throwGoneLocked(int peer, const GroupHealth* group, const char* call) const {
+  int first = -1;
+  for (int p : goneOrder_)
+    if (!group || group->containsMeshRank(p)) {
+      first = p;
+      break;
+    }
+  const std::string& why = gone_[static_cast<size_t>(peer)].empty() ? outboundClosed_[static_cast<size_t>(peer)]
+                                                                    : gone_[static_cast<size_t>(peer)];
+  if (first < 0 || first == peer) KVCOMM_THROW(NetworkError, call, "rank ", peer, " is gone: ", why);
+  KVCOMM_THROW(NetworkError, call, "rank ", first, " is gone: ", gone_[static_cast<size_t>(first)],
+               " (the first to go; rank ", peer, ", waited for here, is gone too: ", why, ")");
+}
+
+void TcpMesh::peerLeft(int peer, const std::string& why, bool relay) {
+  if (peer == rank_ || dead_[static_cast<size_t>(peer)] || left_[static_cast<size_t>(peer)]) return;
+  // gone_ may already hold the data connection's end of stream; the departure's reason names it better.
+  markGoneLocked(peer, why, false);
+  KVCOMM_INFO("mesh rank ", rank_, ": rank ", peer, " left: ", why);
+  std::erase_if(groups_, [](const std::weak_ptr<GroupHealth>& w) { return w.expired(); });
+  for (auto& w : groups_)
+    if (auto g = w.lock()) g->memberLeft(peer, why);
+  if (relay && rank_ == 0) {
+    WatchMsg m = makeWatch(WatchKind::Gone, peer, false, why);
+    for (auto& in : inbound_)
+      if (in->watch && in->rank != peer) sendWatch(in->fd.get(), m);
+  }
+  notifyLocked();
+}
+
+void TcpMesh::peerDied(int peer, const std::string& why, bool relay) {
+  if (dead_[static_cast<size_t>(peer)] || left_[static_cast<size_t>(peer)]) return;
+  markGoneLocked(peer, why, true);
   KVCOMM_INFO("mesh rank ", rank_, ": rank ", peer, " is gone: ", why);
   std::erase_if(groups_, [](const std::weak_ptr<GroupHealth>& w) { return w.expired(); });
   for (auto& w : groups_)
@@ -374,14 +433,17 @@ void TcpMesh::sendWatch(int fd, const WatchMsg& m) {
 
 // ---- callers ------------------------------------------------------------------------------------------------------
 
-void TcpMesh::checkSendable(int peer) {
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    why = dead_[static_cast<size_t>(peer)] ? gone_[static_cast<size_t>(peer)]
-                                           : outboundClosed_[static_cast<size_t>(peer)];
-  }
-  if (!why.empty()) KVCOMM_THROW(NetworkError, "TcpMesh::send", "rank ", peer, " is gone: ", why);
+void TcpMesh::checkSendable(int peer, const GroupHealth* group) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto p = static_cast<size_t>(peer);
+  if (!dead_[p] && !left_[p] && outboundClosed_[p].empty()) return;
+  settleLocked(lock, peer);
+  throwGoneLocked(peer, group, "TcpMesh::send");
+}
+
+void TcpMesh::settleLocked(std::unique_lock<std::mutex>& lock, int peer) {
+  cv_.wait_until(lock, Clock::now() + std::chrono::milliseconds(kGoneSettleMs),
+                 [&] { return stop_ || isReportedLocked(peer); });
 }
 
 [[noreturn]] void TcpMesh::throwPeerGone(int peer, const char* call) {
@@ -399,10 +461,10 @@ int TcpMesh::outboundFd(int peer, const GroupHealth* group, Clock::time_point de
     KVCOMM_THROW(NetworkError, "TcpMesh::send", "the connection to rank ", peer,
                  " broke when an earlier send to it was interrupted (abort, death or timeout)");
   if (o.fd) return o.fd.get();
-  checkSendable(peer);
+  checkSendable(peer, group);
   auto stopIf = [&] {
     if (group) group->check("TcpMesh::send (connect)");
-    checkSendable(peer);
+    checkSendable(peer, group);
   };
   Fd conn = connectTcp(addrs_[static_cast<size_t>(peer)], deadline, cat("rank ", peer), "", stopIf);
   Hello hello = makeHello(HelloKind::Mesh, rank_, size_, nonce_);
@@ -454,11 +516,11 @@ void TcpMesh::send(int peer, uint64_t tag, const void* data, size_t len, const G
             std::lock_guard<std::mutex> lock(mu_);
             if (outboundClosed_[static_cast<size_t>(peer)].empty()) outboundClosed_[static_cast<size_t>(peer)] = why;
           }
-          checkSendable(peer);
+          checkSendable(peer, group);
         }
         // The peer's buffer is full: its progress thread drains it unless it is dead, hung or aborted.
         if (group) group->check("TcpMesh::send");
-        checkSendable(peer);
+        checkSendable(peer, group);
         if (msLeft(deadline) == 0)
           KVCOMM_THROW(Timeout, "TcpMesh::send", "rank ", peer, " did not drain ", left, " bytes within ", timeoutMs_,
                        " ms");
@@ -492,8 +554,10 @@ void TcpMesh::recv(int peer, uint64_t tag, void* data, size_t len, const GroupHe
         group->check("TcpMesh::recv");  // throws: a group never becomes healthy again
         lock.lock();
       }
-      const std::string& gone = gone_[static_cast<size_t>(peer)];
-      if (!gone.empty()) KVCOMM_THROW(NetworkError, "TcpMesh::recv", "rank ", peer, " is gone: ", gone);
+      if (!gone_[static_cast<size_t>(peer)].empty()) {
+        settleLocked(lock, peer);
+        throwGoneLocked(peer, group, "TcpMesh::recv");
+      }
       int left = msLeft(deadline);
       if (left == 0)
         KVCOMM_THROW(Timeout, "TcpMesh::recv", "no message from rank ", peer, " within ", timeoutMs_,

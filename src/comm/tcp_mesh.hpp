@@ -16,7 +16,9 @@
 // of that rank and tells every other rank (a Gone notice); every rank sees rank 0's death as its Watch connection
 // closing without a Bye. TCP keepalive and TCP_USER_TIMEOUT on Watch connections turn a silent host loss into a
 // closed connection within KVCOMM_LIVENESS_TIMEOUT_MS. A death marks every group containing that rank unhealthy
-// (comm/health.hpp), which wakes its waiters.
+// (comm/health.hpp), which wakes its waiters. A Bye is relayed the same way (a Gone notice with dead = 0): the
+// groups record the departure without failing, and waits for that rank stop. Every rank learns of deaths and
+// departures in rank 0's order, so every survivor names the same first rank gone.
 #pragma once
 
 #include <condition_variable>
@@ -103,11 +105,22 @@ class TcpMesh {
   void readOutbound(int peer);
   void readWatch();
   void peerDied(int peer, const std::string& why, bool relay);
+  void peerLeft(int peer, const std::string& why, bool relay);
+  void markGoneLocked(int peer, const std::string& why, bool died);
+  /// Whether rank 0's word on `peer` (death or departure) arrived, or can no longer come.
+  bool isReportedLocked(int peer) const;
+  /// Throws NetworkError for a receive from `peer` that can no longer complete, naming the first rank gone (among
+  /// `group`'s members when given) first.
+  [[noreturn]] void throwGoneLocked(int peer, const GroupHealth* group, const char* call) const;
   void peerGone(int peer, const std::string& why);
   void sendWatch(int fd, const WatchMsg& m);
   int outboundFd(int peer, const GroupHealth* group, Clock::time_point deadline);
   void notifyLocked();
-  void checkSendable(int peer);
+  /// Throws (naming the first rank gone) when sends to `peer` cannot go through.
+  void checkSendable(int peer, const GroupHealth* group);
+  /// Waits (bounded, kGoneSettleMs) for rank 0's word on `peer` once its connection closed, so an error names the
+  /// rank that went first, as on every other survivor.
+  void settleLocked(std::unique_lock<std::mutex>& lock, int peer);
   [[noreturn]] void throwPeerGone(int peer, const char* call);
 
   const int rank_;
@@ -128,6 +141,8 @@ class TcpMesh {
   std::vector<std::string> gone_;            // per peer: why no more frames will come from it ("" while alive)
   std::vector<std::string> outboundClosed_;  // per peer: why sends to it cannot go through ("" while they can)
   std::vector<uint8_t> dead_;                // per peer: known dead (not merely gone)
+  std::vector<uint8_t> left_;                // per peer: known to have left normally (relayed by rank 0)
+  std::vector<int> goneOrder_;               // peers known dead or left, in the order rank 0 reported them
   std::map<std::pair<int, uint64_t>, std::deque<std::vector<char>>> stash_;
   std::vector<std::weak_ptr<GroupHealth>> groups_;
   size_t pendingCount_ = 0;  // pending_->size(), readable by other threads

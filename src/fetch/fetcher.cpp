@@ -863,7 +863,7 @@ void Fetcher::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::checkErrors", "empty fetcher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
+  if (e.kind == DeviceErrorKind::PeerFailed) detail::explainPeerFailed(impl_->comm, e.peer, "barrier (device)");
   uint64_t ms = impl_->barrier.valid() ? impl_->barrier.deviceHandle().timeoutNs / 1000000 : 0;
   detail::throwDeviceError(e, ms);
 }

@@ -78,6 +78,11 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step) {
         if (b.health && __atomic_load_n(b.health, __ATOMIC_ACQUIRE) != 0)
           KVCOMM_THROW(Aborted, "barrier", "rank ", b.rank, " stopped waiting for peer ", peer, " on lane ", lane,
                        ": the communicator was aborted or a member died");
+        // A peer that left may have announced the epoch just before it went: the loop's next load decides.
+        if (b.health && __atomic_load_n(b.health + kHealthDepartedWord + peer, __ATOMIC_ACQUIRE) != 0 &&
+            __atomic_load_n(flag, __ATOMIC_ACQUIRE) < epoch)
+          KVCOMM_THROW(NetworkError, "barrier", "rank ", b.rank, " stopped waiting for peer ", peer, " on lane ", lane,
+                       ": peer ", peer, " left the group before it arrived");
         if (std::chrono::steady_clock::now() > deadline)
           KVCOMM_THROW(Timeout, "barrier", "rank ", b.rank, " waited for peer ", peer, " on lane ", lane,
                        " longer than ", b.timeoutNs / 1000000, " ms (the peer never arrived)");

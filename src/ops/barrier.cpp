@@ -47,6 +47,9 @@ struct Barrier::Impl {
       detail::hostBarrier(handle, lane, step);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::Aborted) detail::checkHealthy(comm, call);  // says why: abort, or which rank died
+      if (e.code() == ErrorCode::NetworkError)  // a peer left: name the first member gone, as every member does
+        detail::healthOf(comm).checkNoneGone(call,
+                                             cat("the barrier on rank ", comm.rank(), " cannot complete without it"));
       throw;
     }
   }
@@ -167,7 +170,7 @@ void Barrier::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Barrier::checkErrors", "empty barrier");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->comm.rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->comm, "barrier (device)");  // says why
+  if (e.kind == DeviceErrorKind::PeerFailed) detail::explainPeerFailed(impl_->comm, e.peer, "barrier (device)");
   detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);
 }
 

@@ -477,7 +477,8 @@ void Publisher::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::checkErrors", "empty publisher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::checkHealthy(impl_->buf.communicator(), "barrier (device)");
+  if (e.kind == DeviceErrorKind::PeerFailed)
+    detail::explainPeerFailed(impl_->buf.communicator(), e.peer, "barrier (device)");
   detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);
 }
 

@@ -13,9 +13,11 @@
 #include <thread>
 #include <vector>
 
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/ops.hpp"
 #include "kvcomm/symm.hpp"
 #include "support/processes.hpp"
 
@@ -147,6 +149,89 @@ TEST(Liveness, ANormalExitIsNotADeath) {
     return true;
   });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
+}
+
+// A member that leaves normally (returns from its program: destroys its objects and exits) while the others wait on
+// it in a barrier is named as gone within 5 s by every survivor, as a death is, on host memory. Also the Publisher's
+// barrier. The group stays healthy (a departure is not a death).
+TEST(Liveness, SurvivorsWaitingOnAMemberThatLeftNameItWithinFiveSeconds) {
+  const int leaver = 1;
+  for (bool publisher : {false, true}) {
+    kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+    Shared<Report> rep(kRanks);
+    Children kids(kRanks, [&](int rank) {
+      auto comm = form(id, rank, kRanks);
+      kvcomm::BarrierOptions bo;
+      bo.kind = kvcomm::MemoryKind::Host;
+      bo.timeoutMs = 20000;  // far above the 5 s asked: only the departure can end the wait that fast
+      auto bar = kvcomm::Barrier::create(comm, bo);
+      auto buf = kvcomm::SymmetricBuffer::create(comm, 1u << 20, 1u << 20, kvcomm::MemoryKind::Host);
+      kvcomm::PublisherOptions po;
+      po.barrierTimeoutMs = 20000;
+      auto pub = kvcomm::Publisher::create(buf, po);
+      bar.barrier(nullptr);
+      __atomic_store_n(&rep[rank].formed, 1, __ATOMIC_RELEASE);
+      if (rank == leaver) {
+        rep[rank].errorNs = nowNs();  // the moment it starts to leave
+        return true;
+      }
+      kvtest::waitFor([&] { return rep[leaver].errorNs != 0; }, 20000);
+      try {
+        if (publisher)
+          pub.barrier(nullptr);
+        else
+          bar.barrier(nullptr);
+        return false;
+      } catch (const kvcomm::Error& e) {
+        rep[rank].errorNs = nowNs();
+        rep[rank].code = static_cast<int32_t>(e.code()) + 1;
+        rep[rank].subHealthy = comm.healthy() ? 1 : 0;
+        std::snprintf(rep[rank].what, sizeof(rep[rank].what), "%s", e.what());
+        return true;
+      }
+    });
+    auto codes = kids.wait(60);
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r << ": " << rep[r].what;
+      if (r == leaver) continue;
+      double ms = msBetween(rep[leaver].errorNs, rep[r].errorNs);
+      std::printf("%s: survivor %d: error after %.1f ms: %s\n", publisher ? "Publisher" : "Barrier", r, ms,
+                  rep[r].what);
+      EXPECT_LT(ms, 5000.0) << "survivor " << r;
+      EXPECT_EQ(rep[r].code, static_cast<int32_t>(kvcomm::ErrorCode::NetworkError) + 1) << rep[r].what;
+      EXPECT_NE(std::string(rep[r].what).find("rank 1 is gone: it left the group"), std::string::npos) << rep[r].what;
+      EXPECT_EQ(rep[r].subHealthy, 1) << "a departure is not a death";
+    }
+  }
+}
+
+// When one member leaves, survivors waiting in a ring collective fail one after the other as each leaves after its
+// own error; every one of them names the same rank first: the one that left first (rank 0 relays every departure, in
+// order), not the neighbour it waited for.
+TEST(Liveness, EverySurvivorNamesTheSameFirstRankGone) {
+  const int leaver = 1;
+  kvcomm::UniqueId id = kvcomm::TcpBootstrap::createUniqueId();
+  Shared<Report> rep(kRanks);
+  auto codes = kvtest::runProcesses(kRanks, [&](int rank) {
+    auto comm = form(id, rank, kRanks);
+    comm.barrier();
+    if (rank == leaver) return true;  // leaves normally
+    try {
+      std::vector<char> data(static_cast<size_t>(kRanks) * 64);
+      comm.allgather(data.data(), 64);
+      return false;
+    } catch (const kvcomm::Error& e) {
+      std::snprintf(rep[rank].what, sizeof(rep[rank].what), "%s", e.what());
+      return true;  // and leaves: the next survivor's wait ends with this one's departure
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r << ": " << rep[r].what;
+    if (r == leaver) continue;
+    std::printf("survivor %d: %s\n", r, rep[r].what);
+    std::string what = rep[r].what;
+    EXPECT_NE(what.find("rank 1 is gone: it left the group"), std::string::npos) << what;
+  }
 }
 
 // abort() from another thread: a receive waiting on a live peer throws Aborted within 2 s; every later call on the

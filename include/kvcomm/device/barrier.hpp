@@ -19,6 +19,11 @@ namespace kvcomm {
 /// Lanes a barrier handle supports.
 inline constexpr int kMaxBarrierLanes = 8;
 
+/// Word index, in the group's health area (BarrierDeviceHandle::health), of member 0's departure word: health[0] is
+/// the group's state, health[kHealthDepartedWord + r] becomes non-zero once member r left the group normally
+/// (destroyed its communicator or exited). A wait for a member that left stops instead of running into its timeout.
+inline constexpr int kHealthDepartedWord = 16;
+
 /// Plain view of a barrier for kernels (pass by value). Signal flags: member m's area holds
 /// flags[lane * kMaxHandlePeers + r] = the last epoch member r announced to m on `lane`.
 struct BarrierDeviceHandle {
@@ -27,8 +32,9 @@ struct BarrierDeviceHandle {
   uint64_t* epochs;                       ///< [kMaxBarrierLanes] this rank's epoch per lane
   uint32_t* arrivals;                     ///< [kMaxBarrierLanes] block arrivals of fused kernels
   DeviceErrorRecord* error;
-  /// The group's health flag, mapped for this code (nullptr: not watched): non-zero once the communicator was aborted
-  /// or a member died. Waits poll it and stop, recording a PeerFailed error, instead of running into the timeout.
+  /// The group's health area, mapped for this code (nullptr: not watched): health[0] is non-zero once the
+  /// communicator was aborted or a member died; health[kHealthDepartedWord + r] once member r left. Waits poll it and
+  /// stop, recording a PeerFailed error (naming the peer), instead of running into the timeout.
   const uint32_t* health;
   uint64_t timeoutNs;  ///< bound on every wait
   int32_t rank;
@@ -91,6 +97,11 @@ KVCOMM_DEVICE_INLINE bool barrierGroupFailed(const BarrierDeviceHandle& b) {
   return b.health != nullptr && loadRelaxedSystem32(b.health) != 0;
 }
 
+/// Whether member `peer` left the group (destroyed its communicator or exited), as the host announced it.
+KVCOMM_DEVICE_INLINE bool barrierPeerLeft(const BarrierDeviceHandle& b, int peer) {
+  return b.health != nullptr && loadRelaxedSystem32(b.health + kHealthDepartedWord + peer) != 0;
+}
+
 /// Atomic add with acquire-release semantics at GPU scope; returns the old value.
 KVCOMM_DEVICE_INLINE uint32_t addAcqRelGpu(uint32_t* p, uint32_t v) {
   uint32_t old;
@@ -118,7 +129,8 @@ KVCOMM_DEVICE_INLINE bool barrierPoll(const BarrierDeviceHandle& b, int lane, in
   if (load() >= epoch) return true;
   uint64_t start = globalTimerNs();
   for (uint32_t spin = 1; load() < epoch; ++spin) {
-    if ((spin & 63) == 0 && barrierGroupFailed(b)) {
+    // A member that left may have announced the epoch just before it went: one more load decides.
+    if ((spin & 63) == 0 && (barrierGroupFailed(b) || (barrierPeerLeft(b, peer) && load() < epoch))) {
       recordDeviceError(b.error, DeviceErrorKind::PeerFailed, -1, -1, -1, b.rank, peer, lane);
       return false;
     }
@@ -133,7 +145,8 @@ KVCOMM_DEVICE_INLINE bool barrierPoll(const BarrierDeviceHandle& b, int lane, in
 
 /// Waits until member `peer` announced `epoch` on `lane` (acquire, system scope), at most b.timeoutNs. On expiry
 /// records a BarrierTimeout naming rank, peer and lane and returns false; when the host marks the group failed
-/// (b.health: abort, or a member's death) records a PeerFailed and returns false. Polls with acquire loads, so the
+/// (b.health: abort, a member's death, or `peer` left without announcing the epoch) records a PeerFailed and returns
+/// false. Polls with acquire loads, so the
 /// load that sees the epoch is the acquire (no second load after it); the health flag, in host memory, every 64 polls.
 /// Like barrierSignal, it takes a lane the caller checked (see barrierLaneValid).
 KVCOMM_DEVICE_INLINE bool barrierWait(const BarrierDeviceHandle& b, int lane, int peer, uint64_t epoch) {
