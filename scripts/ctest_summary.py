@@ -44,10 +44,14 @@ def main():
             failed.append(name)
         elif case.find("skipped") is not None or status in ("notrun", "disabled", "skipped"):
             msg = case.find("skipped")
-            why = reason(out)
-            if msg is not None and msg.get("message") and why == "(no output)":
-                why = msg.get("message")
-            skipped.append((name, why))
+            text = msg.get("message", "") if msg is not None else ""
+            # CTest reports a test it could not start (no executable, a failed fixture) as "not run" too: that is a
+            # failure (CTest fails the run), not a skip. A skip is the test's own word (SKIP_RETURN_CODE,
+            # SKIP_REGULAR_EXPRESSION) or a disabled test.
+            if status != "disabled" and not text.startswith("SKIP_"):
+                failed.append(f"{name} (not run: {text or reason(out)})")
+                continue
+            skipped.append((name, reason(out)))
         else:
             passed.append(name)
     if failed:
