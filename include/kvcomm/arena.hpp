@@ -157,8 +157,9 @@ class KVCOMM_API Arena {
   /// grow() to the new layout's extent, then the new layout is the arena's (and the importers').
   ArenaGrowth grow(const KvLayout& layout, int64_t timeoutMs = -1);
   /// Releases whole chunks from the top, keeping at least `newBytes` (bytes() may stay larger: a chunk made by one
-  /// create/grow is released whole). Refused with Busy while any lease exists or a pin overlaps the released bytes,
-  /// after waiting up to `waitMs` (0: no wait; < 0: no bound) for them to end. The layout must fit in what is kept.
+  /// create/grow is released whole). Refused with Busy while any lease exists (even when nothing would be released)
+  /// or a pin overlaps the released bytes, after waiting up to `waitMs` (0: no wait; < 0: no bound) for them to end.
+  /// The layout must fit in what is kept.
   void shrink(size_t newBytes, int64_t waitMs = 0);
   /// shrink() to the new layout's extent, which becomes the arena's layout.
   void shrink(const KvLayout& layout, int64_t waitMs = 0);

@@ -293,14 +293,9 @@ void ArenaCore::shrink(size_t newBytes, const KvLayout* layout, int64_t waitMs) 
     KVCOMM_CHECK_ARG(extent <= kept, call, "the arena's layout ends at byte ", extent, ", beyond the ", kept,
                      " bytes that would be kept; pass the smaller layout with shrink(layout)");
   }
-  if (kept >= mem_->bytes()) {
-    if (layout) {
-      layout_ = *layout;
-      ++generation_;
-    }
-    return;
-  }
   size_t end = mem_->bytes();
+  // Refused while any lease exists, also when no chunk would be released (a layout change must not reach importers
+  // behind their back either): one rule, as documented.
   auto idle = [&] {
     if (!leases_.empty()) return false;
     for (const auto& kv : pins_)
@@ -308,7 +303,8 @@ void ArenaCore::shrink(size_t newBytes, const KvLayout* layout, int64_t waitMs) 
     return true;
   };
   if (!waitFor(lock, waitMs, idle)) KVCOMM_THROW(Busy, call, busyReason());
-  {
+  if (kept >= end && !layout) return;  // nothing to release, nothing changes
+  if (kept < end) {
     CudaContextScope scope(mem_->context());
     mem_->shrink(target);
   }

@@ -168,8 +168,12 @@ bool growingOwner(ArenaSession& s, MemoryKind k, uint64_t tag) {
   std::string diff = compare(a, finalImage(big, a.bytes(), tag));
   if (!diff.empty()) std::fprintf(stderr, "[owner %d] after growth: %s\n", getpid(), diff.c_str());
   ok = diff.empty() && ok;
-  // Shrinking under an importer is refused.
+  // Shrinking under an importer is refused, also by less than one chunk (nothing would be released).
   ok = refused([&] { a.shrink(small); }, kvcomm::ErrorCode::Busy, "1 lease", "shrink while imported") && ok;
+  ok = refused([&] { a.shrink(a.bytes() - 1); }, kvcomm::ErrorCode::Busy, "1 lease",
+               "shrink by less than a chunk while imported") &&
+       ok;
+  ok = a.bytes() > before && a.generation() == 2 && ok;  // the refusals changed nothing
   sendText(s, "checked");
   ok = waitUntil([&] { return a.leases() == 0; }, 5000) && ok;
   a.shrink(small);
