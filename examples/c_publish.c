@@ -102,9 +102,10 @@ int main(int argc, char** argv) {
     }
   kvcommPublishMode_t mode;
   CHECK_KV(kvcommPublisherMode(pub, &mode));
-  printf("rank %d (tp %d, pcp %d of %d): kvcomm %d, %s publish, %d rows from %d members, %ld wrong bytes\n", rank,
-         coord.tp, pcpRank, pcpSize, version, mode == kvcommPublishDirect ? "direct" : "fallback",
-         pcpSize * kTokensPerRank, pcpSize, wrong);
+  /* kvcommGetVersion encodes MAJOR * 10000 + MINOR * 100 + PATCH, like KVCOMM_VERSION. */
+  printf("rank %d (tp %d, pcp %d of %d): kvcomm %d.%d.%d, %s publish, %d rows from %d members, %ld wrong bytes\n", rank,
+         coord.tp, pcpRank, pcpSize, version / 10000, version / 100 % 100, version % 100,
+         mode == kvcommPublishDirect ? "direct" : "fallback", pcpSize * kTokensPerRank, pcpSize, wrong);
 
   CHECK_KV(kvcommPublisherDestroy(pub));
   CHECK_KV(kvcommBufferDestroy(cache));

@@ -555,10 +555,8 @@ int main(int argc, char** argv) {
   int device = kvbench::bindLocalDevice();
   std::string kind = kindArg.empty() ? (device >= 0 ? "cuda" : "host") : kindArg;
   try {
+    // The oversubscription warning, if any, is printed once: with the table (a note of the report).
     kvbench::Placement where = kvbench::placement();
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (me == 0 && !where.warning.empty()) std::cerr << "perf_publish: " << where.warning << "\n";
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     if (kind == "cuda") {
 #ifdef KVBENCH_GPU

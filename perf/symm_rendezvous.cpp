@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
   std::string kindName = kindArg.empty() ? (device >= 0 ? "cuda" : "host") : kindArg;
   kvcomm::MemoryKind kind = kindName == "cuda" ? kvcomm::MemoryKind::Cuda : kvcomm::MemoryKind::Host;
   try {
+    // The oversubscription warning, if any, is printed once: with the table (a note of the report).
     kvbench::Placement where = kvbench::placement();
-    if (rank == 0 && !where.warning.empty()) std::cerr << "perf_symm_rendezvous: " << where.warning << "\n";
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
     using kvbench::Column;
     using kvbench::Kind;

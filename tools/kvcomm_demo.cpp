@@ -24,11 +24,16 @@
 #include "support/publish_oracle.hpp"
 
 int main(int argc, char** argv) {
-  kvcli::Args args("kvcomm-demo", "mpirun -np N kvcomm-demo [--tokens T]",
-                   "One decode step of a replicated KV cache, verified byte for byte: the ranks form TP x PCP groups\n"
-                   "(TP2 when the rank count is even and at least 4), every rank publishes T tokens of Main-KV and\n"
-                   "Indexer-K rows into every replica of its PCP group, barriers, and checks its replica against\n"
-                   "gather-then-insert. Exits 1 on any mismatch.");
+  kvcli::Args args("kvcomm-demo", "mpirun -np N kvcomm-demo [--tokens T]   (N >= 2, e.g. mpirun -np 4)",
+                   "Two steps of an inference engine's KV cache, each verified byte for byte across processes.\n"
+                   "1. Publish: the ranks form TP x PCP groups (TP2 when the rank count is even and at least 4);\n"
+                   "   every rank publishes T tokens of Main-KV and Indexer-K rows into every replica of its PCP\n"
+                   "   group, barriers, and checks its replica against gather-then-insert.\n"
+                   "2. Fetch (a prefix-cache hit): every rank pulls up to 48 blocks of a paged cache (K and V of 8\n"
+                   "   layers, 16 KiB blocks) out of the next rank's cache into free blocks of its own with one\n"
+                   "   fetch, and checks its whole cache against a per-block oracle.\n"
+                   "Run it with several ranks: alone (1 rank) nothing crosses processes, and it says so.\n"
+                   "Exits 1 on any mismatch.");
   args.option("--tokens", "T", "tokens each rank publishes, 1 to 65536", "512");
   size_t tokens = 0;
   int rc =
@@ -112,10 +117,17 @@ int main(int argc, char** argv) {
     std::memcpy(all.data() + 256 * rank, line, 256);
     world.allgather(all.data(), 256);
     if (rank == 0) {
+      if (size == 1)
+        std::printf(
+            "kvcomm demo: only 1 rank, so nothing crosses processes: the publish below fills this process's own\n"
+            "  replica and the fetch copies within its own cache. To see kvcomm move KV between processes, run it\n"
+            "  with several ranks: mpirun -np 4 kvcomm-demo (as root add --allow-run-as-root, and --oversubscribe\n"
+            "  when there are fewer cores than ranks).\n");
       std::printf(
-          "kvcomm demo: %d ranks as TP%d x PCP%d; each rank publishes %zu tokens (Main-KV 656 B + Indexer-K "
+          "kvcomm demo: %d %s as TP%d x PCP%d; each rank publishes %zu tokens (Main-KV 656 B + Indexer-K "
           "128+4 B) into every replica of its PCP group, then one barrier\n  mode: %s (%s)\n",
-          size, spec.tp, spec.pcp, tokens, kvcomm::publishModeName(pub.mode()), pub.modeReason().c_str());
+          size, size == 1 ? "rank" : "ranks", spec.tp, spec.pcp, tokens, kvcomm::publishModeName(pub.mode()),
+          pub.modeReason().c_str());
       for (int r = 0; r < size; ++r) std::printf("%s\n", all.data() + 256 * r);
     }
     // Step 2: a prefix-cache hit. Paged cache of 8 layers x (K, V) x 128 blocks of 16 KiB on every world rank;
@@ -143,15 +155,17 @@ int main(int argc, char** argv) {
     kvtest::fromMemory(kv.kind(), gotKv.data(), kv.local(), extent);
     kvtest::applyFetchOracle(image, layouts, rank, fseed, batch);
     std::string diff = kvtest::describeMismatch(gotKv, image, layouts[static_cast<size_t>(rank)]);
-    std::snprintf(line, sizeof(line), "  rank %d  pulled from rank %d: %s  %s", rank, batch.ranks[0],
-                  info.toString().c_str(), diff.empty() ? "verified (whole cache)" : ("MISMATCH " + diff).c_str());
+    const std::string from =
+        batch.ranks[0] == rank ? "itself (a local copy)" : "rank " + std::to_string(batch.ranks[0]);
+    std::snprintf(line, sizeof(line), "  rank %d  pulled from %s: %s  %s", rank, from.c_str(), info.toString().c_str(),
+                  diff.empty() ? "verified (whole cache)" : ("MISMATCH " + diff).c_str());
     std::memcpy(all.data() + 256 * rank, line, 256);
     world.allgather(all.data(), 256);
     if (rank == 0) {
       std::printf(
           "kvcomm demo, step 2: prefix-cache hit; every rank fetches blocks of a %d-region paged cache "
-          "(16 KiB blocks) from the next rank straight into its own slots\n",
-          static_cast<int>(layouts[0].regions.size()));
+          "(16 KiB blocks) from %s straight into its own slots\n",
+          static_cast<int>(layouts[0].regions.size()), size == 1 ? "itself (no other rank)" : "the next rank");
       for (int r = 0; r < size; ++r) std::printf("%s\n", all.data() + 256 * r);
     }
     world.barrier();  // nobody frees a cache a peer still reads

@@ -12,7 +12,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+import numpy as np
+
 from . import _kvcomm
+from ._errors import invalid
 
 # DLPack codes (dlpack.h): dtype codes and device types.
 _DL_KINDS = {0: "i", 1: "u", 2: "f", 3: "V", 4: "f", 5: "c", 6: "b"}
@@ -131,3 +134,38 @@ def inspect(obj: Any) -> Optional[ArrayView]:
     else:
         device = f"dlpack-device-{dev_type}"
     return ArrayView(ptr, tuple(shape), tuple(strides), itemsize * lanes, kind, device, dev_id, obj)
+
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def is_int_list(obj: Any) -> bool:
+    """Whether `obj` is a Python sequence of ids that int64_list() converts (a list, tuple or range)."""
+    return isinstance(obj, (list, tuple, range))
+
+
+def int64_list(values: Any, name: str, noun: str, call: str, rank: int) -> np.ndarray:
+    """A Python list (tuple, range) of ints as a new int64 numpy array. Anything that is not an int (floats, strings,
+    None, bools alone) and any value outside int64 raises InvalidArgumentError naming `name` and the value: a cast
+    would wrap a value at or above 2**63 into another id (or -1, padding)."""
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError) as e:  # ragged nesting and the like
+        raise invalid(call, rank, f"{name}: a list of {noun}s must be a flat list of ints ({e})") from None
+    if a.size == 0:
+        return np.zeros(a.shape, np.int64)
+    if a.dtype == object or a.dtype.kind not in "iu":
+        # Not one integer dtype: name the first value that is not an int (a bool is not one) as the caller wrote it;
+        # else the ints are beyond what one 64-bit dtype holds (or mix uint64 with negatives): check each.
+        items = list(values) if a.ndim == 1 else list(a.flat)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise invalid(call, rank, f"{name}: a list of {noun}s must hold ints, got {type(v).__name__} {v!r}")
+        for v in items:
+            if not _I64_MIN <= int(v) <= _I64_MAX:
+                raise invalid(call, rank, f"{name}: {noun} {int(v)} does not fit int64")
+        return np.array([int(v) for v in items], np.int64).reshape(a.shape)
+    hi, lo = int(a.max()), int(a.min())
+    if hi > _I64_MAX or lo < _I64_MIN:  # numpy holds values at or above 2**63 as uint64
+        raise invalid(call, rank, f"{name}: {noun} {hi if hi > _I64_MAX else lo} does not fit int64")
+    return a.astype(np.int64)

@@ -14,6 +14,12 @@ UniqueId = _kvcomm.UniqueId
 AllgatherFn = Callable[[bytes], Union[bytes, Sequence[bytes]]]
 
 
+def _built(comm: Communicator, bootstrap: str) -> Communicator:
+    """Notes on a world how it was bootstrapped: its repr names it (kvcomm.Communicator(..., bootstrap='tcp'))."""
+    comm._bootstrap = bootstrap
+    return comm
+
+
 def create_unique_id(ifname: str = "") -> UniqueId:
     """A new TCP bootstrap id; call it in the process that will be rank 0 and hand ``str(id)`` to every rank."""
     return UniqueId.create(ifname)
@@ -22,7 +28,7 @@ def create_unique_id(ifname: str = "") -> UniqueId:
 def init_tcp(unique_id: Union[UniqueId, str], rank: int, size: int, timeout_ms: int = -1) -> Communicator:
     """World communicator over TCP (collective): every rank passes the same id (object or its string)."""
     uid = UniqueId.from_string(unique_id) if isinstance(unique_id, str) else unique_id
-    return Communicator.from_unique_id(uid, rank, size, timeout_ms)
+    return _built(Communicator.from_unique_id(uid, rank, size, timeout_ms), "tcp")
 
 
 def init_allgather(rank: int, size: int, allgather: AllgatherFn) -> Communicator:
@@ -31,7 +37,7 @@ def init_allgather(rank: int, size: int, allgather: AllgatherFn) -> Communicator
     The callable gathers equal-sized bytes from every rank in rank order; kvcomm calls it (with the GIL) only while
     this function runs, to exchange its own TCP addresses.
     """
-    return Communicator.from_allgather(rank, size, allgather)
+    return _built(Communicator.from_allgather(rank, size, allgather), "allgather")
 
 
 def init_torch(group: Optional[Any] = None) -> Communicator:
@@ -48,7 +54,7 @@ def init_torch(group: Optional[Any] = None) -> Communicator:
         dist.all_gather_object(out, data, group=group)
         return out
 
-    return Communicator.from_allgather(rank, size, allgather)
+    return _built(Communicator.from_allgather(rank, size, allgather), "torch")
 
 
 _store_calls = itertools.count()
@@ -65,7 +71,7 @@ def init_store(store: Any, rank: int, size: int, prefix: str = "kvcomm") -> Comm
         store.set(f"{key}/{rank}", data)
         return [bytes(store.get(f"{key}/{r}")) for r in range(size)]
 
-    return Communicator.from_allgather(rank, size, allgather)
+    return _built(Communicator.from_allgather(rank, size, allgather), "store")
 
 
 def init_mpi4py(comm: Optional[Any] = None) -> Communicator:
@@ -74,4 +80,5 @@ def init_mpi4py(comm: Optional[Any] = None) -> Communicator:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-    return Communicator.from_allgather(comm.Get_rank(), comm.Get_size(), lambda data: comm.allgather(data))
+    return _built(Communicator.from_allgather(comm.Get_rank(), comm.Get_size(), lambda data: comm.allgather(data)),
+                  "mpi4py")

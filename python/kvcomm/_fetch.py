@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _kvcomm
-from ._arrays import ArrayView, inspect
+from ._arrays import ArrayView, inspect, int64_list, is_int_list
 from ._errors import I32, Error, InvalidArgumentError, check_int, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
@@ -212,17 +212,8 @@ class Fetcher:
 
     def _host_ids(self, obj: Any, name: str, call: str) -> ArrayView:
         rank = self._rank
-        if isinstance(obj, (list, tuple, range)):
-            a = np.asarray(obj)
-            if a.size == 0:
-                a = a.astype(np.int64)
-            if a.dtype.kind not in "iu":
-                raise invalid(call, rank, f"{name}: a list of block ids must hold ints, got {a.dtype}")
-            if a.size and (int(a.max()) > np.iinfo(np.int64).max or int(a.min()) < np.iinfo(np.int64).min):
-                # numpy holds ids at or above 2**63 as uint64: a cast would wrap them into other ids (or -1, padding)
-                big = int(a.max()) if int(a.max()) > np.iinfo(np.int64).max else int(a.min())
-                raise invalid(call, rank, f"{name}: block id {big} does not fit int64")
-            obj = a.astype(np.int64)
+        if is_int_list(obj):
+            obj = int64_list(obj, name, "block id", call, rank)
         v = inspect(obj)
         if v is None:
             raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected an int64 numpy "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
 from . import _kvcomm
-from ._arrays import ArrayView, inspect
+from ._arrays import ArrayView, inspect, int64_list, is_int_list
 from ._errors import I32, check_int, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
@@ -107,6 +107,11 @@ class Publisher:
         tensors = list(tensors)
         if not tensors:
             raise invalid(call, rank, "no tensors: at least one CacheTensor is needed")
+        if is_int_list(slot_mapping):  # converted like fetch's list ids; host memory, so only host buffers
+            if self._buffer.kind == MemoryKind.Cuda:
+                raise invalid(call, rank, "slot_mapping: a Python list lives in host memory, but the buffer is CUDA "
+                              "memory: pass an int64 or int32 CUDA tensor")
+            slot_mapping = int64_list(slot_mapping, "slot_mapping", "slot", call, rank)
         slots = self._array(slot_mapping, "slot_mapping", call)
         if len(slots.shape) != 1:
             raise invalid(call, rank, f"slot_mapping must be 1-D, got shape {slots.shape}")
@@ -157,9 +162,9 @@ class Publisher:
                 num_tokens: Optional[int] = None, stream: Any = None) -> None:
         """Stores row i of every tensor at slot_mapping[i] (< 0: padding, skipped) in every replica.
 
-        slot_mapping: 1-D contiguous int64 or int32 array on the buffer's device; num_tokens defaults to its
-        length, and every src must have at least that many rows. stream: an int handle, a torch/CuPy stream, or None
-        for torch's current stream (CUDA buffers only)."""
+        slot_mapping: 1-D contiguous int64 or int32 array on the buffer's device (host buffers: also a Python list
+        of ints, converted to int64); num_tokens defaults to its length, and every src must have at least that many
+        rows. stream: an int handle, a torch/CuPy stream, or None for torch's current stream (CUDA buffers only)."""
         call = "Publisher.publish"
         raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)

@@ -127,7 +127,9 @@ void bindComm(nb::module_& m) {
       .def("__str__", &UniqueId::toString)
       .def("__repr__", [](const UniqueId& id) { return "kvcomm.UniqueId('" + id.toString() + "')"; });
 
-  nb::class_<Communicator>(m, "Communicator", "A group of processes (kvcomm::Communicator).")
+  // dynamic_attr: the Python bootstraps (python/kvcomm/_bootstrap.py) note on the world they build how it was
+  // bootstrapped (`_bootstrap`), which the repr names.
+  nb::class_<Communicator>(m, "Communicator", nb::dynamic_attr(), "A group of processes (kvcomm::Communicator).")
       .def_static(
           "from_unique_id",
           [](const UniqueId& id, int rank, int size, int64_t timeoutMs) {
@@ -138,6 +140,18 @@ void bindComm(nb::module_& m) {
       .def_static("from_allgather", &fromAllgather, nb::arg("rank"), nb::arg("size"), nb::arg("allgather"),
                   "World communicator over the caller's allgather(bytes) -> bytes | sequence of bytes (collective); "
                   "the callable is used during this call only.")
+      .def("__repr__",
+           [](nb::handle self) {
+             const Communicator& c = nb::cast<const Communicator&>(self);
+             std::string s = "kvcomm.Communicator(rank=" + std::to_string(c.rank()) +
+                             ", size=" + std::to_string(c.size()) + ", hosts=" + std::to_string(c.topology().numHosts);
+             nb::object how = nb::getattr(self, "_bootstrap", nb::none());
+             if (!how.is_none())  // a world built by one of kvcomm's Python bootstraps
+               s += std::string(", bootstrap=") + nb::repr(how).c_str();
+             else  // a split group (or a world built through the native statics directly)
+               s += ", world_rank=" + std::to_string(c.worldRank(c.rank()));
+             return s + ")";
+           })
       .def_prop_ro("rank", &Communicator::rank)
       .def_prop_ro("size", &Communicator::size)
       .def_prop_ro("id", &Communicator::id, "Identity of the group (equal on every member).")

@@ -152,6 +152,7 @@ def test_bad_input_cuda_writes_nothing(world):
         ("contiguous", good, torch.arange(16, dtype=torch.int64, device="cuda")[::2]),
         ("read past", kvcomm.CacheTensor(rows[:5]), slots),
         ("backed", kvcomm.CacheTensor(rows, offset=buf.mapped_bytes), slots),
+        ("a Python list lives in host memory", good, slots.tolist()),  # lists are for host buffers only
     ]
     if torch.cuda.device_count() > 1:
         other = (torch.cuda.current_device() + 1) % torch.cuda.device_count()

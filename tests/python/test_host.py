@@ -22,6 +22,7 @@ N = 4
 def _comm_and_layout(comm: kvcomm.Communicator) -> None:
     r = comm.rank
     assert (comm.rank, comm.size) == (r, N)
+    assert repr(comm) == f"kvcomm.Communicator(rank={r}, size={N}, hosts=1, bootstrap='tcp')"  # multirank: init_tcp
     gathered = comm.allgather(bytes([r, 2 * r]))
     assert gathered == bytes(b for k in range(N) for b in (k, 2 * k))
     comm.barrier()
@@ -38,6 +39,7 @@ def _comm_and_layout(comm: kvcomm.Communicator) -> None:
     expected = [k for k in (3, 2, 1, 0) if k % 2 == r % 2]
     assert half.size == 2 and [half.world_rank(i) for i in range(2)] == expected
     assert half.rank == expected.index(r)
+    assert repr(half) == f"kvcomm.Communicator(rank={half.rank}, size=2, hosts=1, world_rank={r})"
     others = comm.split(-1 if r == 0 else 1, 0)  # a negative color takes part and gets None
     assert (others is None) == (r == 0)
     assert others is None or (others.size == N - 1 and others.rank == r - 1)
@@ -67,6 +69,7 @@ def _callback_bootstraps(comm: kvcomm.Communicator, store_dict) -> None:
     # An engine's own process group: here the TCP world stands in for it.
     second = kvcomm.init_allgather(comm.rank, comm.size, lambda data: comm.allgather(data))
     assert (second.rank, second.size) == (comm.rank, comm.size)
+    assert repr(second).endswith(", bootstrap='allgather')") and repr(comm).endswith(", bootstrap='tcp')")
     assert second.allgather(bytes([comm.rank])) == bytes(range(N))
 
     class DictStore:  # the torch.distributed.Store calls kvcomm uses: set, and a get that waits
@@ -82,6 +85,7 @@ def _callback_bootstraps(comm: kvcomm.Communicator, store_dict) -> None:
 
     third = kvcomm.init_store(DictStore(), comm.rank, comm.size, prefix="test")
     assert third.allgather(bytes([7 + comm.rank])) == bytes(7 + k for k in range(N))
+    assert repr(third).endswith(", bootstrap='store')")
 
     # A callback that fails, on every rank: a RemoteError carrying the Python exception, no hang.
     def broken(data):
@@ -214,6 +218,14 @@ def _publish(comm: kvcomm.Communicator) -> str:
     _assert_replicas(buf, image, "round 3 (publish_and_signal/wait)")
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
         pub.publish_and_signal(_tensors(main, keys, scales), slots, lane=5)
+    comm.barrier()
+
+    # Round 4: the slot mapping as a Python list (converted to int64, like fetch's list ids).
+    main, keys, scales, slots = _rank_data(4, comm.rank)
+    pub.publish(_tensors(main, keys, scales), slots.tolist())
+    pub.barrier()
+    _oracle(image, 4)
+    _assert_replicas(buf, image, "round 4 (list slot mapping)")
     assert pub.poll_error() is None
     pub.check_errors()
     return pub.mode.name
@@ -343,6 +355,18 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
     refused("num_tokens must be an int", good, slots, num_tokens="3")
     refused("offset 18446744073709551616 is outside", kvcomm.CacheTensor(rows, offset=2**64), slots)
     refused("slot_mapping", good, slots.astype(object))  # object arrays hold pointers: not an array kvcomm reads
+    # Python lists are converted to int64 with the checks fetch's list ids get: ints that fit int64 only.
+    refused("slot_mapping: a list of slots must hold ints, got float 1.5", good, [0, 1.5, 2, 3])
+    refused("slot_mapping: a list of slots must hold ints, got str '2'", good, [0, 1, "2", 3])
+    refused("slot_mapping: a list of slots must hold ints, got NoneType None", good, [0, None])
+    refused("slot_mapping: a list of slots must hold ints, got bool True", good, [True, False])
+    refused("slot_mapping: slot 9223372036854775808 does not fit int64", good, [0, 2**63])
+    refused("slot_mapping: slot 18446744073709551615 does not fit int64", good, [2**64 - 1])
+    refused("slot_mapping: slot 36893488147419103232 does not fit int64", good, [1, 2**65])
+    refused("slot_mapping: slot -9223372036854775809 does not fit int64", good, [-(2**63) - 1, 0])
+    refused("1-D", good, [[0, 1], [2, 3]])
+    refused("num_tokens", good, [0, 1, 2], num_tokens=4)
+    refused("slot", good, [0, 1, 2, 3, 4, 5, 6, 1 << 40])  # converted, then refused by the library as out of range
     refused("backed", kvcomm.CacheTensor(rows, offset=buf.mapped_bytes), slots)  # destination beyond the memory
     bad_slots = slots.copy()
     bad_slots[-1] = 1 << 40  # out-of-range slot: the library refuses the whole call

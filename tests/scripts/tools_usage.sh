@@ -28,6 +28,10 @@ expect 2 "--dp 0 is out of range" tools/kvcomm-info --dp 0
 expect 2 "--tp 'two' is not an integer" tools/kvcomm-info --tp two
 expect 2 "option --pcp needs a value" tools/kvcomm-info --pcp
 expect 2 "option --tp is given twice" tools/kvcomm-info --tp 2 --tp 2
+# Alone (1 rank, no mpirun) the demo says nothing crossed processes and how to run it; never "1 ranks".
+expect 0 "nothing crosses processes" tools/kvcomm-demo --tokens 16
+! timeout 30 "$b/tools/kvcomm-demo" --tokens 16 2>&1 | grep -q "1 ranks" || { echo "FAIL kvcomm-demo alone says '1 ranks'"; status=1; }
+expect 0 "[Ff]etch" tools/kvcomm-demo --help
 expect 2 "--tokens -1 is out of range \(accepted: \[1, 65536\]\)" tools/kvcomm-demo --tokens -1
 expect 2 "--tokens 10000000 is out of range" tools/kvcomm-demo --tokens 10000000
 expect 2 "--tokens '' is not an integer" tools/kvcomm-demo --tokens=
