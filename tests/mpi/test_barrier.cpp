@@ -109,6 +109,43 @@ TEST_P(BarrierTest, MemberThatNeverSignalsIsATimeoutNamingRankPeerAndLane) {
   comm.barrier();
 }
 
+// A member that leaves (destroys its world: the mesh says goodbye) while the others wait on it: each wait, on the
+// host or on the GPU, stops within 5 s (not the 20 s timeout) with a NetworkError naming it as gone; the group stays
+// healthy (a departure is not a death).
+TEST_P(BarrierTest, AMemberThatLeavesIsNamedByEveryWaitForIt) {
+  const int leaver = 1;
+  std::string message;
+  double ms = 0;
+  bool healthy = false;
+  {
+    auto comm = kvtest::tcpWorld();
+    if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+    auto bar = make(comm, 2, 20000);
+    bar.barrier(nullptr, 0);
+    kvtest::synchronize(kind_);
+    if (comm.rank() != leaver) {
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        bar.barrier(nullptr, 1);
+        kvtest::synchronize(kind_);
+        bar.checkErrors();
+      } catch (const kvcomm::Error& e) {
+        EXPECT_EQ(e.code(), kvcomm::ErrorCode::NetworkError) << e.what();
+        message = e.what();
+      }
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      healthy = comm.healthy();
+    }
+  }  // the leaver's world goes here, at once; the others' once their wait ended
+  MPI_Barrier(MPI_COMM_WORLD);
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (me == leaver) return;
+  EXPECT_NE(message.find("rank 1 is gone: it left the group"), std::string::npos) << message;
+  EXPECT_LT(ms, 5000) << message;
+  EXPECT_TRUE(healthy) << "a departure is not a death";
+}
+
 TEST_P(BarrierTest, BadOptionsAreRefused) {
   auto comm = kvtest::tcpWorld();
   kvcomm::BarrierOptions o;
