@@ -20,6 +20,10 @@ REASON = [
 
 def reason(output):
     lines = [l.strip() for l in output.splitlines() if l.strip()]
+    # GoogleTest's GTEST_SKIP() << "why": "file.cpp:12: Skipped" then the message on the next line.
+    for i, line in enumerate(lines[:-1]):
+        if line.endswith(": Skipped") and not lines[i + 1].startswith("["):
+            return lines[i + 1][:200]
     for pat in REASON:
         for line in lines:
             m = pat.search(line)

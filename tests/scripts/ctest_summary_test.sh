@@ -18,7 +18,7 @@ add_test(NAME t.fails COMMAND sh -c "echo broken; exit 1")
 add_test(NAME t.missing COMMAND /nonexistent/kvcomm-no-such-program)
 add_test(NAME t.skips_by_code COMMAND sh -c "echo 'SKIPPED: no widget on this machine'; exit 77")
 set_tests_properties(t.skips_by_code PROPERTIES SKIP_RETURN_CODE 77)
-add_test(NAME t.skips_by_output COMMAND sh -c "echo '[  SKIPPED ] needs a GPU'")
+add_test(NAME t.skips_by_output COMMAND sh -c "printf 'x.cpp:7: Skipped\\nneeds a GPU\\n[  SKIPPED ] T.t (0 ms)\\n'")
 set_tests_properties(t.skips_by_output PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED")
 CM
 cmake -S "$work/p" -B "$work/b" >/dev/null || { echo "FAIL: configure"; exit 1; }
