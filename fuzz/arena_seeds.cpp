@@ -1,4 +1,5 @@
 #include "arena_seeds.hpp"
+#include "replay_seeds.hpp"
 
 #include "arena/protocol.hpp"
 
@@ -80,4 +81,8 @@ std::vector<std::vector<uint8_t>> arenaProtocolSeeds() {
     out.push_back(std::move(bytes));
   }
   return out;
+}
+
+std::vector<std::vector<uint8_t>> replaySeeds() {
+  return arenaProtocolSeeds();
 }

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "arena_seeds.hpp"
+#include "replay_seeds.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int main(int argc, char** argv) {
-  std::vector<std::vector<uint8_t>> seeds = arenaProtocolSeeds();
+  std::vector<std::vector<uint8_t>> seeds = replaySeeds();
   long mutations = 200000;
   std::vector<std::string> dirs;
   for (int i = 1; i < argc; ++i) {

@@ -3,7 +3,11 @@
 # and with ThreadSanitizer (GCC, host backend only: KVCOMM_CUDA=OFF), each running the unit suite (every test of
 # kvcomm_unit_tests, CTest label "unit") and the MPI suites at 4 and 8 ranks (the mpi.host.np4 and mpi.layout.np8
 # cases, through tests/mpi/run_mpi_test.sh), and under ASan the arena tests' host cases. Any report fails the job.
-#   scripts/sanitize.sh [asan] [tsan]        (default: both)
+# The asan job also runs the C ABI step: the C tests (tests/capi: capi.c11.np4, the property test capi.props.np4)
+# and the replay of the C ABI fuzz target (fuzz/capi_calls.c), built from C against the ASan + UBSan library with
+# -fno-sanitize-recover=all, so that undefined behaviour reached through the C ABI (an out-of-range enum loaded as
+# its type, an unchecked count) stops the test and fails the job. `capi` runs that step alone (same build directory).
+#   scripts/sanitize.sh [asan] [tsan] [capi]        (default: asan tsan)
 # Build directories: ${KVCOMM_BUILD_DIR:-build}-asan and -tsan. Only third-party runtimes are suppressed, in the
 # files of tests/sanitizers/ (each entry says why).
 set -uo pipefail
@@ -18,6 +22,11 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1
 common=(-DKVCOMM_CUDA=OFF -DKVCOMM_BUILD_TESTS=ON -DKVCOMM_BUILD_TOOLS=OFF -DKVCOMM_BUILD_PERF=OFF
         -DKVCOMM_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 targets=(--target kvcomm_unit_tests --target kvcomm_mpi_tests --target kvcomm_arena_tests)
+# The C ABI step's programs: C11 tests, and the fuzz target's replay driver (tests/capi, fuzz/CMakeLists.txt).
+capiTargets=(--target kvcomm_capi_test --target kvcomm_capi_props --target fuzz_capi_calls_replay)
+# UBSan already stops at the first finding (CMakeLists.txt); -fno-sanitize-recover=all makes every sanitizer do so.
+asanFlags=(-DKVCOMM_ENABLE_ASAN=ON -DKVCOMM_ENABLE_UBSAN=ON -DKVCOMM_ENABLE_TSAN=OFF
+           "-DCMAKE_C_FLAGS=-fno-sanitize-recover=all" "-DCMAKE_CXX_FLAGS=-fno-sanitize-recover=all")
 status=0
 
 # The 4-rank filter of mpi.host.np4 (tests/mpi/CMakeLists.txt), plus what a sanitizer leaves out.
@@ -25,6 +34,24 @@ np4filter='-*/cuda:*LegacyCudaIpcFallback/host'
 
 mpiOk() {  # exit status of run_mpi_test.sh: 0 passed, 77 passed with skipped cases (listed above)
   [ "$1" = 0 ] || [ "$1" = 77 ]
+}
+
+capiStep() {  # dir: the C ABI under UBSan (and ASan); any report or failed check fails the step
+  local dir=$1 rc=0 t0=$SECONDS
+  echo "== asan: C ABI step (C tests and the C ABI fuzz replay, -fno-sanitize-recover=all)"
+  "$root/tests/mpi/run_mpi_test.sh" 4 "$dir/tests/capi/kvcomm_capi_test" || rc=1
+  "$root/tests/mpi/run_mpi_test.sh" 4 "$dir/tests/capi/kvcomm_capi_props" "$root/include/kvcomm/kvcomm.h" || rc=1
+  "$dir/fuzz/fuzz_capi_calls_replay" --mutations 20000 "$root/fuzz/corpus/capi_calls" || rc=1
+  echo "== asan: C ABI step: $((SECONDS - t0)) s, $([ $rc = 0 ] && echo passed || echo FAILED)"
+  return $rc
+}
+
+asanEnv() {  # runs "$@" with the asan job's sanitizer options
+  # Slow unwinding: leak stacks reach through Open MPI's frames (no frame pointers) to the library that leaked.
+  ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:detect_stack_use_after_return=1" \
+  LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    "$@"
 }
 
 run() {  # job dir extra-mpi-filter
@@ -54,13 +81,16 @@ for job in "${jobs[@]}"; do
   case $job in
     asan)
       dir=$base-asan
-      KVCOMM_BUILD_DIR=$dir ./scripts/build.sh "${targets[@]}" "${common[@]}" -DKVCOMM_ENABLE_ASAN=ON \
-        -DKVCOMM_ENABLE_UBSAN=ON -DKVCOMM_ENABLE_TSAN=OFF || { status=1; continue; }
-      # Slow unwinding: leak stacks reach through Open MPI's frames (no frame pointers) to the library that leaked.
-      ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:detect_stack_use_after_return=1" \
-      LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0" \
-      UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        run asan "$dir" "" || status=1
+      KVCOMM_BUILD_DIR=$dir ./scripts/build.sh "${targets[@]}" "${capiTargets[@]}" "${common[@]}" "${asanFlags[@]}" ||
+        { status=1; continue; }
+      asanEnv run asan "$dir" "" || status=1
+      asanEnv capiStep "$dir" || status=1
+      ;;
+    capi)
+      dir=$base-asan
+      KVCOMM_BUILD_DIR=$dir ./scripts/build.sh "${capiTargets[@]}" "${common[@]}" "${asanFlags[@]}" ||
+        { status=1; continue; }
+      asanEnv capiStep "$dir" || status=1
       ;;
     tsan)
       dir=$base-tsan
@@ -72,7 +102,7 @@ for job in "${jobs[@]}"; do
         run tsan "$dir" ":*MatchesGatherInsertOracleAcrossSizesAndLayouts*" || status=1
       ;;
     *)
-      echo "sanitize.sh: unknown job '$job' (asan, tsan)"; exit 2 ;;
+      echo "sanitize.sh: unknown job '$job' (asan, tsan, capi)"; exit 2 ;;
   esac
   echo "== $job: $((SECONDS - start)) s, status so far $status"
 done

@@ -2,8 +2,9 @@
  *
  * Style of nccl.h: every call returns a kvcommResult_t; on failure kvcommGetLastError() gives the detail (the same
  * message the C++ API's exception carries: "kvcomm [rank R] <call>: <cause>"), per thread. Objects are opaque
- * handles created by *Create / *Init calls and freed by the matching *Destroy. No C++ exception ever crosses this
- * boundary.
+ * handles created by *Create / *Init calls and freed by the matching *Destroy; a call given NULL, a destroyed handle
+ * (until a new handle reuses its address), a pointer kvcomm never returned or a handle of another type returns
+ * kvcommInvalidArgument and changes nothing. No C++ exception ever crosses this boundary.
  *
  * Call order (collective calls are made by every member of the group, in the same order):
  *   kvcommGetUniqueId (rank 0) -> kvcommCommInitTcp (all)   or   kvcommCommInitCallback (all)
@@ -35,6 +36,42 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
+/* ---- enums and limits ------------------------------------------------------------------------------------------ */
+
+/* Every enum of this header is declared `typedef enum KVCOMM_ENUM_BASE {...}`. In C the enum's compatible type is
+ * unsigned int (GCC and Clang: no enumerator is negative); compiled as C++ the same type is fixed explicitly, so the
+ * ABI is unchanged and any integer a caller passes (9, or -1 read as 4294967295) is a value of the type rather than
+ * undefined behaviour. The library reads every enum argument and enum field of an input struct as that integer and
+ * refuses a value outside the enum with kvcommInvalidArgument, naming the argument and the value (see docs/c-api.md,
+ * "Enums"). */
+#ifdef __cplusplus
+#define KVCOMM_ENUM_BASE : unsigned int
+#else
+#define KVCOMM_ENUM_BASE
+#endif
+
+/* The limit table: every count the C ABI takes is checked against its limit before anything is sized, and a count
+ * past it returns kvcommInvalidArgument naming the count and the limit (nothing is allocated, read or written).
+ * kvcomm/limits.hpp holds the same table for C++ (kvcomm::limits), and the library checks that the two agree.
+ *   KVCOMM_MAX_RANKS            members of a communicator (kvcommCommInitTcp / kvcommCommInitCallback: size)
+ *   KVCOMM_MAX_FETCH_REGIONS    regions of one fetch layout (kvcommFetcherCreate, kvcommKvLayoutHash: numRegions)
+ *   KVCOMM_MAX_FETCH_REQUESTS   requests of one fetch call (numRequests)
+ *   KVCOMM_MAX_FETCH_PAIRS      block pairs of one fetch call: the sum of its requests' counts, or
+ *                               kvcommDeviceFetchBatch.count (2^24)
+ *   KVCOMM_MAX_PUBLISH_TENSORS  tensors of one publish call (numTensors)
+ *   KVCOMM_MAX_BARRIER_LANES    lanes of a barrier, of a publisher's barrier, of a fetcher's (options->lanes)
+ *   KVCOMM_MAX_HANDLE_PEERS     members a kvcommBarrier_t, a device handle, Direct publishing and kvcommFetchAll
+ *                               support
+ *   KVCOMM_MAX_BUFFER_RANGES    ranges of one kvcommBufferCommit / kvcommBufferRelease call (numRanges) */
+#define KVCOMM_MAX_RANKS 65536
+#define KVCOMM_MAX_FETCH_REGIONS 4096
+#define KVCOMM_MAX_FETCH_REQUESTS 65536
+#define KVCOMM_MAX_FETCH_PAIRS 16777216
+#define KVCOMM_MAX_PUBLISH_TENSORS 4
+#define KVCOMM_MAX_BARRIER_LANES 8
+#define KVCOMM_MAX_HANDLE_PEERS 32
+#define KVCOMM_MAX_BUFFER_RANGES 65536
+
 /* ---- version -------------------------------------------------------------------------------------------------- */
 
 #ifndef KVCOMM_VERSION_MAJOR
@@ -49,7 +86,7 @@ extern "C" {
 /* ---- results and errors --------------------------------------------------------------------------------------- */
 
 /** Outcome of every call; one value per kvcomm::ErrorCode, plus success. */
-typedef enum {
+typedef enum KVCOMM_ENUM_BASE {
   kvcommSuccess = 0,
   kvcommInvalidArgument = 1, /**< the caller passed something wrong; nothing was changed */
   kvcommUnsupported = 2,     /**< the requested mode cannot run here (no GPU, no P2P, handle type) */
@@ -191,7 +228,7 @@ typedef struct {
 typedef struct {
   int tp, pcp, pp, dp;
 } kvcommLayoutCoord;
-typedef enum { kvcommAxisTP = 0, kvcommAxisPCP = 1, kvcommAxisPP = 2, kvcommAxisDP = 3 } kvcommAxis_t;
+typedef enum KVCOMM_ENUM_BASE { kvcommAxisTP = 0, kvcommAxisPCP = 1, kvcommAxisPP = 2, kvcommAxisDP = 3 } kvcommAxis_t;
 
 /** Splits `world` into the four groups (collective). kvcommInvalidArgument unless world size == tp*pcp*pp*dp. */
 kvcommResult_t kvcommLayoutCreate(kvcommComm_t world, const kvcommLayoutSpec* spec, kvcommLayout_t* layout);
@@ -209,7 +246,7 @@ kvcommResult_t kvcommLayoutGroupOf(const kvcommLayoutSpec* spec, int rank, kvcom
 
 /* ---- symmetric memory ----------------------------------------------------------------------------------------- */
 
-typedef enum {
+typedef enum KVCOMM_ENUM_BASE {
   kvcommMemoryAuto = 0, /**< CUDA when this rank has a current CUDA context, else host */
   kvcommMemoryCuda = 1, /**< cuMemCreate/cuMemMap on the current device */
   kvcommMemoryHost = 2  /**< memfd chunks mapped into a PROT_NONE reservation */
@@ -271,8 +308,8 @@ kvcommResult_t kvcommBufferBackedBitmap(kvcommBuffer_t buffer, const uint64_t** 
 
 /* ---- publish and barrier -------------------------------------------------------------------------------------- */
 
-typedef enum { kvcommSlotInt64 = 0, kvcommSlotInt32 = 1 } kvcommSlotType_t;
-typedef enum { kvcommPublishDirect = 0, kvcommPublishFallback = 1 } kvcommPublishMode_t;
+typedef enum KVCOMM_ENUM_BASE { kvcommSlotInt64 = 0, kvcommSlotInt32 = 1 } kvcommSlotType_t;
+typedef enum KVCOMM_ENUM_BASE { kvcommPublishDirect = 0, kvcommPublishFallback = 1 } kvcommPublishMode_t;
 
 /** One cache tensor of a publish call (bytes). Row i of the source lands in every replica at
  *    offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride,   slot = slotMapping[i].
@@ -298,7 +335,7 @@ typedef struct {
   size_t stagingBytesPerToken; /**< ... and bytes per token (summed over tensors) */
 } kvcommPublisherOptions;
 
-typedef enum {
+typedef enum KVCOMM_ENUM_BASE {
   kvcommDeviceErrorNone = 0,
   kvcommDeviceErrorSlotOutOfRange = 1,  /**< a slot's row would land outside the backed part; not written */
   kvcommDeviceErrorBarrierTimeout = 2,  /**< a barrier wait expired; the peer never arrived */
@@ -413,7 +450,7 @@ typedef struct {
 } kvcommKvRegion;
 
 /** What moves a fetch's bytes. */
-typedef enum {
+typedef enum KVCOMM_ENUM_BASE {
   kvcommFetchPathAuto = 0,   /**< per run: copy engines for long runs, else the kernel (CUDA); host on host memory */
   kvcommFetchPathKernel = 1, /**< an SM gather kernel (CUDA buffers) */
   kvcommFetchPathCopyEngine = 2, /**< one copy-engine descriptor per run (CUDA buffers) */
@@ -461,7 +498,11 @@ typedef struct {
   size_t count;
 } kvcommDeviceFetchBatch;
 
-typedef enum { kvcommFetchInProgress = 0, kvcommFetchDone = 1, kvcommFetchFailed = 2 } kvcommFetchState_t;
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommFetchInProgress = 0,
+  kvcommFetchDone = 1,
+  kvcommFetchFailed = 2
+} kvcommFetchState_t;
 
 /** What kvcommFetchOperationTest/Wait report. The failed blocks and the error text of a Failed operation are read
  *  with kvcommFetchOperationFailedBlocks and kvcommFetchOperationError. */

@@ -5,12 +5,12 @@
 using kvcomm::capi::guard;
 using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
 
 namespace {
 
 kvcomm::Barrier& get(kvcommBarrier_t barrier, const char* call) {
-  requireNonNull(barrier, call, "barrier");
-  return barrier->barrier;
+  return use(barrier, call, "barrier").barrier;
 }
 
 }  // namespace
@@ -23,26 +23,29 @@ kvcommResult_t kvcommBarrierOptionsInit(kvcommBarrierOptions* options) {
     kvcomm::BarrierOptions d;
     options->lanes = d.lanes;
     options->timeoutMs = d.timeoutMs;
-    options->kind = kvcomm::capi::toC(d.kind);
+    options->kind = kvcomm::capi::toC<kvcommMemoryKind_t>(d.kind);
   });
 }
 
 kvcommResult_t kvcommBarrierCreate(kvcommComm_t comm, const kvcommBarrierOptions* options, kvcommBarrier_t* barrier) {
   return guard("kvcommBarrierCreate", [&] {
-    requireNonNull(comm, "kvcommBarrierCreate", "comm");
-    requireNonNull(barrier, "kvcommBarrierCreate", "barrier");
+    const char* call = "kvcommBarrierCreate";
+    auto& c = use(comm, call, "comm").comm;
     kvcomm::BarrierOptions o;
-    if (options) {
-      o.lanes = options->lanes;
-      o.timeoutMs = options->timeoutMs;
-      o.kind = kvcomm::capi::kindOf(options->kind, "kvcommBarrierCreate");
-    }
-    *barrier = new kvcommBarrier{kvcomm::Barrier::create(comm->comm, o)};
+    kvcomm::capi::agreeOnArguments(c, call, [&] {
+      requireNonNull(barrier, call, "barrier");
+      if (options) {
+        o.lanes = options->lanes;
+        o.timeoutMs = options->timeoutMs;
+        o.kind = kvcomm::capi::fromC(options->kind, call, "options->kind");
+      }
+    });
+    *barrier = kvcomm::capi::adopt<kvcommBarrier>(kvcomm::Barrier::create(c, o));
   });
 }
 
 kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier) {
-  return guard("kvcommBarrierDestroy", [&] { delete barrier; });
+  return guard("kvcommBarrierDestroy", [&] { kvcomm::capi::retire(barrier, "kvcommBarrierDestroy", "barrier"); });
 }
 
 kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
@@ -63,12 +66,12 @@ kvcommResult_t kvcommBarrierLanes(kvcommBarrier_t barrier, int* lanes) {
 
 kvcommResult_t kvcommBarrierKind(kvcommBarrier_t barrier, kvcommMemoryKind_t* kind) {
   return query("kvcommBarrierKind", kind, "kind",
-               [&](const char* call) { return kvcomm::capi::toC(get(barrier, call).kind()); });
+               [&](const char* call) { return kvcomm::capi::toC<kvcommMemoryKind_t>(get(barrier, call).kind()); });
 }
 
 kvcommResult_t kvcommBarrierComm(kvcommBarrier_t barrier, kvcommComm_t* comm) {
   return query("kvcommBarrierComm", comm, "comm",
-               [&](const char* call) { return new kvcommComm{get(barrier, call).communicator()}; });
+               [&](const char* call) { return kvcomm::capi::adopt<kvcommComm>(get(barrier, call).communicator()); });
 }
 
 kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, size_t handleBytes, size_t* needed) {

@@ -21,7 +21,14 @@ void toC(const kvcomm::UniqueId& u, kvcommUniqueId* id) {
 
 // Publishes a new communicator through `out` only once it is fully built: on failure *out stays untouched.
 void publish(kvcomm::Communicator comm, kvcommComm_t* out) {
-  *out = new kvcommComm{std::move(comm)};
+  *out = kvcomm::capi::adopt<kvcommComm>(std::move(comm));
+}
+
+// A world's size against the limit table and this rank inside it, before the bootstrap sizes anything by them.
+void checkWorld(int rank, int size, const char* call) {
+  KVCOMM_CHECK_ARG(size > 0 && size <= kvcomm::limits::kMaxRanks, call, "size ", size,
+                   " outside [1, KVCOMM_MAX_RANKS (", kvcomm::limits::kMaxRanks, ")]");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < size, call, "rank ", rank, " outside [0, ", size, ")");
 }
 
 }  // namespace
@@ -58,6 +65,8 @@ kvcommResult_t kvcommCommInitTcp(kvcommComm_t* comm, const kvcommUniqueId* id, i
   return guard("kvcommCommInitTcp", [&] {
     requireNonNull(comm, "kvcommCommInitTcp", "comm");
     requireNonNull(id, "kvcommCommInitTcp", "id");
+    checkWorld(rank, size, "kvcommCommInitTcp");
+    kvcomm::capi::CallFrame::nameRank(rank);
     auto boot = std::make_shared<kvcomm::TcpBootstrap>(fromC(*id), rank, size, timeoutMs);
     publish(kvcomm::Communicator::create(std::move(boot)), comm);
   });
@@ -67,6 +76,8 @@ kvcommResult_t kvcommCommInitCallback(kvcommComm_t* comm, int rank, int size, kv
   return guard("kvcommCommInitCallback", [&] {
     requireNonNull(comm, "kvcommCommInitCallback", "comm");
     KVCOMM_CHECK_ARG(allgather != nullptr, "kvcommCommInitCallback", "allgather is NULL");
+    checkWorld(rank, size, "kvcommCommInitCallback");
+    kvcomm::capi::CallFrame::nameRank(rank);
     // The callback and `user` are promised for the duration of this call only: the bootstrap the communicator keeps
     // refuses to call them afterwards.
     auto live = std::make_shared<bool>(true);

@@ -4,21 +4,21 @@
 #include "capi/capi.hpp"
 #include "common/check.hpp"
 
+using kvcomm::capi::fromC;
 using kvcomm::capi::guard;
-using kvcomm::capi::kindOf;
 using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
 
 namespace {
 
 kvcomm::SymmetricBuffer& get(kvcommBuffer_t buffer, const char* call) {
-  requireNonNull(buffer, call, "buffer");
-  KVCOMM_CHECK_ARG(buffer->buffer.valid(), call, "the buffer handle is empty");
-  return buffer->buffer;
+  return use(buffer, call, "buffer").buffer;
 }
 
 std::vector<kvcomm::Range> rangesOf(const kvcommRange* ranges, size_t n, const char* call) {
-  KVCOMM_CHECK_ARG(ranges != nullptr || n == 0, call, "ranges is NULL");
+  KVCOMM_CHECK_ARG(ranges != nullptr || n == 0, call, "ranges is NULL but numRanges is ", n);
+  kvcomm::capi::checkCount(n, kvcomm::limits::kMaxBufferRanges, call, "numRanges", "KVCOMM_MAX_BUFFER_RANGES");
   std::vector<kvcomm::Range> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = {ranges[i].offset, ranges[i].bytes};
   return out;
@@ -31,25 +31,33 @@ extern "C" {
 kvcommResult_t kvcommBufferCreate(kvcommComm_t comm, size_t capacity, size_t initialBytes, kvcommMemoryKind_t kind,
                                   kvcommBuffer_t* buffer) {
   return guard("kvcommBufferCreate", [&] {
-    requireNonNull(comm, "kvcommBufferCreate", "comm");
-    requireNonNull(buffer, "kvcommBufferCreate", "buffer");
-    kvcomm::MemoryKind k = kindOf(kind, "kvcommBufferCreate");
-    *buffer = new kvcommBuffer{kvcomm::SymmetricBuffer::create(comm->comm, capacity, initialBytes, k)};
+    const char* call = "kvcommBufferCreate";
+    auto& c = use(comm, call, "comm").comm;
+    kvcomm::MemoryKind k{};
+    kvcomm::capi::agreeOnArguments(c, call, [&] {
+      requireNonNull(buffer, call, "buffer");
+      k = fromC(kind, call, "kind");
+    });
+    *buffer = kvcomm::capi::adopt<kvcommBuffer>(kvcomm::SymmetricBuffer::create(c, capacity, initialBytes, k));
   });
 }
 
 kvcommResult_t kvcommBufferAdopt(kvcommComm_t comm, void* base, size_t reservedBytes, kvcommMemoryKind_t kind,
                                  kvcommBuffer_t* buffer) {
   return guard("kvcommBufferAdopt", [&] {
-    requireNonNull(comm, "kvcommBufferAdopt", "comm");
-    requireNonNull(buffer, "kvcommBufferAdopt", "buffer");
-    kvcomm::MemoryKind k = kindOf(kind, "kvcommBufferAdopt");
-    *buffer = new kvcommBuffer{kvcomm::SymmetricBuffer::adopt(comm->comm, base, reservedBytes, k)};
+    const char* call = "kvcommBufferAdopt";
+    auto& c = use(comm, call, "comm").comm;
+    kvcomm::MemoryKind k{};
+    kvcomm::capi::agreeOnArguments(c, call, [&] {
+      requireNonNull(buffer, call, "buffer");
+      k = fromC(kind, call, "kind");
+    });
+    *buffer = kvcomm::capi::adopt<kvcommBuffer>(kvcomm::SymmetricBuffer::adopt(c, base, reservedBytes, k));
   });
 }
 
 kvcommResult_t kvcommBufferDestroy(kvcommBuffer_t buffer) {
-  return guard("kvcommBufferDestroy", [&] { delete buffer; });
+  return guard("kvcommBufferDestroy", [&] { kvcomm::capi::retire(buffer, "kvcommBufferDestroy", "buffer"); });
 }
 
 kvcommResult_t kvcommBufferGrow(kvcommBuffer_t buffer, size_t newBytes) {
@@ -58,15 +66,21 @@ kvcommResult_t kvcommBufferGrow(kvcommBuffer_t buffer, size_t newBytes) {
 
 kvcommResult_t kvcommBufferCommit(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges) {
   return guard("kvcommBufferCommit", [&] {
-    auto& b = get(buffer, "kvcommBufferCommit");
-    b.commit(rangesOf(ranges, numRanges, "kvcommBufferCommit"));
+    const char* call = "kvcommBufferCommit";
+    auto& b = get(buffer, call);
+    std::vector<kvcomm::Range> r;
+    kvcomm::capi::agreeOnArguments(b.communicator(), call, [&] { r = rangesOf(ranges, numRanges, call); });
+    b.commit(r);
   });
 }
 
 kvcommResult_t kvcommBufferRelease(kvcommBuffer_t buffer, const kvcommRange* ranges, size_t numRanges) {
   return guard("kvcommBufferRelease", [&] {
-    auto& b = get(buffer, "kvcommBufferRelease");
-    b.release(rangesOf(ranges, numRanges, "kvcommBufferRelease"));
+    const char* call = "kvcommBufferRelease";
+    auto& b = get(buffer, call);
+    std::vector<kvcomm::Range> r;
+    kvcomm::capi::agreeOnArguments(b.communicator(), call, [&] { r = rangesOf(ranges, numRanges, call); });
+    b.release(r);
   });
 }
 
@@ -142,7 +156,7 @@ kvcommResult_t kvcommBufferGranularity(kvcommBuffer_t buffer, size_t* bytes) {
 
 kvcommResult_t kvcommBufferKind(kvcommBuffer_t buffer, kvcommMemoryKind_t* kind) {
   return query("kvcommBufferKind", kind, "kind",
-               [&](const char* call) { return kvcomm::capi::toC(get(buffer, call).kind()); });
+               [&](const char* call) { return kvcomm::capi::toC<kvcommMemoryKind_t>(get(buffer, call).kind()); });
 }
 
 kvcommResult_t kvcommBufferAdopted(kvcommBuffer_t buffer, int* adopted) {
@@ -159,7 +173,7 @@ kvcommResult_t kvcommBufferHandleType(kvcommBuffer_t buffer, char* text, size_t 
 
 kvcommResult_t kvcommBufferComm(kvcommBuffer_t buffer, kvcommComm_t* comm) {
   return query("kvcommBufferComm", comm, "comm",
-               [&](const char* call) { return new kvcommComm{get(buffer, call).communicator()}; });
+               [&](const char* call) { return kvcomm::capi::adopt<kvcommComm>(get(buffer, call).communicator()); });
 }
 
 kvcommResult_t kvcommBufferPeerTable(kvcommBuffer_t buffer, const uint64_t** table) {

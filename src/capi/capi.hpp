@@ -1,65 +1,39 @@
-// The C ABI's boundary: handle structs (each owns one C++ handle) and guard(), which turns every exception into a
-// result code plus the thread's last-error message. Only src/capi includes this.
+// The C ABI's boundary: guard(), which runs a C call's body and turns every exception into a result code plus the
+// thread's last-error message, and the checks every call shares (pointers, counts against the limit table, the
+// arguments of collective calls). Handles are in handles.hpp, enum conversions in enums.hpp. Only src/capi includes
+// this.
 #pragma once
 
 #include <cstring>
 #include <exception>
-#include <mutex>
+#include <functional>
 #include <new>
 #include <string>
 #include <utility>
 
-#include "kvcomm/barrier.hpp"
-#include "kvcomm/comm.hpp"
+#include "capi/enums.hpp"
+#include "capi/handles.hpp"
+#include "common/check.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
-#include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
-#include "kvcomm/ops.hpp"
-#include "kvcomm/symm.hpp"
-
-struct kvcommComm {
-  kvcomm::Communicator comm;
-};
-struct kvcommLayout {
-  kvcomm::Layout layout;
-};
-struct kvcommBuffer {
-  kvcomm::SymmetricBuffer buffer;
-};
-struct kvcommPublisher {
-  kvcomm::Publisher publisher;
-};
-struct kvcommBarrier {
-  kvcomm::Barrier barrier;
-};
-struct kvcommFetcher {
-  kvcomm::Fetcher fetcher;
-};
-struct kvcommFetchPlan {
-  kvcomm::FetchPlan plan;
-};
-// The status of the last test()/wait(), kept so that its failed blocks and error can be read by separate calls.
-struct kvcommFetchOperation {
-  kvcomm::FetchOperation op;
-  std::mutex mu;
-  kvcomm::FetchStatus last;
-};
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm::capi {
 
-/// Records `message` as the calling thread's last error (never throws).
+/// Records `message` as the calling thread's last error (never throws, never allocates).
 void setLastError(const char* message) noexcept;
+/// Records "kvcomm [rank R] call: cause more" (R: the rank the current call named, else "?"); never throws or
+/// allocates.
+void setLastError(const char* call, const char* cause, const char* more = "") noexcept;
 /// The calling thread's last error ("" if none).
 const char* lastError() noexcept;
-/// The result code of an error code.
-kvcommResult_t toResult(ErrorCode code) noexcept;
-/// Records and returns an InvalidArgument failure of `call` (for checks made at the boundary itself).
-kvcommResult_t invalid(const char* call, const std::string& cause) noexcept;
 
-/// Runs `body`; any exception becomes a result code and the thread's last error. Nothing escapes.
+/// Runs `body` as C call `call`; any exception becomes a result code and the thread's last error, naming the rank
+/// of the handle the call used (see CallFrame). Nothing escapes.
 template <typename F>
 kvcommResult_t guard(const char* call, F&& body) noexcept {
+  CallFrame frame;
   try {
     body();
     return kvcommSuccess;
@@ -67,17 +41,13 @@ kvcommResult_t guard(const char* call, F&& body) noexcept {
     setLastError(e.what());
     return toResult(e.code());
   } catch (const std::bad_alloc&) {
-    setLastError("kvcomm: out of host memory");
+    setLastError(call, "out of host memory");
     return kvcommSystemError;
   } catch (const std::exception& e) {
-    try {
-      setLastError((std::string("kvcomm ") + call + ": unexpected exception: " + e.what()).c_str());
-    } catch (...) {
-      setLastError("kvcomm: unexpected exception");
-    }
+    setLastError(call, "unexpected exception: ", e.what());
     return kvcommInternalError;
   } catch (...) {
-    setLastError("kvcomm: unexpected non-standard exception");
+    setLastError(call, "unexpected exception of unknown type");
     return kvcommInternalError;
   }
 }
@@ -85,8 +55,18 @@ kvcommResult_t guard(const char* call, F&& body) noexcept {
 /// Throws InvalidArgumentError naming `call` when `p` is null.
 void requireNonNull(const void* p, const char* call, const char* what);
 
+/// Throws InvalidArgumentError naming `call`, the count `what` and its limit (`limitName`, the kvcomm.h macro) when
+/// `n` exceeds `limit`: every count is checked with this before anything is sized by it.
+void checkCount(size_t n, size_t limit, const char* call, const char* what, const char* limitName);
+
+/// Runs `convert` (the C arguments' checks and conversions of a collective call) on every member and votes on the
+/// outcome, so that a bad argument on one member fails the call on every member, naming that member and argument,
+/// instead of leaving the others waiting in the collective.
+void agreeOnArguments(Communicator& comm, const char* call, const std::function<void()>& convert);
+
 /// The shape of every C getter: under guard(), refuses a null `out` (named `outName`) and stores `read(call)` there.
-/// `read` looks the handle up itself, so a null or empty handle is reported by the same checks as everywhere else.
+/// `read` looks the handle up itself (use()), so a null, destroyed or foreign handle is refused by the same checks as
+/// everywhere else, and nothing is written on failure.
 template <typename Out, typename Read>
 kvcommResult_t query(const char* call, Out* out, const char* outName, Read&& read) noexcept {
   return guard(call, [&] {
@@ -104,10 +84,5 @@ void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, si
 
 /// The C form of a device error.
 void toC(const DeviceError& e, kvcommDeviceError* out);
-
-/// The C++ memory kind of a C one (InvalidArgument for values outside the enum).
-MemoryKind kindOf(kvcommMemoryKind_t kind, const char* call);
-/// The C memory kind of a resolved C++ one.
-kvcommMemoryKind_t toC(MemoryKind kind);
 
 }  // namespace kvcomm::capi

@@ -7,12 +7,12 @@
 using kvcomm::capi::guard;
 using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
 
 namespace {
 
 kvcomm::Communicator& get(kvcommComm_t comm, const char* call) {
-  requireNonNull(comm, call, "comm");
-  return comm->comm;
+  return use(comm, call, "comm").comm;
 }
 
 void checkMember(kvcomm::Communicator& c, int r, const char* call) {
@@ -31,7 +31,7 @@ void copyField(char (&dst)[N], const std::string& s) {
 extern "C" {
 
 kvcommResult_t kvcommCommDestroy(kvcommComm_t comm) {
-  return guard("kvcommCommDestroy", [&] { delete comm; });
+  return guard("kvcommCommDestroy", [&] { kvcomm::capi::retire(comm, "kvcommCommDestroy", "comm"); });
 }
 
 kvcommResult_t kvcommCommRank(kvcommComm_t comm, int* rank) {
@@ -68,7 +68,7 @@ kvcommResult_t kvcommCommSplit(kvcommComm_t comm, int color, int key, kvcommComm
     auto& c = get(comm, "kvcommCommSplit");
     requireNonNull(out, "kvcommCommSplit", "out");
     auto child = c.split(color, key);
-    *out = child ? new kvcommComm{std::move(*child)} : nullptr;
+    *out = child ? kvcomm::capi::adopt<kvcommComm>(std::move(*child)) : nullptr;
   });
 }
 
@@ -76,6 +76,8 @@ kvcommResult_t kvcommCommAllgather(kvcommComm_t comm, void* data, size_t bytesPe
   return guard("kvcommCommAllgather", [&] {
     auto& c = get(comm, "kvcommCommAllgather");
     KVCOMM_CHECK_ARG(data != nullptr || bytesPerRank == 0, "kvcommCommAllgather", "data is NULL");
+    KVCOMM_CHECK_ARG(bytesPerRank <= SIZE_MAX / static_cast<size_t>(c.size()), "kvcommCommAllgather", "bytesPerRank ",
+                     bytesPerRank, " times ", c.size(), " members overflows the address space");
     c.allgather(data, bytesPerRank);
   });
 }

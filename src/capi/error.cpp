@@ -1,14 +1,43 @@
-// C ABI: result names, the thread's last error, version.
+// C ABI: result names, the thread's last error, version; the boundary's shared checks (capi.hpp), the handle
+// refusals (handles.hpp) and the agreement of kvcomm.h's limit macros with the limit table.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <new>
 
+#include "arena/protocol.hpp"
 #include "capi/capi.hpp"
+#include "comm/agreement.hpp"
 #include "common/check.hpp"
+#include "fetch/layout_registry.hpp"
+#include "kernels/launch.hpp"
+#include "kvcomm/arena.hpp"
+#include "kvcomm/device/barrier.hpp"
+#include "kvcomm/device/symm_device.hpp"
 #include "kvcomm/version.hpp"
 
 static_assert(KVCOMM_VERSION == kvcomm::kVersion, "kvcomm.h and version.hpp disagree on the version");
 static_assert(sizeof(kvcommUniqueId) == sizeof(kvcomm::UniqueId::bytes), "unique id size");
+
+// One limit table: kvcomm.h's macros, kvcomm/limits.hpp and the constants the layers below check against.
+namespace lim = kvcomm::limits;
+static_assert(KVCOMM_MAX_FETCH_REGIONS == lim::kMaxFetchRegions &&
+                  lim::kMaxFetchRegions == kvcomm::detail::kMaxFetchRegions,
+              "fetch regions");
+static_assert(KVCOMM_MAX_RANKS == lim::kMaxRanks, "ranks");
+static_assert(KVCOMM_MAX_FETCH_REQUESTS == lim::kMaxFetchRequests, "fetch requests");
+static_assert(KVCOMM_MAX_FETCH_PAIRS == lim::kMaxFetchPairs, "fetch pairs");
+static_assert(KVCOMM_MAX_PUBLISH_TENSORS == lim::kMaxPublishTensors &&
+                  lim::kMaxPublishTensors == static_cast<size_t>(kvcomm::detail::kMaxPublishTensors),
+              "publish tensors");
+static_assert(KVCOMM_MAX_BARRIER_LANES == lim::kMaxBarrierLanes && lim::kMaxBarrierLanes == kvcomm::kMaxBarrierLanes,
+              "barrier lanes");
+static_assert(KVCOMM_MAX_HANDLE_PEERS == lim::kMaxHandlePeers && lim::kMaxHandlePeers == kvcomm::kMaxHandlePeers,
+              "handle peers");
+static_assert(KVCOMM_MAX_BUFFER_RANGES == lim::kMaxBufferRanges, "buffer ranges");
+static_assert(lim::kMaxArenaRegions == kvcomm::Arena::kMaxRegions &&
+                  lim::kMaxArenaRegions == kvcomm::detail::arena::kMaxRegions,
+              "arena regions");
 
 namespace kvcomm::capi {
 
@@ -25,43 +54,55 @@ void setLastError(const char* message) noexcept {
   std::snprintf(tlsLastError, sizeof(tlsLastError), "%s", message ? message : "");
 }
 
-kvcommResult_t toResult(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::InvalidArgument:
-      return kvcommInvalidArgument;
-    case ErrorCode::Unsupported:
-      return kvcommUnsupported;
-    case ErrorCode::SystemError:
-      return kvcommSystemError;
-    case ErrorCode::CudaError:
-      return kvcommCudaError;
-    case ErrorCode::NetworkError:
-      return kvcommNetworkError;
-    case ErrorCode::RemoteError:
-      return kvcommRemoteError;
-    case ErrorCode::Timeout:
-      return kvcommTimeout;
-    case ErrorCode::Aborted:
-      return kvcommAborted;
-    case ErrorCode::InternalError:
-      return kvcommInternalError;
-    case ErrorCode::Busy:
-      return kvcommBusy;
-  }
-  return kvcommInternalError;
+void setLastError(const char* call, const char* cause, const char* more) noexcept {
+  const int rank = detail::currentRank();
+  char rankText[16] = "?";
+  if (rank >= 0) std::snprintf(rankText, sizeof(rankText), "%d", rank);
+  std::snprintf(tlsLastError, sizeof(tlsLastError), "kvcomm [rank %s] %s: %s%s", rankText, call, cause,
+                more ? more : "");
 }
 
-kvcommResult_t invalid(const char* call, const std::string& cause) noexcept {
-  try {
-    setLastError(detail::cat("kvcomm [rank ?] ", call, ": ", cause).c_str());
-  } catch (...) {
-    setLastError(call);
+const char* handleTypeName(HandleType t) noexcept {
+  switch (t) {
+    case HandleType::Comm:
+      return HandleTraits<kvcommComm>::name;
+    case HandleType::Layout:
+      return HandleTraits<kvcommLayout>::name;
+    case HandleType::Buffer:
+      return HandleTraits<kvcommBuffer>::name;
+    case HandleType::Publisher:
+      return HandleTraits<kvcommPublisher>::name;
+    case HandleType::Barrier:
+      return HandleTraits<kvcommBarrier>::name;
+    case HandleType::Fetcher:
+      return HandleTraits<kvcommFetcher>::name;
+    case HandleType::FetchPlan:
+      return HandleTraits<kvcommFetchPlan>::name;
+    case HandleType::FetchOperation:
+      return HandleTraits<kvcommFetchOperation>::name;
   }
-  return kvcommInvalidArgument;
+  return "handle";
+}
+
+void refuseHandle(const void* h, HandleType t, const char* call, const char* what) {
+  KVCOMM_CHECK_ARG(h != nullptr, call, what, " is NULL");
+  std::optional<HandleType> live = HandleRegistry::instance().find(h);
+  if (live)
+    KVCOMM_THROW(InvalidArgument, call, what, " ", h, " is a ", handleTypeName(*live), ", not a ", handleTypeName(t));
+  KVCOMM_THROW(InvalidArgument, call, what, " ", h, " is not a live ", handleTypeName(t),
+               " (destroyed, or never returned by kvcomm)");
 }
 
 void requireNonNull(const void* p, const char* call, const char* what) {
   KVCOMM_CHECK_ARG(p != nullptr, call, what, " is NULL");
+}
+
+void checkCount(size_t n, size_t limit, const char* call, const char* what, const char* limitName) {
+  KVCOMM_CHECK_ARG(n <= limit, call, what, " ", n, " exceeds ", limitName, " (", limit, ")");
+}
+
+void agreeOnArguments(Communicator& comm, const char* call, const std::function<void()>& convert) {
+  detail::allSucceed(comm, call, convert);
 }
 
 void copyString(const std::string& s, char* text, size_t textBytes, size_t* needed, const char* call) {
@@ -75,88 +116,34 @@ void copyString(const std::string& s, char* text, size_t textBytes, size_t* need
 
 void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, size_t* needed, const char* call) {
   KVCOMM_CHECK_ARG(out != nullptr || outBytes == 0, call, "handle is NULL but handleBytes is ", outBytes);
+  if (out != nullptr || outBytes != 0)
+    KVCOMM_CHECK_ARG(outBytes >= bytes, call, "handleBytes ", outBytes, " is smaller than the handle (", bytes,
+                     " bytes)");
   if (needed) *needed = bytes;
-  if (out == nullptr && outBytes == 0) return;  // a size query
-  KVCOMM_CHECK_ARG(outBytes >= bytes, call, "handleBytes ", outBytes, " is smaller than the handle (", bytes,
-                   " bytes)");
-  std::memcpy(out, handle, bytes);
+  if (out != nullptr) std::memcpy(out, handle, bytes);
 }
 
 void toC(const DeviceError& e, kvcommDeviceError* out) {
-  out->kind = static_cast<kvcommDeviceErrorKind_t>(e.kind);
-  out->tokenIndex = e.tokenIndex;
-  out->slot = e.slot;
-  out->tensor = e.tensor;
-  out->rank = e.rank;
-  out->peer = e.peer;
-  out->lane = e.lane;
-}
-
-MemoryKind kindOf(kvcommMemoryKind_t kind, const char* call) {
-  switch (kind) {
-    case kvcommMemoryAuto:
-      return MemoryKind::Auto;
-    case kvcommMemoryCuda:
-      return MemoryKind::Cuda;
-    case kvcommMemoryHost:
-      return MemoryKind::Host;
-  }
-  KVCOMM_THROW(InvalidArgument, call, "kind ", static_cast<int>(kind), " is not a kvcommMemoryKind_t");
-}
-
-kvcommMemoryKind_t toC(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::Cuda:
-      return kvcommMemoryCuda;
-    case MemoryKind::Host:
-      return kvcommMemoryHost;
-    case MemoryKind::Auto:
-      break;
-  }
-  return kvcommMemoryAuto;
+  kvcommDeviceError c{};
+  c.kind = toC<kvcommDeviceErrorKind_t>(e.kind);
+  c.tokenIndex = e.tokenIndex;
+  c.slot = e.slot;
+  c.tensor = e.tensor;
+  c.rank = e.rank;
+  c.peer = e.peer;
+  c.lane = e.lane;
+  *out = c;
 }
 
 }  // namespace kvcomm::capi
-
-static_assert(static_cast<int>(kvcomm::DeviceErrorKind::BlockOutOfRange) == kvcommDeviceErrorBlockOutOfRange &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::BarrierTimeout) == kvcommDeviceErrorBarrierTimeout &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::SlotOutOfRange) == kvcommDeviceErrorSlotOutOfRange &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::PeerFailed) == kvcommDeviceErrorPeerFailed &&
-                  static_cast<int>(kvcomm::DeviceErrorKind::LaneOutOfRange) == kvcommDeviceErrorLaneOutOfRange,
-              "kvcommDeviceErrorKind_t mirrors kvcomm::DeviceErrorKind");
 
 using kvcomm::capi::guard;
 
 extern "C" {
 
 const char* kvcommGetErrorString(kvcommResult_t result) {
-  switch (result) {
-    case kvcommSuccess:
-      return "Success";
-    case kvcommInvalidArgument:
-      return "InvalidArgument";
-    case kvcommUnsupported:
-      return "Unsupported";
-    case kvcommSystemError:
-      return "SystemError";
-    case kvcommCudaError:
-      return "CudaError";
-    case kvcommNetworkError:
-      return "NetworkError";
-    case kvcommRemoteError:
-      return "RemoteError";
-    case kvcommTimeout:
-      return "Timeout";
-    case kvcommAborted:
-      return "Aborted";
-    case kvcommInternalError:
-      return "InternalError";
-    case kvcommBusy:
-      return "Busy";
-    case kvcommNumResults:
-      break;
-  }
-  return "Unknown";
+  const auto* e = kvcomm::capi::entryOf(result);
+  return e ? e->cpp : "Unknown";
 }
 
 const char* kvcommGetLastError(void) {

@@ -10,63 +10,44 @@
 using kvcomm::capi::guard;
 using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
+namespace lim = kvcomm::limits;
 
 namespace {
 
 kvcomm::Fetcher& get(kvcommFetcher_t fetcher, const char* call) {
-  requireNonNull(fetcher, call, "fetcher");
-  return fetcher->fetcher;
+  return use(fetcher, call, "fetcher").fetcher;
 }
 
 kvcommFetchOperation& getOp(kvcommFetchOperation_t op, const char* call) {
-  requireNonNull(op, call, "op");
-  return *op;
-}
-
-kvcomm::FetchPath pathOf(kvcommFetchPath_t p, const char* call) {
-  switch (p) {
-    case kvcommFetchPathAuto:
-      return kvcomm::FetchPath::Auto;
-    case kvcommFetchPathKernel:
-      return kvcomm::FetchPath::Kernel;
-    case kvcommFetchPathCopyEngine:
-      return kvcomm::FetchPath::CopyEngine;
-    case kvcommFetchPathHost:
-      return kvcomm::FetchPath::Host;
-  }
-  KVCOMM_THROW(InvalidArgument, call, "path ", static_cast<int>(p), " is not a kvcommFetchPath_t");
-}
-
-kvcommFetchPath_t toC(kvcomm::FetchPath p) {
-  switch (p) {
-    case kvcomm::FetchPath::Auto:
-      return kvcommFetchPathAuto;
-    case kvcomm::FetchPath::Kernel:
-      return kvcommFetchPathKernel;
-    case kvcomm::FetchPath::CopyEngine:
-      return kvcommFetchPathCopyEngine;
-    case kvcomm::FetchPath::Host:
-      return kvcommFetchPathHost;
-  }
-  return kvcommFetchPathAuto;
+  return use(op, call, "op");
 }
 
 kvcomm::FetchOptions optionsOf(const kvcommFetchOptions* o, const char* call) {
   kvcomm::FetchOptions out;
   if (o) {
-    out.path = pathOf(o->path, call);
+    out.path = kvcomm::capi::fromC(o->path, call, "options->path");
     out.copyEngineMinRunBytes = o->copyEngineMinRunBytes;
     out.maxBytesPerSecond = o->maxBytesPerSecond;
   }
   return out;
 }
 
+// Requests and their pairs are counted against the limit table before anything is sized by them (the pair total with
+// checked addition: counts that wrap would size the plan by their small sum and read past the id arrays).
 std::vector<kvcomm::FetchRequest> requestsOf(const kvcommFetchRequest* r, size_t n, const char* call) {
   KVCOMM_CHECK_ARG(r != nullptr || n == 0, call, "requests is NULL but numRequests is ", n);
-  std::vector<kvcomm::FetchRequest> out(n);
+  kvcomm::capi::checkCount(n, lim::kMaxFetchRequests, call, "numRequests", "KVCOMM_MAX_FETCH_REQUESTS");
+  size_t pairs = 0;
   for (size_t i = 0; i < n; ++i) {
+    KVCOMM_CHECK_ARG(r[i].count <= lim::kMaxFetchPairs - pairs, call, "request ", i, ": ", r[i].count,
+                     " pairs bring the call's pairs past KVCOMM_MAX_FETCH_PAIRS (", lim::kMaxFetchPairs, ")");
+    pairs += r[i].count;
     KVCOMM_CHECK_ARG(r[i].count == 0 || (r[i].srcBlocks != nullptr && r[i].dstBlocks != nullptr), call, "request ", i,
                      ": ", r[i].count, " pairs but srcBlocks or dstBlocks is NULL");
+  }
+  std::vector<kvcomm::FetchRequest> out(n);
+  for (size_t i = 0; i < n; ++i) {
     out[i].srcRank = r[i].srcRank;
     out[i].srcBlocks = r[i].srcBlocks;
     out[i].dstBlocks = r[i].dstBlocks;
@@ -78,6 +59,7 @@ std::vector<kvcomm::FetchRequest> requestsOf(const kvcommFetchRequest* r, size_t
 
 kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
   KVCOMM_CHECK_ARG(regions != nullptr || n == 0, call, "regions is NULL but numRegions is ", n);
+  kvcomm::capi::checkCount(n, lim::kMaxFetchRegions, call, "numRegions", "KVCOMM_MAX_FETCH_REGIONS");
   kvcomm::KvLayout l;
   l.version = version;
   l.regions.resize(n);
@@ -87,26 +69,30 @@ kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t vers
 }
 
 void toC(const kvcomm::FetchPlanInfo& i, kvcommFetchPlanInfo* out) {
-  out->pairsIn = i.pairsIn;
-  out->pairsSkipped = i.pairsSkipped;
-  out->runsOut = i.runsOut;
-  out->kernelRuns = i.kernelRuns;
-  out->copyEngineRuns = i.copyEngineRuns;
-  out->hostRuns = i.hostRuns;
-  out->bytes = i.bytes;
-  out->path = toC(i.path);
-  out->planMicros = i.planMicros;
+  kvcommFetchPlanInfo c{};
+  c.pairsIn = i.pairsIn;
+  c.pairsSkipped = i.pairsSkipped;
+  c.runsOut = i.runsOut;
+  c.kernelRuns = i.kernelRuns;
+  c.copyEngineRuns = i.copyEngineRuns;
+  c.hostRuns = i.hostRuns;
+  c.bytes = i.bytes;
+  c.path = kvcomm::capi::toC<kvcommFetchPath_t>(i.path);
+  c.planMicros = i.planMicros;
+  *out = c;
 }
 
 void record(kvcommFetchOperation& op, kvcomm::FetchStatus s, kvcommFetchStatus* out) {
-  out->state = s.state == kvcomm::FetchState::Done     ? kvcommFetchDone
-               : s.state == kvcomm::FetchState::Failed ? kvcommFetchFailed
-                                                       : kvcommFetchInProgress;
-  out->bytesDone = s.bytesDone;
-  out->bytesTotal = s.bytesTotal;
-  out->numFailedBlocks = s.failedBlocks.size();
-  std::lock_guard<std::mutex> lock(op.mu);
-  op.last = std::move(s);
+  kvcommFetchStatus c{};
+  c.state = kvcomm::capi::toC<kvcommFetchState_t>(s.state);
+  c.bytesDone = s.bytesDone;
+  c.bytesTotal = s.bytesTotal;
+  c.numFailedBlocks = s.failedBlocks.size();
+  {
+    std::lock_guard<std::mutex> lock(op.mu);
+    op.last = std::move(s);
+  }
+  *out = c;
 }
 
 }  // namespace
@@ -126,24 +112,15 @@ kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options) {
   return guard("kvcommFetchOptionsInit", [&] {
     requireNonNull(options, "kvcommFetchOptionsInit", "options");
     kvcomm::FetchOptions d;
-    options->path = toC(d.path);
+    options->path = kvcomm::capi::toC<kvcommFetchPath_t>(d.path);
     options->copyEngineMinRunBytes = d.copyEngineMinRunBytes;
     options->maxBytesPerSecond = d.maxBytesPerSecond;
   });
 }
 
 const char* kvcommFetchPathName(kvcommFetchPath_t path) {
-  switch (path) {
-    case kvcommFetchPathAuto:
-      return kvcomm::fetchPathName(kvcomm::FetchPath::Auto);
-    case kvcommFetchPathKernel:
-      return kvcomm::fetchPathName(kvcomm::FetchPath::Kernel);
-    case kvcommFetchPathCopyEngine:
-      return kvcomm::fetchPathName(kvcomm::FetchPath::CopyEngine);
-    case kvcommFetchPathHost:
-      return kvcomm::fetchPathName(kvcomm::FetchPath::Host);
-  }
-  return "unknown";
+  const auto* e = kvcomm::capi::entryOf(path);
+  return e ? kvcomm::fetchPathName(e->cpp) : "unknown";
 }
 
 kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash) {
@@ -157,61 +134,65 @@ kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* 
                                    uint64_t version, const kvcommFetcherOptions* options, kvcommFetcher_t* fetcher) {
   const char* call = "kvcommFetcherCreate";
   return guard(call, [&] {
-    requireNonNull(buffer, call, "buffer");
-    requireNonNull(fetcher, call, "fetcher");
+    auto& b = use(buffer, call, "buffer");
+    // Every member takes part in create() even with malformed arguments of its own (create() votes on the layouts):
+    // the arguments are agreed on first, so a NULL list or a count past the limit on one member fails every member,
+    // naming it, before anything is sized.
     kvcomm::FetcherOptions o;
-    if (options) {
-      o.lanes = options->lanes;
-      o.barrierTimeoutMs = options->barrierTimeoutMs;
-    }
-    // Every rank enters the collective even with a malformed layout of its own: create() votes on the validation,
-    // so a NULL region list here becomes an empty layout that every rank refuses together.
     kvcomm::KvLayout l;
-    l.version = version;
-    if (regions != nullptr) l = layoutOf(regions, numRegions, version, call);
-    *fetcher = new kvcommFetcher{kvcomm::Fetcher::create(buffer->buffer, l, o)};
+    kvcomm::capi::agreeOnArguments(b.buffer.communicator(), call, [&] {
+      requireNonNull(fetcher, call, "fetcher");
+      KVCOMM_CHECK_ARG(regions != nullptr, call, "regions is NULL (numRegions ", numRegions, ")");
+      l = layoutOf(regions, numRegions, version, call);
+      if (options) {
+        o.lanes = options->lanes;
+        o.barrierTimeoutMs = options->barrierTimeoutMs;
+      }
+    });
+    *fetcher = kvcomm::capi::adopt<kvcommFetcher>(kvcomm::Fetcher::create(b.buffer, l, o), b.rank);
   });
 }
 
 kvcommResult_t kvcommFetcherDestroy(kvcommFetcher_t fetcher) {
-  return guard("kvcommFetcherDestroy", [&] { delete fetcher; });
+  return guard("kvcommFetcherDestroy", [&] { kvcomm::capi::retire(fetcher, "kvcommFetcherDestroy", "fetcher"); });
 }
 
 kvcommResult_t kvcommFetchPlanCreate(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
                                      const kvcommFetchOptions* options, kvcommFetchPlan_t* plan) {
   const char* call = "kvcommFetchPlanCreate";
   return guard(call, [&] {
-    auto& f = get(fetcher, call);
+    auto& h = use(fetcher, call, "fetcher");
     requireNonNull(plan, call, "plan");
-    *plan = new kvcommFetchPlan{f.plan(requestsOf(requests, numRequests, call), optionsOf(options, call))};
+    *plan = kvcomm::capi::adopt<kvcommFetchPlan>(
+        h.fetcher.plan(requestsOf(requests, numRequests, call), optionsOf(options, call)), h.rank);
   });
 }
 
 kvcommResult_t kvcommFetchPlanDestroy(kvcommFetchPlan_t plan) {
-  return guard("kvcommFetchPlanDestroy", [&] { delete plan; });
+  return guard("kvcommFetchPlanDestroy", [&] { kvcomm::capi::retire(plan, "kvcommFetchPlanDestroy", "plan"); });
 }
 
 kvcommResult_t kvcommFetchPlanGetInfo(kvcommFetchPlan_t plan, kvcommFetchPlanInfo* info) {
   return guard("kvcommFetchPlanGetInfo", [&] {
-    requireNonNull(plan, "kvcommFetchPlanGetInfo", "plan");
+    auto& p = use(plan, "kvcommFetchPlanGetInfo", "plan");
     requireNonNull(info, "kvcommFetchPlanGetInfo", "info");
-    toC(plan->plan.info(), info);
+    toC(p.plan.info(), info);
   });
 }
 
 kvcommResult_t kvcommFetchPlanGeneration(kvcommFetchPlan_t plan, uint64_t* generation) {
   return guard("kvcommFetchPlanGeneration", [&] {
-    requireNonNull(plan, "kvcommFetchPlanGeneration", "plan");
+    auto& p = use(plan, "kvcommFetchPlanGeneration", "plan");
     requireNonNull(generation, "kvcommFetchPlanGeneration", "generation");
-    *generation = plan->plan.generation();
+    *generation = p.plan.generation();
   });
 }
 
 kvcommResult_t kvcommFetchSubmit(kvcommFetcher_t fetcher, kvcommFetchPlan_t plan, kvcommStream_t stream) {
   return guard("kvcommFetchSubmit", [&] {
+    auto& p = use(plan, "kvcommFetchSubmit", "plan");
     auto& f = get(fetcher, "kvcommFetchSubmit");
-    requireNonNull(plan, "kvcommFetchSubmit", "plan");
-    f.submit(plan->plan, stream);
+    f.submit(p.plan, stream);
   });
 }
 
@@ -236,6 +217,7 @@ kvcommResult_t kvcommFetchDevice(kvcommFetcher_t fetcher, const kvcommDeviceFetc
     b.srcRanks = batch->srcRanks;
     b.srcRank = batch->srcRank;
     b.count = batch->count;
+    kvcomm::capi::checkCount(b.count, lim::kMaxFetchPairs, call, "batch->count", "KVCOMM_MAX_FETCH_PAIRS");
     f.fetchDevice(b, stream);
   });
 }
@@ -244,12 +226,11 @@ kvcommResult_t kvcommFetchStart(kvcommFetcher_t fetcher, const kvcommFetchReques
                                 const kvcommFetchOptions* options, kvcommStream_t stream, kvcommFetchOperation_t* op) {
   const char* call = "kvcommFetchStart";
   return guard(call, [&] {
-    auto& f = get(fetcher, call);
+    auto& h = use(fetcher, call, "fetcher");
     requireNonNull(op, call, "op");
-    kvcomm::FetchOperation o = f.start(requestsOf(requests, numRequests, call), optionsOf(options, call), stream);
-    auto* h = new kvcommFetchOperation;
-    h->op = std::move(o);
-    *op = h;
+    kvcomm::FetchOperation o =
+        h.fetcher.start(requestsOf(requests, numRequests, call), optionsOf(options, call), stream);
+    *op = kvcomm::capi::adopt<kvcommFetchOperation>(std::move(o), h.rank);
   });
 }
 
@@ -297,7 +278,7 @@ kvcommResult_t kvcommFetchOperationError(kvcommFetchOperation_t op, char* text, 
 }
 
 kvcommResult_t kvcommFetchOperationDestroy(kvcommFetchOperation_t op) {
-  return guard("kvcommFetchOperationDestroy", [&] { delete op; });
+  return guard("kvcommFetchOperationDestroy", [&] { kvcomm::capi::retire(op, "kvcommFetchOperationDestroy", "op"); });
 }
 
 kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,

@@ -3,8 +3,10 @@
 #include "comm/layout_spec.hpp"
 #include "common/check.hpp"
 
+using kvcomm::capi::fromC;
 using kvcomm::capi::guard;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
 
 namespace {
 
@@ -17,20 +19,6 @@ kvcomm::LayoutSpec specOf(const kvcommLayoutSpec* s, const char* call) {
   spec.dp = s->dp;
   kvcomm::detail::checkedWorldSize(spec, call);  // positive sizes, and a product that fits an int
   return spec;
-}
-
-kvcomm::Axis axisOf(kvcommAxis_t axis, const char* call) {
-  switch (axis) {
-    case kvcommAxisTP:
-      return kvcomm::Axis::TP;
-    case kvcommAxisPCP:
-      return kvcomm::Axis::PCP;
-    case kvcommAxisPP:
-      return kvcomm::Axis::PP;
-    case kvcommAxisDP:
-      return kvcomm::Axis::DP;
-  }
-  KVCOMM_THROW(InvalidArgument, call, "axis ", static_cast<int>(axis), " is not a kvcommAxis_t");
 }
 
 void checkRank(const kvcomm::LayoutSpec& s, int rank, const char* call) {
@@ -46,8 +34,7 @@ void toC(const kvcomm::LayoutCoord& c, kvcommLayoutCoord* out) {
 }
 
 kvcomm::Layout& get(kvcommLayout_t layout, const char* call) {
-  requireNonNull(layout, call, "layout");
-  return layout->layout;
+  return use(layout, call, "layout").layout;
 }
 
 }  // namespace
@@ -56,35 +43,27 @@ extern "C" {
 
 kvcommResult_t kvcommLayoutCreate(kvcommComm_t world, const kvcommLayoutSpec* spec, kvcommLayout_t* layout) {
   return guard("kvcommLayoutCreate", [&] {
-    requireNonNull(world, "kvcommLayoutCreate", "world");
+    auto& w = use(world, "kvcommLayoutCreate", "world");
     requireNonNull(layout, "kvcommLayoutCreate", "layout");
     kvcomm::LayoutSpec s = specOf(spec, "kvcommLayoutCreate");
-    *layout = new kvcommLayout{kvcomm::Layout::create(world->comm, s)};
+    *layout = kvcomm::capi::adopt<kvcommLayout>(kvcomm::Layout::create(w.comm, s));
   });
 }
 
 kvcommResult_t kvcommLayoutDestroy(kvcommLayout_t layout) {
-  return guard("kvcommLayoutDestroy", [&] { delete layout; });
+  return guard("kvcommLayoutDestroy", [&] { kvcomm::capi::retire(layout, "kvcommLayoutDestroy", "layout"); });
 }
 
 kvcommResult_t kvcommLayoutComm(kvcommLayout_t layout, kvcommAxis_t axis, kvcommComm_t* comm) {
   return guard("kvcommLayoutComm", [&] {
     auto& l = get(layout, "kvcommLayoutComm");
     requireNonNull(comm, "kvcommLayoutComm", "comm");
-    switch (axisOf(axis, "kvcommLayoutComm")) {
-      case kvcomm::Axis::TP:
-        *comm = new kvcommComm{l.tp};
-        break;
-      case kvcomm::Axis::PCP:
-        *comm = new kvcommComm{l.pcp};
-        break;
-      case kvcomm::Axis::PP:
-        *comm = new kvcommComm{l.pp};
-        break;
-      case kvcomm::Axis::DP:
-        *comm = new kvcommComm{l.dp};
-        break;
-    }
+    kvcomm::Axis a = fromC(axis, "kvcommLayoutComm", "axis");
+    const kvcomm::Communicator& c = a == kvcomm::Axis::TP    ? l.tp
+                                    : a == kvcomm::Axis::PCP ? l.pcp
+                                    : a == kvcomm::Axis::PP  ? l.pp
+                                                             : l.dp;
+    *comm = kvcomm::capi::adopt<kvcommComm>(c);
   });
 }
 
@@ -142,9 +121,17 @@ kvcommResult_t kvcommLayoutGroupOf(const kvcommLayoutSpec* spec, int rank, kvcom
     KVCOMM_CHECK_ARG(capacity >= 0 && (ranks != nullptr || capacity == 0), "kvcommLayoutGroupOf",
                      "ranks is NULL or capacity ", capacity, " is negative");
     checkRank(s, rank, "kvcommLayoutGroupOf");
-    auto group = kvcomm::Layout::groupOf(s, rank, axisOf(axis, "kvcommLayoutGroupOf"));
-    for (size_t i = 0; i < group.size() && i < static_cast<size_t>(capacity); ++i) ranks[i] = group[i];
-    *count = static_cast<int>(group.size());
+    const kvcomm::Axis a = fromC(axis, "kvcommLayoutGroupOf", "axis");
+    // Member i of the group is `rank` with its coordinate along the axis set to i: written straight into the
+    // caller's array (a group of up to INT_MAX members is never materialised).
+    const kvcomm::LayoutCoord mine = kvcomm::Layout::coordOf(s, rank);
+    const int n = a == kvcomm::Axis::TP ? s.tp : a == kvcomm::Axis::PCP ? s.pcp : a == kvcomm::Axis::PP ? s.pp : s.dp;
+    for (int i = 0; i < n && i < capacity; ++i) {
+      kvcomm::LayoutCoord m = mine;
+      (a == kvcomm::Axis::TP ? m.tp : a == kvcomm::Axis::PCP ? m.pcp : a == kvcomm::Axis::PP ? m.pp : m.dp) = i;
+      ranks[i] = kvcomm::Layout::rankOf(s, m);
+    }
+    *count = n;
   });
 }
 

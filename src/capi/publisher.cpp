@@ -8,27 +8,19 @@
 using kvcomm::capi::guard;
 using kvcomm::capi::query;
 using kvcomm::capi::requireNonNull;
+using kvcomm::capi::use;
 
 namespace {
 
 kvcomm::Publisher& get(kvcommPublisher_t publisher, const char* call) {
-  requireNonNull(publisher, call, "publisher");
-  return publisher->publisher;
-}
-
-kvcomm::SlotType slotTypeOf(kvcommSlotType_t t, const char* call) {
-  switch (t) {
-    case kvcommSlotInt64:
-      return kvcomm::SlotType::Int64;
-    case kvcommSlotInt32:
-      return kvcomm::SlotType::Int32;
-  }
-  KVCOMM_THROW(InvalidArgument, call, "slot type ", static_cast<int>(t), " is not a kvcommSlotType_t");
+  return use(publisher, call, "publisher").publisher;
 }
 
 std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, int n, const char* call) {
   KVCOMM_CHECK_ARG(n > 0 && tensors != nullptr, call, "numTensors ", n, " (tensors ", tensors ? "given" : "NULL",
                    "): at least one tensor is needed");
+  kvcomm::capi::checkCount(static_cast<size_t>(n), kvcomm::limits::kMaxPublishTensors, call, "numTensors",
+                           "KVCOMM_MAX_PUBLISH_TENSORS");
   std::vector<kvcomm::CacheTensor> out(static_cast<size_t>(n));
   for (int k = 0; k < n; ++k) {
     const kvcommCacheTensor& t = tensors[k];
@@ -72,21 +64,32 @@ kvcommResult_t kvcommPublisherOptionsInit(kvcommPublisherOptions* options) {
 kvcommResult_t kvcommPublisherCreate(kvcommBuffer_t buffer, const kvcommPublisherOptions* options,
                                      kvcommPublisher_t* publisher) {
   return guard("kvcommPublisherCreate", [&] {
-    requireNonNull(buffer, "kvcommPublisherCreate", "buffer");
-    requireNonNull(publisher, "kvcommPublisherCreate", "publisher");
+    const char* call = "kvcommPublisherCreate";
+    auto& b = use(buffer, call, "buffer");
     kvcomm::PublisherOptions o;
-    if (options) {
-      o.lanes = options->lanes;
-      o.barrierTimeoutMs = options->barrierTimeoutMs;
-      o.stagingTokens = options->stagingTokens;
-      o.stagingBytesPerToken = options->stagingBytesPerToken;
-    }
-    *publisher = new kvcommPublisher{kvcomm::Publisher::create(buffer->buffer, o)};
+    kvcomm::capi::agreeOnArguments(b.buffer.communicator(), call, [&] {
+      requireNonNull(publisher, call, "publisher");
+      if (options) {
+        o.lanes = options->lanes;
+        o.barrierTimeoutMs = options->barrierTimeoutMs;
+        o.stagingTokens = options->stagingTokens;
+        o.stagingBytesPerToken = options->stagingBytesPerToken;
+        // The staging is sized by these counts: their product (and the slots beside it) must fit a size_t.
+        size_t rows = 0, slots = 0, bytes = 0;
+        KVCOMM_CHECK_ARG(!__builtin_mul_overflow(o.stagingTokens, o.stagingBytesPerToken, &rows) &&
+                             !__builtin_mul_overflow(o.stagingTokens, sizeof(int64_t), &slots) &&
+                             !__builtin_add_overflow(rows, slots, &bytes) && bytes <= SIZE_MAX / 2,
+                         call, "stagingTokens ", o.stagingTokens, " x stagingBytesPerToken ", o.stagingBytesPerToken,
+                         " overflows the staging's size");
+      }
+    });
+    *publisher = kvcomm::capi::adopt<kvcommPublisher>(kvcomm::Publisher::create(b.buffer, o), b.rank);
   });
 }
 
 kvcommResult_t kvcommPublisherDestroy(kvcommPublisher_t publisher) {
-  return guard("kvcommPublisherDestroy", [&] { delete publisher; });
+  return guard("kvcommPublisherDestroy",
+               [&] { kvcomm::capi::retire(publisher, "kvcommPublisherDestroy", "publisher"); });
 }
 
 kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
@@ -94,8 +97,8 @@ kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTenso
                              kvcommStream_t stream) {
   return guard("kvcommPublish", [&] {
     auto& p = get(publisher, "kvcommPublish");
-    p.publish(tensorsOf(tensors, numTensors, "kvcommPublish"), slotMapping, slotTypeOf(slotType, "kvcommPublish"),
-              numTokens, stream);
+    p.publish(tensorsOf(tensors, numTensors, "kvcommPublish"), slotMapping,
+              kvcomm::capi::fromC(slotType, "kvcommPublish", "slotType"), numTokens, stream);
   });
 }
 
@@ -117,7 +120,7 @@ kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcomm
   return guard("kvcommPublishAndBarrier", [&] {
     auto& p = get(publisher, "kvcommPublishAndBarrier");
     p.publishAndBarrier(tensorsOf(tensors, numTensors, "kvcommPublishAndBarrier"), slotMapping,
-                        slotTypeOf(slotType, "kvcommPublishAndBarrier"), numTokens, stream, lane);
+                        kvcomm::capi::fromC(slotType, "kvcommPublishAndBarrier", "slotType"), numTokens, stream, lane);
   });
 }
 
@@ -127,14 +130,13 @@ kvcommResult_t kvcommPublishAndSignal(kvcommPublisher_t publisher, const kvcommC
   return guard("kvcommPublishAndSignal", [&] {
     auto& p = get(publisher, "kvcommPublishAndSignal");
     p.publishAndSignal(tensorsOf(tensors, numTensors, "kvcommPublishAndSignal"), slotMapping,
-                       slotTypeOf(slotType, "kvcommPublishAndSignal"), numTokens, stream, lane);
+                       kvcomm::capi::fromC(slotType, "kvcommPublishAndSignal", "slotType"), numTokens, stream, lane);
   });
 }
 
 kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode) {
-  return query("kvcommPublisherMode", mode, "mode", [&](const char* call) {
-    return get(publisher, call).mode() == kvcomm::PublishMode::Direct ? kvcommPublishDirect : kvcommPublishFallback;
-  });
+  return query("kvcommPublisherMode", mode, "mode",
+               [&](const char* call) { return kvcomm::capi::toC<kvcommPublishMode_t>(get(publisher, call).mode()); });
 }
 
 kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason) {

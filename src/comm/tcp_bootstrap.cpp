@@ -15,6 +15,7 @@
 #include "common/log.hpp"
 #include "common/wait_reporter.hpp"
 #include "kvcomm/bootstrap.hpp"
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm {
 
@@ -218,6 +219,8 @@ std::vector<SockAddr> rootRendezvous(int listener, const IdWire& w, int size, Cl
 
 TcpBootstrap::TcpBootstrap(const UniqueId& id, int rank, int size, int64_t timeoutMs) : impl_(new Impl) {
   detail::RankScope scope(rank);
+  KVCOMM_CHECK_ARG(size <= limits::kMaxRanks, "TcpBootstrap", "size ", size, " exceeds kvcomm::limits::kMaxRanks (",
+                   limits::kMaxRanks, ")");
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "TcpBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
   env::validate();
@@ -322,6 +325,8 @@ void TcpBootstrap::allgather(void* data, size_t bytesPerRank) {
 
 CallbackBootstrap::CallbackBootstrap(int rank, int size, AllgatherFn allgather)
     : rank_(rank), size_(size), allgather_(std::move(allgather)) {
+  KVCOMM_CHECK_ARG(size <= limits::kMaxRanks, "CallbackBootstrap", "size ", size,
+                   " exceeds kvcomm::limits::kMaxRanks (", limits::kMaxRanks, ")");
   KVCOMM_CHECK_ARG(size > 0 && rank >= 0 && rank < size, "CallbackBootstrap", "rank ", rank, " / size ", size,
                    " is not a valid pair");
   KVCOMM_CHECK_ARG(static_cast<bool>(allgather_), "CallbackBootstrap", "the allgather callback is empty");

@@ -23,6 +23,7 @@
 #include "fetch/verbs_transport.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/limits.hpp"
 #include "ops/device_errors.hpp"
 #include "ops/device_memory.hpp"
 #include "symm/buffer_internals.hpp"
@@ -602,6 +603,8 @@ void Fetcher::fetchDevice(const DeviceFetchBatch& batch, Stream stream) {
   const char* call = "Fetcher::fetchDevice";
   KVCOMM_CHECK_ARG(impl_, call, "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  KVCOMM_CHECK_ARG(batch.count <= limits::kMaxFetchPairs, call, "count ", batch.count,
+                   " exceeds kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
   KVCOMM_CHECK_ARG(batch.count == 0 || (batch.srcBlocks && batch.dstBlocks), call, batch.count,
                    " pairs but a null id array");
   if (!batch.srcRanks)

@@ -9,11 +9,12 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device/fetch.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm::detail {
 
-/// Most regions a layout may have (one per layer and K/V of the largest engines, with room).
-inline constexpr size_t kMaxFetchRegions = 4096;
+/// Most regions a layout may have: the limit table's (kvcomm/limits.hpp).
+inline constexpr size_t kMaxFetchRegions = limits::kMaxFetchRegions;
 
 /// Throws InvalidArgumentError naming the region unless every region is well formed (blockBytes > 0, stride >=
 /// blockBytes, numBlocks > 0), its last block ends inside `capacity` without any arithmetic wrapping, and its whole

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/check.hpp"
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm::detail {
 
@@ -30,8 +31,15 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
   const LayoutTable& t = *in.table;
   const int n = static_cast<int>(t.layouts.size());
   const uint64_t dstLimit = t.minBlocks[static_cast<size_t>(in.myRank)];
+  // Counted against the limit table before anything is sized by them (a sum that wraps would size the pairs small).
+  KVCOMM_CHECK_ARG(requests.size() <= limits::kMaxFetchRequests, call, requests.size(),
+                   " requests exceed kvcomm::limits::kMaxFetchRequests (", limits::kMaxFetchRequests, ")");
   size_t total = 0;
-  for (const FetchRequest& r : requests) total += r.count;
+  for (size_t k = 0; k < requests.size(); ++k) {
+    KVCOMM_CHECK_ARG(requests[k].count <= limits::kMaxFetchPairs - total, call, "request ", k, ": ", requests[k].count,
+                     " pairs bring the call past kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
+    total += requests[k].count;
+  }
   // Sized once and written by index: the loop below is the per-pair cost of every host-planned fetch. Growing only
   // when needed keeps a reused output's pages (resize() on a larger vector writes nothing).
   out.info = FetchPlanInfo{};

@@ -13,6 +13,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
+#include "kvcomm/limits.hpp"
 #include "kvcomm/symm.hpp"
 #include "platform/gpu_info.hpp"
 #include "symm/buffer_internals.hpp"
@@ -502,6 +503,8 @@ void SymmetricBuffer::commit(const std::vector<Range>& ranges) {
   detail::RankScope scope(impl_->comm.rank());
   Impl::Op op(*impl_, "SymmetricBuffer::commit");
   KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::commit", "only adopted buffers commit; use grow()");
+  KVCOMM_CHECK_ARG(ranges.size() <= limits::kMaxBufferRanges, "SymmetricBuffer::commit", ranges.size(),
+                   " ranges exceed kvcomm::limits::kMaxBufferRanges (", limits::kMaxBufferRanges, ")");
   auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Commit, 0, ranges));
   IntervalSet fresh;
   for (const Range& r : ranges) {
@@ -532,6 +535,8 @@ void SymmetricBuffer::release(const std::vector<Range>& ranges) {
   detail::RankScope scope(impl_->comm.rank());
   Impl::Op op(*impl_, "SymmetricBuffer::release");
   KVCOMM_CHECK_ARG(impl_->adopted, "SymmetricBuffer::release", "only adopted buffers release");
+  KVCOMM_CHECK_ARG(ranges.size() <= limits::kMaxBufferRanges, "SymmetricBuffer::release", ranges.size(),
+                   " ranges exceed kvcomm::limits::kMaxBufferRanges (", limits::kMaxBufferRanges, ")");
   auto reqs = detail::agree(impl_->comm, impl_->request(SymmOp::Release, 0, ranges));
   (void)reqs;
   for (const Range& r : ranges)

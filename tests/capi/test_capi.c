@@ -424,7 +424,7 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   for (int i = 0; i < kTokens; ++i) badSlots[i] = slotOf(2, rank, i);
   badSlots[kTokens - 1] = (int64_t)1 << 40; /* the last token lands far outside the buffer */
   FAILS(kvcommPublish(pub, t, 3, badSlots, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "slot");
-  FAILS(kvcommPublish(pub, t, 3, slots64, (kvcommSlotType_t)9, kTokens, NULL), kvcommInvalidArgument, "slot type");
+  FAILS(kvcommPublish(pub, t, 3, slots64, (kvcommSlotType_t)9, kTokens, NULL), kvcommInvalidArgument, "slotType 9");
   FAILS(kvcommPublish(pub, NULL, 0, slots64, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "numTensors");
   FAILS(kvcommPublish(pub, t, 3, NULL, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "slotMapping");
   FAILS(kvcommPublisherBarrier(pub, NULL, 5), kvcommInvalidArgument, "lane");

@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -433,9 +434,26 @@ void testFetch(kvcommComm_t world, int rank, int size) {
   FAILS(kvcommFetchAll(f, NULL, 2, NULL, NULL, NULL), kvcommInvalidArgument, "requests is NULL"); /* every rank */
   checkImage(buf, image, mapped, "after refused calls");
 
-  /* 8. Growth makes plans stale until refresh; plans made before stay stale. */
+  /* 8. Growth makes plans stale until refresh; plans made before stay stale. A paced polled fetch running while the
+   *    buffer grows fails at its next slice, and its error names this rank (the thread that copies is not the one
+   *    that started it); its blocks are fetched again after the refresh. */
   OK(kvcommCommBarrier(world));
+  int64_t pacedSrc[8], pacedDst[8];
+  for (int i = 0; i < 8; ++i) pacedSrc[i] = 2 * i, pacedDst[i] = 30 + 2 * i;
+  kvcommFetchRequest paced = {(rank + 1) % size, pacedSrc, pacedDst, 8, 0};
+  kvcommFetchOptions slow = opt;
+  slow.maxBytesPerSecond = 2000;
+  OK(kvcommFetchStart(f, &paced, 1, &slow, NULL, &op));
   OK(kvcommBufferGrow(buf, FETCH_INITIAL + 256 * 1024));
+  OK(kvcommFetchOperationWait(op, 20000, &st));
+  {
+    char why[512] = "", want[32];
+    snprintf(want, sizeof(want), "[rank %d]", rank);
+    OK(kvcommFetchOperationError(op, why, sizeof(why), NULL));
+    CHECK(st.state == kvcommFetchFailed && strstr(why, "buffer changed") != NULL && strstr(why, want) != NULL,
+          "a polled fetch across a grow: state %d, error '%s' (expected to name %s)", (int)st.state, why, want);
+  }
+  OK(kvcommFetchOperationDestroy(op));
   makeBatch(&b, rank, size, 7);
   FAILS(kvcommFetchSubmit(f, plan, NULL), kvcommInvalidArgument, "stale");
   FAILS(kvcommFetch(f, b.req, 3, NULL, NULL, NULL), kvcommInvalidArgument, "refresh");
@@ -446,6 +464,8 @@ void testFetch(kvcommComm_t world, int rank, int size) {
   CHECK(fgen == bgen && fgen > pgen, "generation after refresh %llu (buffer %llu)", (unsigned long long)fgen,
         (unsigned long long)bgen);
   FAILS(kvcommFetchSubmit(f, plan, NULL), kvcommInvalidArgument, "stale");
+  OK(kvcommFetch(f, &paced, 1, NULL, NULL, NULL)); /* the failed polled fetch's blocks, now whole */
+  oracleFetch(image, rank, &paced, 1);
   OK(kvcommFetch(f, b.req, 3, NULL, NULL, NULL));
   oracleFetch(image, rank, b.req, 3);
   checkImage(buf, image, mapped, "after refresh");

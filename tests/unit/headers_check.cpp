@@ -16,6 +16,7 @@
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/kvcomm.hpp"
+#include "kvcomm/limits.hpp"
 #include "kvcomm/ops.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
