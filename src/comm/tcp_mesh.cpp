@@ -35,6 +35,10 @@ constexpr int kSendSliceMs = 100;
 // follows the peer's Bye within a round trip), so that it names the rank that went first.
 constexpr int kGoneSettleMs = 1000;
 
+// How long a receive from a rank that left still waits for frames on its data connection (they come before its end
+// of stream, which follows its goodbye at once unless it never connected to us).
+constexpr int kLeftDrainMs = 1000;
+
 constexpr const char* kLeftReason = "it left the group (destroyed its communicator, or its process exited normally)";
 
 }  // namespace
@@ -51,6 +55,8 @@ TcpMesh::TcpMesh(int rank, int size, const Nonce& nonce, Fd listener, int64_t ti
       outboundClosed_(static_cast<size_t>(size)),
       dead_(static_cast<size_t>(size), 0),
       left_(static_cast<size_t>(size), 0),
+      leftWhy_(static_cast<size_t>(size)),
+      leftAt_(static_cast<size_t>(size)),
       refusals_(cat("mesh rank ", rank, " listener")) {
   setNonBlocking(listener_.get(), true);
   listenAddr_ = localAddress(listener_.get());
@@ -115,7 +121,7 @@ void TcpMesh::watchGroup(const std::shared_ptr<GroupHealth>& group) {
     if (dead_[static_cast<size_t>(p)])
       group->memberDied(p, gone_[static_cast<size_t>(p)]);
     else
-      group->memberLeft(p, gone_[static_cast<size_t>(p)]);
+      group->memberLeft(p, leftWhy_[static_cast<size_t>(p)]);
   }
 }
 
@@ -371,9 +377,24 @@ void TcpMesh::peerGone(int peer, const std::string& why) {
 }
 
 void TcpMesh::markGoneLocked(int peer, const std::string& why, bool died) {
-  (died ? dead_ : left_)[static_cast<size_t>(peer)] = 1;
-  gone_[static_cast<size_t>(peer)] = why;
+  const auto p = static_cast<size_t>(peer);
+  if (died) {
+    dead_[p] = 1;
+    gone_[p] = why;
+  } else {
+    // Not gone_: frames it sent before leaving may still be on their way on its data connection, whose end of
+    // stream (after them) sets gone_; a receive gives that connection kLeftDrainMs from here.
+    left_[p] = 1;
+    leftWhy_[p] = why;
+    leftAt_[p] = Clock::now();
+  }
   if (std::find(goneOrder_.begin(), goneOrder_.end(), peer) == goneOrder_.end()) goneOrder_.push_back(peer);
+}
+
+const std::string& TcpMesh::whyGoneLocked(int peer) const {
+  const auto p = static_cast<size_t>(peer);
+  if (left_[p] && !dead_[p]) return leftWhy_[p];
+  return gone_[p].empty() ? outboundClosed_[p] : gone_[p];
 }
 
 bool TcpMesh::isReportedLocked(int peer) const {
@@ -388,11 +409,10 @@ void TcpMesh::throwGoneLocked(int peer, const GroupHealth* group, const char* ca
       first = p;
       break;
     }
-  const std::string& why = gone_[static_cast<size_t>(peer)].empty() ? outboundClosed_[static_cast<size_t>(peer)]
-                                                                    : gone_[static_cast<size_t>(peer)];
+  const std::string& why = whyGoneLocked(peer);
   if (first < 0 || first == peer) KVCOMM_THROW(NetworkError, call, "rank ", peer, " is gone: ", why);
-  KVCOMM_THROW(NetworkError, call, "rank ", first, " is gone: ", gone_[static_cast<size_t>(first)],
-               " (the first to go; rank ", peer, ", waited for here, is gone too: ", why, ")");
+  KVCOMM_THROW(NetworkError, call, "rank ", first, " is gone: ", whyGoneLocked(first), " (the first to go; rank ", peer,
+               ", waited for here, is gone too: ", why, ")");
 }
 
 void TcpMesh::peerLeft(int peer, const std::string& why, bool relay) {
@@ -558,6 +578,9 @@ void TcpMesh::recv(int peer, uint64_t tag, void* data, size_t len, const GroupHe
         settleLocked(lock, peer);
         throwGoneLocked(peer, group, "TcpMesh::recv");
       }
+      if (left_[static_cast<size_t>(peer)] &&
+          Clock::now() - leftAt_[static_cast<size_t>(peer)] > std::chrono::milliseconds(kLeftDrainMs))
+        throwGoneLocked(peer, group, "TcpMesh::recv");  // it never had a data connection to us, or it hangs
       int left = msLeft(deadline);
       if (left == 0)
         KVCOMM_THROW(Timeout, "TcpMesh::recv", "no message from rank ", peer, " within ", timeoutMs_,

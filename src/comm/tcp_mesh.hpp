@@ -109,6 +109,8 @@ class TcpMesh {
   void markGoneLocked(int peer, const std::string& why, bool died);
   /// Whether rank 0's word on `peer` (death or departure) arrived, or can no longer come.
   bool isReportedLocked(int peer) const;
+  /// Why `peer` is gone (left, died, its connection closed), for messages.
+  const std::string& whyGoneLocked(int peer) const;
   /// Throws NetworkError for a receive from `peer` that can no longer complete, naming the first rank gone (among
   /// `group`'s members when given) first.
   [[noreturn]] void throwGoneLocked(int peer, const GroupHealth* group, const char* call) const;
@@ -142,6 +144,8 @@ class TcpMesh {
   std::vector<std::string> outboundClosed_;  // per peer: why sends to it cannot go through ("" while they can)
   std::vector<uint8_t> dead_;                // per peer: known dead (not merely gone)
   std::vector<uint8_t> left_;                // per peer: known to have left normally (relayed by rank 0)
+  std::vector<std::string> leftWhy_;         // per peer: how it left ("" while it has not)
+  std::vector<Clock::time_point> leftAt_;    // per peer: when this rank learned it left
   std::vector<int> goneOrder_;               // peers known dead or left, in the order rank 0 reported them
   std::map<std::pair<int, uint64_t>, std::deque<std::vector<char>>> stash_;
   std::vector<std::weak_ptr<GroupHealth>> groups_;
