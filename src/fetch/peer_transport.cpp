@@ -99,7 +99,11 @@ class HostOp : public TransportOp {
   HostOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
          const FetchOptions& options)
       : ctx_(c), plan_(std::move(plan)), runs_(std::move(runs)), rate_(options.maxBytesPerSecond) {
-    worker_ = std::thread([this] { work(); });
+    // The worker names the rank of the thread that started the fetch ("kvcomm [rank R] fetch (polled): ...").
+    worker_ = std::thread([this, rank = detail::currentRank()] {
+      detail::RankScope scope(rank);
+      work();
+    });
   }
   ~HostOp() override {
     stop_ = true;

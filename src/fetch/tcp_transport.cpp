@@ -269,7 +269,8 @@ void TcpJob::run() {
   const size_t inlineLanes = t_.ctx().kind == MemoryKind::Cuda ? 0 : 1;
   std::vector<std::thread> threads;
   for (size_t k = inlineLanes; k < lanes.size(); ++k)
-    threads.emplace_back([this, &lanes, &nexts, &lists, k] {
+    threads.emplace_back([this, &lanes, &nexts, &lists, k, rank = detail::currentRank()] {
+      detail::RankScope scope(rank);
       lane(lanes[k].first, nexts[lanes[k].second].get(), lists[lanes[k].second]);
     });
   if (inlineLanes && !lanes.empty()) lane(lanes[0].first, nexts[lanes[0].second].get(), lists[lanes[0].second]);
@@ -424,7 +425,8 @@ class TcpOp : public TransportOp {
  public:
   TcpOp(TcpTransport& t, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs, uint64_t rate, Stream stream)
       : job_(t, std::move(plan), std::move(runs), rate, stream, true) {
-    driver_ = std::thread([this] {
+    driver_ = std::thread([this, rank = detail::currentRank()] {
+      detail::RankScope scope(rank);
       job_.run();
       finished_ = true;
     });

@@ -825,7 +825,8 @@ class VerbsOp : public TransportOp {
     if (!why.empty()) KVCOMM_THROW(InvalidArgument, "fetch (rdma)", why);
     if (t.ctx_.kind == MemoryKind::Cuda && t.fabric_->needsStreamSync() && stream) syncStream(t.ctx_.device, stream);
     VerbsFabric* fabric = t.fabric_;
-    driver_ = std::thread([this, fabric] {
+    driver_ = std::thread([this, fabric, rank = detail::currentRank()] {
+      detail::RankScope scope(rank);
       std::string e = fabric->read(
           wrs_, peers_, [this](size_t s) { landed_.add(slices_[s]); }, &stop_);
       std::lock_guard<std::mutex> lock(mu_);
