@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 
-from . import _kvcomm
+from . import _kvcomm, limits
 from ._bootstrap import (
     Communicator,
     UniqueId,
@@ -45,6 +45,7 @@ from ._errors import (
     SystemError,
     TimeoutError,
     UnsupportedError,
+    check_int as _check_int,
 )
 from ._barrier import Barrier
 from ._fetch import (
@@ -88,7 +89,7 @@ def capabilities() -> str:
 
 def use_local_device(local_rank: int) -> int:
     """Makes CUDA device local_rank % count current on this thread; returns its ordinal, or -1 without a GPU."""
-    return _kvcomm.use_local_device(local_rank)
+    return _kvcomm.use_local_device(_check_int(local_rank, "local_rank", "use_local_device", -1, 1 << 31))
 
 
 __all__ = [
@@ -97,5 +98,5 @@ __all__ = [
     "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "Layout", "MemoryKind", "NetworkError",
     "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
     "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
-    "init_store", "init_tcp", "init_torch", "layout_hash", "use_local_device",
+    "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",
 ]

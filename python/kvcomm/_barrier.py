@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from . import _kvcomm
-from ._errors import I32, check_int, invalid
+from . import _kvcomm, limits
+from ._errors import I32, check_count, check_int, invalid
 from ._stream import stream_handle
 from ._symm import Communicator, MemoryKind, _kind
 
@@ -32,7 +32,7 @@ class Barrier:
         'cuda' or 'host', the same on every member."""
         if not isinstance(comm, Communicator):
             raise invalid("Barrier", -1, f"expected a kvcomm.Communicator, got {type(comm).__name__}")
-        lanes = check_int(lanes, "lanes", "Barrier", comm.rank, I32)
+        lanes = check_count(lanes, "lanes", "Barrier", comm.rank, limits.MAX_BARRIER_LANES, "MAX_BARRIER_LANES")
         timeout_ms = check_int(timeout_ms, "timeout_ms", "Barrier", comm.rank, 1 << 63, -(1 << 63))
         self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind, "Barrier", comm.rank))
 

@@ -7,6 +7,7 @@ import itertools
 from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _kvcomm
+from ._errors import UnsupportedError, check_int, invalid
 
 Communicator = _kvcomm.Communicator
 UniqueId = _kvcomm.UniqueId
@@ -28,7 +29,7 @@ def create_unique_id(ifname: str = "") -> UniqueId:
 def init_tcp(unique_id: Union[UniqueId, str], rank: int, size: int, timeout_ms: int = -1) -> Communicator:
     """World communicator over TCP (collective): every rank passes the same id (object or its string)."""
     uid = UniqueId.from_string(unique_id) if isinstance(unique_id, str) else unique_id
-    return _built(Communicator.from_unique_id(uid, rank, size, timeout_ms), "tcp")
+    return _built(Communicator.from_unique_id(uid, rank, size, timeout_ms), "tcp")  # checks each argument
 
 
 def init_allgather(rank: int, size: int, allgather: AllgatherFn) -> Communicator:
@@ -45,9 +46,17 @@ def init_torch(group: Optional[Any] = None) -> Communicator:
 
     The bootstrap's few bytes travel through ``torch.distributed.all_gather_object`` (gloo or NCCL groups alike; with
     NCCL, set the CUDA device first as torch requires)."""
-    import torch.distributed as dist
-
-    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        raise UnsupportedError(f"kvcomm [rank -1] init_torch: needs torch.distributed ({e})") from None
+    try:
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+    except (RuntimeError, ValueError, TypeError, AttributeError) as e:  # no process group, or not a group
+        raise invalid("init_torch", -1, f"group {group!r} is not a torch.distributed group this process is in "
+                      f"({type(e).__name__}: {e})") from None
+    if rank < 0:
+        raise invalid("init_torch", -1, "this process is not a member of the group")
 
     def allgather(data: bytes) -> Sequence[bytes]:
         out: list = [None] * size
@@ -64,6 +73,13 @@ def init_store(store: Any, rank: int, size: int, prefix: str = "kvcomm") -> Comm
     """World communicator over a torch.distributed Store (TCPStore, FileStore, PrefixStore ...), collective over
     ``size`` ranks: each contributes with ``store.set`` and reads the others with ``store.get`` (which waits up to the
     store's timeout). Every call of this function on a store needs a distinct ``prefix`` or the same call order."""
+    if not isinstance(prefix, str):
+        raise invalid("init_store", -1, f"prefix must be a str, got {type(prefix).__name__}")
+    for what in ("set", "get"):
+        if not callable(getattr(store, what, None)):
+            raise invalid("init_store", -1, f"store must have set() and get() (a torch.distributed Store), got "
+                          f"{type(store).__name__}")
+    size = check_int(size, "size", "init_store", -1, 1 << 31)
     call = next(_store_calls)
 
     def allgather(data: bytes) -> Sequence[bytes]:
@@ -77,8 +93,14 @@ def init_store(store: Any, rank: int, size: int, prefix: str = "kvcomm") -> Comm
 def init_mpi4py(comm: Optional[Any] = None) -> Communicator:
     """World communicator over an mpi4py communicator (default MPI.COMM_WORLD), collective over it."""
     if comm is None:
-        from mpi4py import MPI
-
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise UnsupportedError(f"kvcomm [rank -1] init_mpi4py: needs mpi4py ({e})") from None
         comm = MPI.COMM_WORLD
-    return _built(Communicator.from_allgather(comm.Get_rank(), comm.Get_size(), lambda data: comm.allgather(data)),
-                  "mpi4py")
+    try:
+        rank, size = comm.Get_rank(), comm.Get_size()
+    except Exception as e:  # noqa: BLE001 - not an mpi4py communicator
+        raise invalid("init_mpi4py", -1, f"comm must be an mpi4py communicator, got {type(comm).__name__} "
+                      f"({type(e).__name__}: {e})") from None
+    return _built(Communicator.from_allgather(rank, size, lambda data: comm.allgather(data)), "mpi4py")

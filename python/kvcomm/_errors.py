@@ -111,12 +111,41 @@ U64 = 1 << 64
 I32 = 1 << 31
 
 
+def shown(value: object, width: int = 60) -> str:
+    """repr(value), cut to a readable length (for messages naming what the caller passed)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises still gets a message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def check_count(value: object, what: str, call: str, rank: int, limit: int, limit_name: str, low: int = 1) -> int:
+    """`value` as an int in [low, limit] (a count with a documented limit, kvcomm.limits.<limit_name>), else
+    InvalidArgumentError naming it, the value and the limit."""
+    v = check_int(value, what, call, rank, 1 << 63, -(1 << 63))
+    if not low <= v <= limit:
+        raise invalid(call, rank, f"{what} {v} is outside [{low}, {limit}] (kvcomm.limits.{limit_name} = {limit})")
+    return v
+
+
+def count_of(items: object, what: str, call: str, rank: int, limit: int, limit_name: str) -> None:
+    """Refuses a sized collection of more than `limit` items (kvcomm.limits.<limit_name>) before anything iterates it;
+    collections without a length are counted as they are read."""
+    try:
+        n = len(items)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - no length: counted while read
+        return
+    if n > limit:
+        raise invalid(call, rank, f"{n} {what}, more than kvcomm.limits.{limit_name} = {limit}")
+
+
 def check_int(value: object, what: str, call: str, rank: int, limit: int = U64, low: int = 0) -> int:
     """`value` as an int in [low, limit): a Python or numpy int (not a bool), else InvalidArgumentError naming it.
     Checked here, so that a value the native signature cannot hold is the library's error, not nanobind's TypeError."""
     kind = "a non-negative int" if low == 0 else "an int"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid(call, rank, f"{what} must be {kind}, got {type(value).__name__}")
+        raise invalid(call, rank, f"{what} must be {kind}, got {type(value).__name__} {shown(value)}")
     v = int(value)
     if v < low or v >= limit:
         raise invalid(call, rank, f"{what} {v} is outside [{low}, {limit}): it must be {kind} below {limit}")

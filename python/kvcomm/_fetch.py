@@ -13,9 +13,9 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _kvcomm
-from ._arrays import ArrayView, inspect, int64_list, is_int_list
-from ._errors import I32, Error, InvalidArgumentError, check_int, invalid
+from . import _kvcomm, limits
+from ._arrays import INT32, INT64, ArrayView, int64_list, is_int_list, require
+from ._errors import Error, InvalidArgumentError, check_count, check_int, count_of, invalid, shown
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
@@ -83,8 +83,12 @@ def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int
     if isinstance(layout, (str, bytes)) or not hasattr(layout, "__iter__"):
         raise invalid(call, rank, f"layout must be a list of KvRegion or (offset, block_bytes, block_stride, "
                       f"num_blocks) tuples, got {type(layout).__name__}")
+    cap = limits.MAX_FETCH_REGIONS
+    count_of(layout, "regions", call, rank, cap, "MAX_FETCH_REGIONS")
     out = []
     for j, r in enumerate(layout):
+        if j >= cap:
+            raise invalid(call, rank, f"more than kvcomm.limits.MAX_FETCH_REGIONS = {cap} regions")
         if isinstance(r, KvRegion):
             r = (r.offset, r.block_bytes, r.block_stride, r.num_blocks)
         if not isinstance(r, (tuple, list)) or len(r) != 4:
@@ -102,11 +106,13 @@ def layout_hash(layout: Any, version: int = 0) -> int:
 
 
 def _path(path: Any, call: str, rank: int) -> "_kvcomm.FetchPath":
+    """A kvcomm.FetchPath member or its name; an int (even a member's value) or anything else is refused."""
     if isinstance(path, FetchPath):
         return path
-    p = _PATHS.get(str(path).lower()) if isinstance(path, str) else None
+    p = _PATHS.get(path.lower()) if isinstance(path, str) else None
     if p is None:
-        raise invalid(call, rank, f"path {path!r} is not one of 'auto', 'kernel', 'copy', 'host'")
+        raise invalid(call, rank, f"path {shown(path)} is not one of 'auto', 'kernel', 'copy', 'host' (or a "
+                      "kvcomm.FetchPath)")
     return p
 
 
@@ -115,6 +121,10 @@ class FetchPlan:
     (after a grow/commit/release and Fetcher.refresh() it is stale: plan again)."""
 
     def __init__(self, native: "_kvcomm.FetchPlan") -> None:
+        """Wraps a native plan; use Fetcher.plan()."""
+        if not isinstance(native, _kvcomm.FetchPlan):
+            raise invalid("FetchPlan", -1, f"FetchPlan(...) wraps a native plan: use Fetcher.plan() (got "
+                          f"{type(native).__name__})")
         self._native = native
 
     @property
@@ -135,8 +145,12 @@ class FetchOperation:
     nor waits for it; dropping the operation waits until nothing can still write the destination."""
 
     def __init__(self, native: "_kvcomm.FetchOperation", rank: int = -1) -> None:
+        """Wraps a native operation; use Fetcher.start()."""
+        if not isinstance(native, _kvcomm.FetchOperation):
+            raise invalid("FetchOperation", -1, f"FetchOperation(...) wraps a native operation: use Fetcher.start() "
+                          f"(got {type(native).__name__})")
         self._native = native
-        self._rank = rank
+        self._rank = check_int(rank, "rank", "FetchOperation", -1, 1 << 31, -1)
 
     @staticmethod
     def _status(raw: tuple) -> FetchStatus:
@@ -188,7 +202,7 @@ class Fetcher:
         try:
             regions = _regions(layout, call, buffer.rank)
             ver = check_int(version, "version", call, buffer.rank)
-            lanes = check_int(lanes, "lanes", call, buffer.rank, I32, -I32)
+            lanes = check_count(lanes, "lanes", call, buffer.rank, limits.MAX_BARRIER_LANES, "MAX_BARRIER_LANES")
             barrier_timeout_ms = check_int(barrier_timeout_ms, "barrier_timeout_ms", call, buffer.rank, 1 << 63,
                                            -(1 << 63))
         except InvalidArgumentError as e:
@@ -213,25 +227,12 @@ class Fetcher:
     def _host_ids(self, obj: Any, name: str, call: str) -> ArrayView:
         rank = self._rank
         if is_int_list(obj):
-            obj = int64_list(obj, name, "block id", call, rank)
-        v = inspect(obj)
-        if v is None:
-            raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected an int64 numpy "
-                          "array, a torch CPU tensor, or a list of ints)")
-        if v.device != "cpu":
-            raise invalid(call, rank, f"{name}: host block ids must be on the CPU, got device '{v.device}' "
-                          "(ids in device memory go through fetch_device())")
-        return self._check_ids(v, name, call, "int64", 8)
-
-    def _check_ids(self, v: ArrayView, name: str, call: str, dtype: str, itemsize: int) -> ArrayView:
-        rank = self._rank
-        if v.kind != "i" or v.itemsize != itemsize:
-            raise invalid(call, rank, f"{name} must be {dtype}, got {v.dtype_name} (ids are never converted)")
-        if len(v.shape) != 1:
-            raise invalid(call, rank, f"{name} must be 1-D, got shape {v.shape}")
-        if v.shape[0] > 1 and v.strides[0] != itemsize:
-            raise invalid(call, rank, f"{name} must be contiguous (stride {v.strides[0]} bytes, element {itemsize})")
-        return v
+            obj = int64_list(obj, name, "block id", call, rank, limits.MAX_FETCH_PAIRS, "kvcomm.limits.MAX_FETCH_PAIRS")
+        return require(obj, name, call, rank, device="cpu",
+                       device_why="host block ids must be on the CPU (ids in device memory go through "
+                       "fetch_device())", dtypes=INT64, dtype_text="int64", ndim=1, layout="contiguous",
+                       aligned=True, max_len=limits.MAX_FETCH_PAIRS, max_len_name="kvcomm.limits.MAX_FETCH_PAIRS",
+                       expected="an int64 numpy array, a torch CPU tensor, or a list of ints")
 
     def _requests(self, requests: Requests, call: str) -> Tuple[list, list]:
         rank = self._rank
@@ -241,8 +242,12 @@ class Fetcher:
         if not hasattr(requests, "__iter__"):
             raise invalid(call, rank, f"requests must be a list of (src_rank, src_ids, dst_ids) tuples or "
                           f"FetchRequest, got {type(requests).__name__}")
-        raw, keep = [], []
+        cap, pairs_cap = limits.MAX_FETCH_REQUESTS, limits.MAX_FETCH_PAIRS
+        count_of(requests, "requests", call, rank, cap, "MAX_FETCH_REQUESTS")
+        raw, keep, pairs = [], [], 0
         for k, q in enumerate(requests):
+            if k >= cap:
+                raise invalid(call, rank, f"more than kvcomm.limits.MAX_FETCH_REQUESTS = {cap} requests")
             if isinstance(q, FetchRequest):
                 q = (q.src_rank, q.src_ids, q.dst_ids, q.src_layout_hash)
             if not isinstance(q, (tuple, list)) or len(q) not in (3, 4):
@@ -254,6 +259,10 @@ class Fetcher:
             d = self._host_ids(q[2], f"request {k}: dst_ids", call)
             if s.shape[0] != d.shape[0]:
                 raise invalid(call, rank, f"request {k}: src_ids has {s.shape[0]} ids but dst_ids has {d.shape[0]}")
+            pairs += s.shape[0]
+            if pairs > pairs_cap:
+                raise invalid(call, rank, f"requests 0 to {k} hold {pairs} block pairs, more than "
+                              f"kvcomm.limits.MAX_FETCH_PAIRS = {pairs_cap}")
             raw.append((src_rank, s.ptr, d.ptr, s.shape[0], h))
             keep += [s, d]
         return raw, keep
@@ -308,27 +317,22 @@ class Fetcher:
         if (src_rank is None) == (src_ranks is None):
             raise invalid(call, rank, "pass exactly one of src_rank (every pair) and src_ranks (one per pair)")
 
-        def ids(obj: Any, name: str, dtype: str, itemsize: int) -> ArrayView:
-            v = inspect(obj)
-            if v is None:
-                raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected a torch tensor, "
-                              "a numpy array, or a DLPack / __cuda_array_interface__ object)")
-            want = "cuda" if cuda else "cpu"
-            if v.device != want:
-                raise invalid(call, rank, f"{name}: the array is on device '{v.device}', but the buffer is "
-                              f"{'CUDA' if cuda else 'host'} memory: it needs '{want}' arrays")
-            if cuda and v.device_id >= 0 and v.device_id != self._buffer.device:
-                raise invalid(call, rank, f"{name}: the array is on cuda:{v.device_id}, the buffer on "
-                              f"cuda:{self._buffer.device}")
-            return self._check_ids(v, name, call, dtype, itemsize)
+        def ids(obj: Any, name: str, dtype: str, dtypes: Any) -> ArrayView:
+            return require(obj, name, call, rank, device="cuda" if cuda else "cpu",
+                           device_id=self._buffer.device if cuda else -1,
+                           device_why=f"the buffer is {'CUDA' if cuda else 'host'} memory: it needs "
+                           f"'{'cuda' if cuda else 'cpu'}' arrays", dtypes=dtypes,
+                           dtype_text=dtype, ndim=1, layout="contiguous", aligned=True,
+                           max_len=limits.MAX_FETCH_PAIRS, max_len_name="kvcomm.limits.MAX_FETCH_PAIRS",
+                           expected="a torch tensor, a numpy array, or a DLPack / __cuda_array_interface__ object")
 
-        s = ids(src_ids, "src_ids", "int64", 8)
-        d = ids(dst_ids, "dst_ids", "int64", 8)
+        s = ids(src_ids, "src_ids", "int64", INT64)
+        d = ids(dst_ids, "dst_ids", "int64", INT64)
         if s.shape[0] != d.shape[0]:
             raise invalid(call, rank, f"src_ids has {s.shape[0]} ids but dst_ids has {d.shape[0]}")
         ranks_ptr, one = 0, -1
         if src_ranks is not None:
-            r = ids(src_ranks, "src_ranks", "int32", 4)
+            r = ids(src_ranks, "src_ranks", "int32", INT32)
             if r.shape[0] != s.shape[0]:
                 raise invalid(call, rank, f"src_ranks has {r.shape[0]} entries but there are {s.shape[0]} pairs")
             ranks_ptr = r.ptr

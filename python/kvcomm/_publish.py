@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
-from . import _kvcomm
-from ._arrays import ArrayView, inspect, int64_list, is_int_list
-from ._errors import I32, check_int, invalid
+from . import _kvcomm, limits
+from ._arrays import SLOT_TYPES, ArrayView, int64_list, is_int_list, require
+from ._errors import I32, check_count, check_int, count_of, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
@@ -57,7 +57,7 @@ class Publisher:
         """Collective over the buffer's group; picks Direct or Fallback (KVCOMM_DIRECT)."""
         if not isinstance(buffer, SymmetricBuffer):
             raise invalid("Publisher", -1, f"expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
-        lanes = check_int(lanes, "lanes", "Publisher", buffer.rank, I32)
+        lanes = check_count(lanes, "lanes", "Publisher", buffer.rank, limits.MAX_BARRIER_LANES, "MAX_BARRIER_LANES")
         barrier_timeout_ms = check_int(barrier_timeout_ms, "barrier_timeout_ms", "Publisher", buffer.rank, 1 << 63,
                                        -(1 << 63))
         staging_tokens = check_int(staging_tokens, "staging_tokens", "Publisher", buffer.rank)
@@ -81,21 +81,15 @@ class Publisher:
         return self._native.mode_reason
 
     # ---- validation ----
-    def _array(self, obj: Any, name: str, call: str) -> ArrayView:
-        rank = self._buffer.rank
-        v = inspect(obj)
-        if v is None:
-            raise invalid(call, rank, f"{name}: {type(obj).__name__} is not an array (expected a torch tensor, a "
-                          "numpy array, or a DLPack / __cuda_array_interface__ object)")
-        cuda = self._buffer.kind == MemoryKind.Cuda
-        want = "cuda" if cuda else "cpu"
-        if v.device != want:
-            raise invalid(call, rank, f"{name}: the array is on device '{v.device}', but the buffer is "
-                          f"{'CUDA' if cuda else 'host'} memory: it needs '{want}' arrays")
-        if cuda and v.device_id >= 0 and v.device_id != self._buffer.device:
-            raise invalid(call, rank, f"{name}: the array is on cuda:{v.device_id}, the buffer on "
-                          f"cuda:{self._buffer.device}")
-        return v
+    def _array(self, obj: Any, name: str, call: str, **rules: Any) -> ArrayView:
+        """`obj` checked by _arrays.require() (the one place arrays are accepted) for this buffer's device."""
+        b = self._buffer
+        cuda = b.kind == MemoryKind.Cuda
+        return require(obj, name, call, b.rank, device="cuda" if cuda else "cpu", device_id=b.device if cuda else -1,
+                       device_why=f"the buffer is {'CUDA' if cuda else 'host'} memory: it needs "
+                       f"'{'cuda' if cuda else 'cpu'}' arrays",
+                       expected="a torch tensor, a numpy array, or a DLPack / __cuda_array_interface__ object",
+                       **rules)
 
     def _prepare(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any,
                  num_tokens: Optional[int], call: str) -> tuple:
@@ -104,7 +98,14 @@ class Publisher:
             tensors = [tensors]
         if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
             raise invalid(call, rank, f"tensors must be a CacheTensor or a list of them, got {type(tensors).__name__}")
-        tensors = list(tensors)
+        cap = limits.MAX_PUBLISH_TENSORS
+        count_of(tensors, "tensors", call, rank, cap, "MAX_PUBLISH_TENSORS")
+        listed = []
+        for t in tensors:
+            if len(listed) == cap:
+                raise invalid(call, rank, f"more than kvcomm.limits.MAX_PUBLISH_TENSORS = {cap} tensors")
+            listed.append(t)
+        tensors = listed
         if not tensors:
             raise invalid(call, rank, "no tensors: at least one CacheTensor is needed")
         if is_int_list(slot_mapping):  # converted like fetch's list ids; host memory, so only host buffers
@@ -112,14 +113,8 @@ class Publisher:
                 raise invalid(call, rank, "slot_mapping: a Python list lives in host memory, but the buffer is CUDA "
                               "memory: pass an int64 or int32 CUDA tensor")
             slot_mapping = int64_list(slot_mapping, "slot_mapping", "slot", call, rank)
-        slots = self._array(slot_mapping, "slot_mapping", call)
-        if len(slots.shape) != 1:
-            raise invalid(call, rank, f"slot_mapping must be 1-D, got shape {slots.shape}")
-        if slots.kind != "i" or slots.itemsize not in (4, 8):
-            raise invalid(call, rank, f"slot_mapping must be int64 or int32, got {slots.dtype_name}")
-        if slots.shape[0] > 1 and slots.strides[0] != slots.itemsize:
-            raise invalid(call, rank, f"slot_mapping must be contiguous (stride {slots.strides[0]} bytes, "
-                          f"element {slots.itemsize})")
+        slots = self._array(slot_mapping, "slot_mapping", call, dtypes=SLOT_TYPES, dtype_text="int64 or int32",
+                            ndim=1, layout="contiguous", aligned=True)
         n = slots.shape[0]
         if num_tokens is not None:
             n = check_int(num_tokens, "num_tokens", call, rank, 1 << 63, -(1 << 63))
@@ -130,16 +125,11 @@ class Publisher:
         for k, t in enumerate(tensors):
             if not isinstance(t, CacheTensor):
                 raise invalid(call, rank, f"tensor {k}: expected a kvcomm.CacheTensor, got {type(t).__name__}")
-            v = self._array(t.src, f"tensor {k} (src)", call)
+            v = self._array(t.src, f"tensor {k} (src)", call, min_ndim=1, layout="rows")
             keep.append(v)
-            if len(v.shape) == 0:
-                raise invalid(call, rank, f"tensor {k}: src is 0-d; rows are src[i], one per token")
             if v.rows < n:
                 raise invalid(call, rank, f"tensor {k}: src has {v.rows} rows but num_tokens is {n}: kvcomm would "
                               "read past its end")
-            if not v.rows_contiguous():
-                raise invalid(call, rank, f"tensor {k}: rows of src are not contiguous (shape {v.shape}, byte "
-                              f"strides {v.strides}); pass .contiguous() rows")
             row_bytes = v.row_bytes
             if row_bytes == 0:
                 raise invalid(call, rank, f"tensor {k}: rows of src are empty (shape {v.shape})")

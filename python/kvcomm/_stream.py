@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._errors import invalid
+import numpy as np
+
+from ._errors import check_int, invalid
 
 
 def stream_handle(stream: Any, cuda: bool, device: int, rank: int, call: str) -> int:
@@ -20,12 +22,18 @@ def stream_handle(stream: Any, cuda: bool, device: int, rank: int, call: str) ->
         return 0
     if isinstance(stream, bool):
         raise invalid(call, rank, "stream must be an int handle or a stream object")
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return int(stream.cuda_stream)
-    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol: (version, handle)
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
-        return int(stream.ptr)
-    raise invalid(call, rank, f"cannot read a CUDA stream handle from {type(stream).__name__}")
+    try:
+        if isinstance(stream, (int, np.integer)):
+            handle = stream
+        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            handle = stream.cuda_stream
+        elif hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol: (version, handle)
+            handle = stream.__cuda_stream__()[1]
+        elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+            handle = stream.ptr
+        else:
+            raise invalid(call, rank, f"cannot read a CUDA stream handle from {type(stream).__name__}")
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        raise invalid(call, rank, f"cannot read a CUDA stream handle from {type(stream).__name__} ({e})") from None
+    # A handle is an address: the native call holds it as uintptr_t.
+    return check_int(handle, "stream handle", call, rank)

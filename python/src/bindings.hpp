@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/stream.hpp"
@@ -20,6 +21,58 @@ void bindPublish(nb::module_& m);
 void bindBarrier(nb::module_& m);
 void bindFetch(nb::module_& m);
 void bindArrays(nb::module_& m);
+void bindLimits(nb::module_& m);
+
+// Arguments of the native methods the package exposes as they are (Communicator, UniqueId, Layout) are taken as
+// Python objects and checked here, so that a wrong type or a value the C++ signature cannot hold is the library's
+// InvalidArgumentError naming the argument and the value ("kvcomm [rank R] call: what ..."), never nanobind's
+// TypeError and never a truncation. `rank` is this rank, or -1 where the call has none.
+
+/// Integer argument `what`: a Python int or an object with __index__ (numpy ints, IntEnum members), not a bool,
+/// within [lo, hi].
+int64_t intArg(nb::handle v, const char* call, const char* what, int rank, int64_t lo, int64_t hi);
+
+/// intArg within a C int's range.
+inline int cIntArg(nb::handle v, const char* call, const char* what, int rank) {
+  return static_cast<int>(intArg(v, call, what, rank, INT32_MIN, INT32_MAX));
+}
+
+/// Enum argument `what` given as an int (an IntEnum member or its value): one of [0, count), else
+/// InvalidArgumentError "what V is not <enumText>" (or "must be <enumText>, got T" for another type).
+int64_t enumArg(nb::handle v, const char* call, const char* what, int rank, int64_t count, const char* enumText);
+
+/// String argument `what` (a Python str).
+std::string strArg(nb::handle v, const char* call, const char* what, int rank);
+
+/// Bytes argument `what` (a Python bytes object).
+nb::bytes bytesArg(nb::handle v, const char* call, const char* what, int rank);
+
+/// Throws InvalidArgumentError(message).
+[[noreturn]] void argError(const std::string& message);
+
+/// Throws the InvalidArgumentError of argument `what`: "kvcomm [rank R] call: what <cause>".
+[[noreturn]] void argError(const char* call, const char* what, int rank, const std::string& cause);
+
+/// Makes `Cls(...)` raise InvalidArgumentError saying where objects of this class come from (`how`), instead of
+/// nanobind's TypeError ("no constructor defined").
+template <typename T>
+void refuseConstruction(nb::class_<T>& cls, const char* name, const char* how) {
+  std::string message =
+      std::string("kvcomm [rank -1] ") + name + ": " + name + "(...) is not constructed directly: " + how;
+  cls.def("__init__", [message](T*, nb::args, nb::kwargs) { argError(message); });
+}
+
+/// The Python type name of `v`, for messages.
+std::string typeNameOf(nb::handle v);
+
+/// Object argument `what` of bound class T (not None); `typeName` names it for the message.
+template <typename T>
+T& objArg(nb::handle v, const char* call, const char* what, int rank, const char* typeName) {
+  T* p = nullptr;
+  if (v.is_none() || !nb::try_cast<T*>(v, p) || p == nullptr)
+    argError(call, what, rank, std::string("must be a ") + typeName + ", got " + typeNameOf(v));
+  return *p;
+}
 
 /// A device error as the dict poll_error() returns ({"kind": "slot_out_of_range" | "barrier_timeout" |
 /// "block_out_of_range", "token_index", "slot", "tensor", "rank", "peer", "lane"}), or None when there is none.

@@ -12,6 +12,7 @@
 #include "bindings.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm::py {
 
@@ -94,6 +95,27 @@ Communicator fromAllgather(int rank, int size, nb::object fn) {
   return *comm;
 }
 
+// The four group sizes of a Layout call: each at least 1, their product (the world's size) at most
+// limits::kMaxRanks, checked before anything is sized (group_of returns a list as long as one of them).
+LayoutSpec specArg(nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp, const char* call, int rank) {
+  constexpr int64_t kMax = limits::kMaxRanks;
+  LayoutSpec s;
+  s.tp = static_cast<int>(intArg(tp, call, "tp", rank, 1, kMax));
+  s.pcp = static_cast<int>(intArg(pcp, call, "pcp", rank, 1, kMax));
+  s.pp = static_cast<int>(intArg(pp, call, "pp", rank, 1, kMax));
+  s.dp = static_cast<int>(intArg(dp, call, "dp", rank, 1, kMax));
+  int64_t world = int64_t{s.tp} * s.pcp * s.pp * s.dp;  // each factor <= 2^16: no overflow
+  if (world > kMax)
+    argError(call, "tp*pcp*pp*dp", rank,
+             std::to_string(world) + " exceeds kvcomm.limits.MAX_RANKS (" + std::to_string(kMax) + ")");
+  return s;
+}
+
+// The size a bootstrap is given: 1 to limits::kMaxRanks.
+int sizeArg(nb::handle v, const char* call, int rank) {
+  return static_cast<int>(intArg(v, call, "size", rank, 1, limits::kMaxRanks));
+}
+
 nb::dict memberDict(const MemberInfo& m) {
   nb::dict d;
   d["rank"] = m.rank;
@@ -116,30 +138,57 @@ nb::dict memberDict(const MemberInfo& m) {
 }  // namespace
 
 void bindComm(nb::module_& m) {
-  nb::class_<UniqueId>(m, "UniqueId", "Identity of a TCP bootstrap group (root address + nonce).")
+  nb::class_<UniqueId> uniqueId(m, "UniqueId", "Identity of a TCP bootstrap group (root address + nonce).");
+  refuseConstruction(uniqueId, "UniqueId", "use kvcomm.create_unique_id() or UniqueId.from_string()");
+  uniqueId
       .def_static(
-          "create", [](const std::string& ifname) { return TcpBootstrap::createUniqueId(ifname); },
-          nb::arg("ifname") = "",
+          "create",
+          [](nb::handle ifname) {
+            return TcpBootstrap::createUniqueId(strArg(ifname, "create_unique_id", "ifname", -1));
+          },
+          nb::arg("ifname").none() = "",
           "A new id whose root listens on `ifname` (default: KVCOMM_SOCKET_IFNAME, else the first interface that is "
           "up). Call it in the process that will be rank 0.")
-      .def_static("from_string", &UniqueId::fromString, nb::arg("text"), "Parses to_string()'s hex text.")
+      .def_static(
+          "from_string",
+          [](nb::handle text) { return UniqueId::fromString(strArg(text, "UniqueId.from_string", "text", -1)); },
+          nb::arg("text").none(), "Parses to_string()'s hex text.")
       .def("to_string", &UniqueId::toString, "Hex text, for environment variables and command lines.")
       .def("__str__", &UniqueId::toString)
       .def("__repr__", [](const UniqueId& id) { return "kvcomm.UniqueId('" + id.toString() + "')"; });
 
   // dynamic_attr: the Python bootstraps (python/kvcomm/_bootstrap.py) note on the world they build how it was
   // bootstrapped (`_bootstrap`), which the repr names.
-  nb::class_<Communicator>(m, "Communicator", nb::dynamic_attr(), "A group of processes (kvcomm::Communicator).")
+  nb::class_<Communicator> communicator(m, "Communicator", nb::dynamic_attr(),
+                                        "A group of processes (kvcomm::Communicator).");
+  refuseConstruction(communicator, "Communicator", "use kvcomm.init_tcp() or another kvcomm.init_*() bootstrap");
+  communicator
       .def_static(
           "from_unique_id",
-          [](const UniqueId& id, int rank, int size, int64_t timeoutMs) {
+          [](nb::handle uid, nb::handle rankArg, nb::handle sizeObj, nb::handle timeout) {
+            const char* call = "init_tcp";
+            int rank = cIntArg(rankArg, call, "rank", -1);
+            int size = sizeArg(sizeObj, call, rank);
+            int64_t timeoutMs = intArg(timeout, call, "timeout_ms", rank, INT64_MIN, INT64_MAX);
+            const UniqueId& id = objArg<UniqueId>(uid, call, "unique_id", rank, "kvcomm.UniqueId (or its string)");
+            nb::gil_scoped_release nogil;
             return Communicator::create(std::make_shared<TcpBootstrap>(id, rank, size, timeoutMs));
           },
-          nb::arg("unique_id"), nb::arg("rank"), nb::arg("size"), nb::arg("timeout_ms") = -1,
-          nb::call_guard<nb::gil_scoped_release>(), "World communicator over TCP (collective).")
-      .def_static("from_allgather", &fromAllgather, nb::arg("rank"), nb::arg("size"), nb::arg("allgather"),
-                  "World communicator over the caller's allgather(bytes) -> bytes | sequence of bytes (collective); "
-                  "the callable is used during this call only.")
+          nb::arg("unique_id").none(), nb::arg("rank").none(), nb::arg("size").none(),
+          nb::arg("timeout_ms").none() = -1, "World communicator over TCP (collective).")
+      .def_static(
+          "from_allgather",
+          [](nb::handle rankArg, nb::handle sizeObj, nb::object fn) {
+            const char* call = "init_allgather";
+            int rank = cIntArg(rankArg, call, "rank", -1);
+            int size = sizeArg(sizeObj, call, rank);
+            if (!PyCallable_Check(fn.ptr()))
+              argError(call, "allgather", rank, "must be callable, got " + typeNameOf(fn));
+            return fromAllgather(rank, size, std::move(fn));
+          },
+          nb::arg("rank").none(), nb::arg("size").none(), nb::arg("allgather").none(),
+          "World communicator over the caller's allgather(bytes) -> bytes | sequence of bytes (collective); "
+          "the callable is used during this call only.")
       .def("__repr__",
            [](nb::handle self) {
              const Communicator& c = nb::cast<const Communicator&>(self);
@@ -155,13 +204,28 @@ void bindComm(nb::module_& m) {
       .def_prop_ro("rank", &Communicator::rank)
       .def_prop_ro("size", &Communicator::size)
       .def_prop_ro("id", &Communicator::id, "Identity of the group (equal on every member).")
-      .def("world_rank", &Communicator::worldRank, nb::arg("rank"),
-           "Rank of member `rank` in the world communicator this one was split from.")
-      .def("split", &Communicator::split, nb::arg("color"), nb::arg("key"), nb::call_guard<nb::gil_scoped_release>(),
-           "MPI_Comm_split semantics (collective); None for a negative color.")
+      .def(
+          "world_rank",
+          [](const Communicator& c, nb::handle r) {
+            int rank = cIntArg(r, "Communicator.world_rank", "rank", c.rank());
+            checkMember(c, rank, "Communicator.world_rank");
+            return c.worldRank(rank);
+          },
+          nb::arg("rank").none(), "Rank of member `rank` in the world communicator this one was split from.")
+      .def(
+          "split",
+          [](Communicator& c, nb::handle colorArg, nb::handle keyArg) {
+            int color = cIntArg(colorArg, "Communicator.split", "color", c.rank());
+            int key = cIntArg(keyArg, "Communicator.split", "key", c.rank());
+            nb::gil_scoped_release nogil;
+            return c.split(color, key);
+          },
+          nb::arg("color").none(), nb::arg("key").none(),
+          "MPI_Comm_split semantics (collective); None for a negative color.")
       .def(
           "allgather",
-          [](Communicator& c, nb::bytes data) {
+          [](Communicator& c, nb::handle arg) {
+            nb::bytes data = bytesArg(arg, "Communicator.allgather", "data", c.rank());
             size_t n = data.size();
             std::string all(n * static_cast<size_t>(c.size()), '\0');
             std::memcpy(all.data() + n * static_cast<size_t>(c.rank()), data.c_str(), n);
@@ -171,7 +235,8 @@ void bindComm(nb::module_& m) {
             }
             return nb::bytes(all.data(), all.size());
           },
-          nb::arg("data"), "Gathers equal-sized bytes from every member, in rank order, concatenated (collective).")
+          nb::arg("data").none(),
+          "Gathers equal-sized bytes from every member, in rank order, concatenated (collective).")
       .def("barrier", &Communicator::barrier, nb::call_guard<nb::gil_scoped_release>(),
            "Returns when every member entered (collective).")
       .def(
@@ -185,38 +250,43 @@ void bindComm(nb::module_& m) {
       .def("num_hosts", [](const Communicator& c) { return c.topology().numHosts; })
       .def(
           "same_host",
-          [](const Communicator& c, int a, int b) {
-            checkMember(c, a, "Communicator.same_host");
-            checkMember(c, b, "Communicator.same_host");
+          [](const Communicator& c, nb::handle aArg, nb::handle bArg) {
+            const char* call = "Communicator.same_host";
+            int a = cIntArg(aArg, call, "a", c.rank()), b = cIntArg(bArg, call, "b", c.rank());
+            checkMember(c, a, call);
+            checkMember(c, b, call);
             return c.topology().sameHost(a, b);
           },
-          nb::arg("a"), nb::arg("b"),
+          nb::arg("a").none(), nb::arg("b").none(),
           "Whether members a and b are on one host (InvalidArgumentError unless 0 <= a, b < size).")
       .def(
           "can_access_peer",
-          [](const Communicator& c, int a, int b) {
-            checkMember(c, a, "Communicator.can_access_peer");
-            checkMember(c, b, "Communicator.can_access_peer");
+          [](const Communicator& c, nb::handle aArg, nb::handle bArg) {
+            const char* call = "Communicator.can_access_peer";
+            int a = cIntArg(aArg, call, "a", c.rank()), b = cIntArg(bArg, call, "b", c.rank());
+            checkMember(c, a, call);
+            checkMember(c, b, call);
             return c.topology().canAccessPeer(a, b);
           },
-          nb::arg("a"), nb::arg("b"),
+          nb::arg("a").none(), nb::arg("b").none(),
           "Whether member a's GPU can access member b's directly (InvalidArgumentError unless 0 <= a, b < size).")
       .def(
           "topology_string", [](const Communicator& c) { return c.topology().toString(); }, "The topology as a table.");
 
-  nb::class_<Layout>(m, "Layout", "TP/PCP/PP/DP groups of this rank (kvcomm::Layout).")
+  nb::class_<Layout> layout(m, "Layout", "TP/PCP/PP/DP groups of this rank (kvcomm::Layout).");
+  refuseConstruction(layout, "Layout", "use Layout.create()");
+  layout
       .def_static(
           "create",
-          [](Communicator& world, int tp, int pcp, int pp, int dp) {
-            LayoutSpec s;
-            s.tp = tp;
-            s.pcp = pcp;
-            s.pp = pp;
-            s.dp = dp;
+          [](nb::handle worldArg, nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp) {
+            const char* call = "Layout.create";
+            Communicator& world = objArg<Communicator>(worldArg, call, "world", -1, "kvcomm.Communicator");
+            LayoutSpec s = specArg(tp, pcp, pp, dp, call, world.rank());
+            nb::gil_scoped_release nogil;
             return Layout::create(world, s);
           },
-          nb::arg("world"), nb::arg("tp") = 1, nb::arg("pcp") = 1, nb::arg("pp") = 1, nb::arg("dp") = 1,
-          nb::call_guard<nb::gil_scoped_release>(), "Splits `world` into the four groups (collective).")
+          nb::arg("world").none(), nb::arg("tp").none() = 1, nb::arg("pcp").none() = 1, nb::arg("pp").none() = 1,
+          nb::arg("dp").none() = 1, "Splits `world` into the four groups (collective).")
       .def_prop_ro("spec", [](const Layout& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
       .def_prop_ro("coord",
                    [](const Layout& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
@@ -226,16 +296,18 @@ void bindComm(nb::module_& m) {
       .def_prop_ro("dp", [](const Layout& l) { return l.dp; })
       .def_static(
           "group_of",
-          [](int tp, int pcp, int pp, int dp, int rank, int axis) {
-            LayoutSpec s;
-            s.tp = tp;
-            s.pcp = pcp;
-            s.pp = pp;
-            s.dp = dp;
-            // Layout::groupOf checks the sizes (and their product), the rank and the axis, naming each.
-            return Layout::groupOf(s, rank, static_cast<Axis>(axis));
+          [](nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp, nb::handle rankArg, nb::handle axisArg) {
+            const char* call = "Layout.group_of";
+            LayoutSpec s = specArg(tp, pcp, pp, dp, call, -1);
+            int rank = cIntArg(rankArg, call, "rank", -1);
+            // kvcomm.Axis members (an IntEnum) or their values; anything else is refused before it becomes an Axis.
+            auto axis = static_cast<Axis>(
+                enumArg(axisArg, call, "axis", rank, 4, "a kvcomm.Axis (TP = 0, PCP = 1, PP = 2, DP = 3)"));
+            // Layout::groupOf checks the sizes (and their product) and the rank, naming each.
+            return Layout::groupOf(s, rank, axis);
           },
-          nb::arg("tp"), nb::arg("pcp"), nb::arg("pp"), nb::arg("dp"), nb::arg("rank"), nb::arg("axis"),
+          nb::arg("tp").none(), nb::arg("pcp").none(), nb::arg("pp").none(), nb::arg("dp").none(),
+          nb::arg("rank").none(), nb::arg("axis").none(),
           "World ranks of the group along axis (0 TP, 1 PCP, 2 PP, 3 DP) holding `rank`, in group-rank order.");
 }
 

@@ -84,8 +84,9 @@ void bindFetch(nb::module_& m) {
       "FNV-1a hash of a layout: (offset, block_bytes, block_stride, "
       "num_blocks) regions and the engine's version.");
 
-  nb::class_<FetchPlanInfo>(m, "FetchPlanInfo", "What a plan does (kvcomm::FetchPlanInfo).")
-      .def_ro("pairs_in", &FetchPlanInfo::pairsIn, "Block pairs named by the requests.")
+  nb::class_<FetchPlanInfo> planInfo(m, "FetchPlanInfo", "What a plan does (kvcomm::FetchPlanInfo).");
+  refuseConstruction(planInfo, "FetchPlanInfo", "Fetcher.fetch() and FetchPlan.info return one");
+  planInfo.def_ro("pairs_in", &FetchPlanInfo::pairsIn, "Block pairs named by the requests.")
       .def_ro("pairs_skipped", &FetchPlanInfo::pairsSkipped, "Pairs with -1 (padding).")
       .def_ro("runs_out", &FetchPlanInfo::runsOut, "Copies after coalescing (one per run and region).")
       .def_ro("kernel_runs", &FetchPlanInfo::kernelRuns)

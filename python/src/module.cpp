@@ -20,6 +20,7 @@ NB_MODULE(_kvcomm, m) {
         "Makes CUDA device local_rank % count current on this thread; returns its ordinal, or -1 without a GPU.");
   kvcomm::py::bindErrors(m);
   kvcomm::py::bindArrays(m);
+  kvcomm::py::bindLimits(m);
   kvcomm::py::bindComm(m);
   kvcomm::py::bindSymm(m);
   kvcomm::py::bindPublish(m);

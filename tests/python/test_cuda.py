@@ -7,8 +7,10 @@ numpy oracle as the host tests (barrier, fused and split signal/wait), publish +
 and replayed with new inputs, and bad input refused with nothing written; the Barrier object ordering stores into
 peers; fetch over every path byte for byte against the host tests' per-block oracle (guard bytes included), with
 host ids from numpy and torch CPU tensors, and fetch_device with torch CUDA id tensors captured in torch.cuda.graph
-and replayed 50 times with new ids, each replay verified. Without torch, CUDA or torchrun the module is skipped (and
-says why)."""
+and replayed 50 times with new ids, each replay verified; and the array properties of test_properties.py for CUDA arrays
+(torch CUDA tensors of every dtype and layout, DLPack from torch, __cuda_array_interface__, also spelled big-endian or
+misaligned): each accepted or refused as documented, byte for byte over the buffer. Without torch, CUDA or torchrun the
+module is skipped (and says why)."""
 
 from __future__ import annotations
 
@@ -304,3 +306,187 @@ def test_fetch_device_captured_in_cuda_graph(world):
     tf._oracle(image, rank, [(peer, src[keep], dst[keep])])
     tf._check(buf, image, "replay with a bad id")
     world.barrier()
+
+
+# ---- array properties on CUDA memory (test_properties.py's host properties, for CUDA arrays) ---------------------
+# Every array argument over torch CUDA tensors of every dtype (contiguous, strided, 2-d, 0-d, expanded, conjugate),
+# delivered as torch tensors, DLPack capsules and DLPack objects from torch, and __cuda_array_interface__ objects (also
+# one spelling the same memory big-endian, and one a byte past an aligned address): each call succeeds as documented
+# (checked byte for byte over the whole buffer) or raises InvalidArgumentError with nothing written.
+
+import torch.utils.dlpack  # noqa: E402
+from test_properties import DLPackObject, Lazy, _value  # noqa: E402
+
+_TORCH_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128] + \
+    [getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)]
+
+
+class _Cai:
+    """Another tensor's CUDA memory through __cuda_array_interface__ only (typestr and pointer as given)."""
+
+    def __init__(self, t: "torch.Tensor", typestr: str = "", shift: int = 0) -> None:
+        self._t = t
+        iface = dict(t.__cuda_array_interface__)
+        if typestr:
+            iface["typestr"] = typestr
+        if shift:
+            iface["data"] = (iface["data"][0] + shift, False)
+        self.__cuda_array_interface__ = iface
+
+
+def _cuda_cases(values: np.ndarray, accepted: set, row_layouts: bool = False) -> list:
+    """(label, object, accepted, the values an accepted one holds) for `values` (1-D ids, or 2-D rows) as CUDA
+    arrays of every torch dtype, layout and protocol; `accepted`: the torch dtypes the argument takes."""
+    out = []
+    base = torch.from_numpy(np.ascontiguousarray(values))
+    for dt in _TORCH_DTYPES:
+        try:
+            t = base.to(dt).cuda()
+        except (RuntimeError, TypeError):  # a dtype this torch cannot convert into on the GPU
+            continue
+        dtype_ok = dt in accepted
+        n = t.shape[0]
+        big = torch.zeros((2 * n,) + tuple(t.shape[1:]), dtype=dt, device="cuda")
+        big[::2] = t
+        layouts = {"contiguous": (t, True), "strided": (big[::2], row_layouts), "0d": (t.reshape(-1)[0], False),
+                   "expanded": (t[:1].expand(t.shape), False)}
+        if t.dim() == 1 and n % 2 == 0:
+            layouts["2d"] = (t.reshape(2, n // 2), False)
+        if t.dim() == 2:
+            layouts["columns"] = (t[:, ::2], False)  # rows of src not contiguous
+        if dt.is_complex:
+            layouts["conj"] = (t.conj(), False)  # memory holds the unconjugated values
+        for layout, (x, layout_ok) in layouts.items():
+            ok = dtype_ok and layout_ok
+            keep = x
+            out.append((f"{dt} {layout} torch", x, ok, keep))
+            out.append((f"{dt} {layout} dlpack object", DLPackObject(x), ok, keep))
+            if layout == "conj":  # neither a capsule nor __cuda_array_interface__ can say "conjugate"
+                continue
+            out.append((f"{dt} {layout} dlpack capsule", Lazy(lambda x=x: torch.utils.dlpack.to_dlpack(x), "capsule"),
+                        ok, keep))
+            try:
+                iface = x.__cuda_array_interface__
+            except (TypeError, RuntimeError, ValueError):  # bfloat16, conjugate views: torch offers no CAI
+                continue
+            out.append((f"{dt} {layout} __cuda_array_interface__", _Cai(x), ok, keep))
+            ts = iface["typestr"]
+            if x.element_size() > 1 and ts[0] in "<>" and ts[1] not in "Vb":  # the same bytes, other byte order
+                # (an opaque 'V2', torch's bfloat16, has no byte order: '>V2' is the same type)
+                other = (">" if ts[0] == "<" else "<") + ts[1:]
+                out.append((f"{dt} {layout} __cuda_array_interface__ '{other}'", _Cai(x, other), False, None))
+            if layout == "contiguous" and x.element_size() > 1 and not row_layouts:  # one byte past an aligned address
+                out.append((f"{dt} misaligned __cuda_array_interface__", _Cai(big, shift=1), False, None))
+    out.append(("a CPU tensor", base.clone(), False, None))
+    out.append(("a numpy array", values.copy(), False, None))
+    return out
+
+
+def _as_ids(keep: "torch.Tensor") -> np.ndarray:
+    return keep.cpu().numpy().astype(np.int64)
+
+
+def test_cuda_array_properties(world):
+    rank = world.rank
+    buf = kvcomm.SymmetricBuffer.create(world, 1 << 22, 1 << 20, kind="cuda")
+    rng = np.random.default_rng(5 + rank)
+    pattern = torch.from_numpy(rng.integers(0, 256, buf.mapped_bytes, dtype=np.uint8)).cuda()
+    buf.local().copy_(pattern)
+    torch.cuda.synchronize()
+    region = (4096, 48, 64, 40)
+    f = kvcomm.Fetcher(buf, [region], barrier_timeout_ms=60000)
+    world.barrier()
+    failures = []
+
+    def fetch_image(src, dst):
+        img = pattern.clone()
+        off, nbytes, stride, _ = region
+        for s, d in zip(np.asarray(src).tolist(), np.asarray(dst).tolist()):
+            if s != -1 and d != -1:
+                img[off + d * stride:off + d * stride + nbytes] = pattern[off + s * stride:off + s * stride + nbytes]
+        return img
+
+    objects = [f]
+
+    def check(label, thunk, ok, want=None):
+        accepted = False
+        try:
+            thunk()
+            accepted = True
+            torch.cuda.synchronize()
+            for o in objects:
+                o.check_errors()
+            if not ok:
+                failures.append(f"{label}: accepted, expected InvalidArgumentError")
+                want = None  # and compared with the pattern: what it wrote is the finding
+        except kvcomm.InvalidArgumentError as e:
+            torch.cuda.synchronize()
+            if ok:
+                failures.append(f"{label}: refused ({e}), documented to be accepted")
+            want = None
+        except BaseException as e:  # noqa: BLE001 - the property: nothing but kvcomm.Error
+            failures.append(f"{label}: raised {type(e).__name__}: {e}")
+            want = None
+        got = buf.local()
+        expected = want if want is not None else pattern
+        if not torch.equal(got, expected):
+            diff = int((got != expected).sum())
+            failures.append(f"{label}: {'differs from the oracle in' if accepted else 'refused but wrote'} "
+                            f"{diff} bytes")
+        buf.local().copy_(pattern)
+        torch.cuda.synchronize()
+
+    src, dst = np.array([1, 2, 3, 7], np.int64), np.array([10, 11, 12, 20], np.int64)
+    src_t, dst_t = torch.from_numpy(src).cuda(), torch.from_numpy(dst).cuda()
+    for label, obj, ok, keep in _cuda_cases(src, {torch.int64}):
+        check(f"fetch_device(src_ids={label})", lambda o=obj: f.fetch_device(_value(o), dst_t, rank), ok,
+              fetch_image(_as_ids(keep), dst) if ok else None)
+        # host ids must be on the CPU: every CUDA array is refused by fetch()
+        check(f"fetch(src_ids={label})", lambda o=obj: f.fetch([(rank, _value(o), dst)]),
+              label in ("a CPU tensor", "a numpy array"), fetch_image(src, dst))
+    for label, obj, ok, keep in _cuda_cases(dst, {torch.int64}):
+        check(f"fetch_device(dst_ids={label})", lambda o=obj: f.fetch_device(src_t, _value(o), rank), ok,
+              fetch_image(src, _as_ids(keep)) if ok else None)
+    for label, obj, ok, keep in _cuda_cases(np.full(4, rank, np.int64), {torch.int32}):
+        check(f"fetch_device(src_ranks={label})", lambda o=obj: f.fetch_device(src_t, dst_t, src_ranks=_value(o)), ok,
+              fetch_image(src, dst) if ok else None)
+    if torch.cuda.device_count() > 1:
+        other = (torch.cuda.current_device() + 1) % torch.cuda.device_count()
+        check("fetch_device(ids on another GPU)", lambda: f.fetch_device(src_t.to(f"cuda:{other}"), dst_t, rank),
+              False)
+    world.barrier()
+
+    # Publish writes every replica: one rank at a time (Direct mode: one-sided stores), the others wait.
+    pub = kvcomm.Publisher(buf, barrier_timeout_ms=60000)
+    objects.append(pub)
+    rows = np.random.default_rng(9).integers(0, 256, (4, 32), dtype=np.uint8)
+    slots = np.array([0, 3, 5, 6], np.int64)
+    row_offset = 1 << 16
+
+    def publish_image(rows_t, slot_values):
+        img = pattern.clone()
+        flat = rows_t.reshape(rows_t.shape[0], -1).contiguous().view(torch.uint8).reshape(rows_t.shape[0], -1)
+        for i, s in enumerate(np.asarray(slot_values).tolist()):
+            if s >= 0:
+                img[row_offset + s * flat.shape[1]:row_offset + (s + 1) * flat.shape[1]] = flat[i]
+        return img
+
+    if pub.mode != kvcomm.PublishMode.Direct:  # Fallback publishing is collective: one rank alone cannot publish
+        import warnings
+
+        warnings.warn(f"test_cuda_array_properties: publish cases not run (mode {pub.mode.name}: {pub.mode_reason})")
+    elif rank == 0:
+        rows_t, slots_t = torch.from_numpy(rows).cuda(), torch.from_numpy(slots).cuda()
+        # (this rank's replica is compared; the others are written too, and not used again)
+        for label, obj, ok, keep in _cuda_cases(slots, {torch.int64, torch.int32}):
+            check(f"publish(slot_mapping={label})",
+                  lambda o=obj: pub.publish(kvcomm.CacheTensor(rows_t, offset=row_offset), _value(o)), ok,
+                  publish_image(rows_t, _as_ids(keep)) if ok else None)
+        for label, obj, ok, keep in _cuda_cases(rows, set(_TORCH_DTYPES), row_layouts=True):
+            check(f"publish(src={label})",
+                  lambda o=obj: pub.publish(kvcomm.CacheTensor(_value(o), offset=row_offset), slots_t), ok,
+                  publish_image(keep, slots) if ok else None)
+    torch.cuda.synchronize()
+    world.barrier()
+    assert not failures, f"{len(failures)} calls broke the property:\n" + "\n".join(failures[:40])
