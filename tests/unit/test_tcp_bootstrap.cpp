@@ -218,17 +218,30 @@ TEST(TcpBootstrap, ARankThatJoinedAndLeftIsDroppedAndCanRejoin) {
     comm.barrier();
     return true;
   });
-  // An early rank 2 joins and is killed while it waits for the table; only then do ranks 1, 2 and 3 start.
+  // An early rank 2 joins (a valid hello, as TcpBootstrap sends it) and is killed while it waits for the table; only
+  // then do ranks 1, 2 and 3 start.
+  kvtest::Shared<int32_t> joined(1);
   pid_t early = fork();
   if (early == 0) {
-    try {
-      kvcomm::TcpBootstrap b(id, 2, 4, 30000);
-    } catch (...) {
-    }
+    kvcomm::detail::IdWire w = kvcomm::detail::decodeUniqueId(id);
+    auto deadline = kvcomm::detail::deadlineIn(30000);
+    kvcomm::detail::Fd fd = kvcomm::detail::connectTcp(kvcomm::detail::idAddress(w), deadline, "root");
+    kvcomm::detail::Hello h{};
+    h.magic = kvcomm::detail::kWireMagic;
+    h.version = kvcomm::kProtocolVersion;
+    h.kind = static_cast<uint32_t>(kvcomm::detail::HelloKind::Root);
+    h.rank = 2;
+    h.size = 4;
+    h.nonce = w.nonce;
+    h.listenAddr = kvcomm::detail::idAddress(w);  // any valid address: it never gets the table
+    kvcomm::detail::sendAll(fd.get(), &h, sizeof(h), deadline, "hello to root");
+    __atomic_store_n(&joined[0], 1, __ATOMIC_RELEASE);
+    pause();
     _exit(0);
   }
   ASSERT_GT(early, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(kvtest::waitFor([&] { return __atomic_load_n(&joined[0], __ATOMIC_ACQUIRE) == 1; }, 30000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the root reads the hello (its poll wakes at once)
   ::kill(early, SIGKILL);
   int st = 0;
   ::waitpid(early, &st, 0);
