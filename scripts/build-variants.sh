@@ -8,13 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${KVCOMM_BUILD_DIR:-build}
+linked=(--target kvcomm --target kvcomm_mpi --target kvcomm-info --target kvcomm-demo)
 echo "== Debug build ($base-debug)"
 KVCOMM_BUILD_DIR=$base-debug ./scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DKVCOMM_BUILD_TESTS=OFF \
   -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=ON
 echo "== CUDA without NCCL ($base-nonccl)"
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null || [ -n "${CUDACXX:-}" ]; then
+  # The libraries and the tools that link them (the Debug build above compiled every other source already).
   KVCOMM_BUILD_DIR=$base-nonccl ./scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DKVCOMM_CUDA=ON -DKVCOMM_NCCL=OFF \
-    -DKVCOMM_BUILD_TESTS=OFF -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=OFF
+    -DKVCOMM_BUILD_TESTS=OFF -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=OFF "${linked[@]}"
   grep -q "NCCL fallback transport OFF" "$base-nonccl/configure.log" ||
     { echo "build-variants: the no-NCCL build still has the NCCL transport"; exit 1; }
 else
@@ -22,4 +24,4 @@ else
 fi
 echo "== no CUDA ($base-nocuda)"
 KVCOMM_BUILD_DIR=$base-nocuda ./scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DKVCOMM_CUDA=OFF -DKVCOMM_BUILD_TESTS=OFF \
-  -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=OFF
+  -DKVCOMM_BUILD_TOOLS=ON -DKVCOMM_BUILD_PERF=OFF "${linked[@]}"
