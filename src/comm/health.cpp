@@ -103,22 +103,11 @@ size_t GroupHealth::departedCapacity() {
   return pageBytes() / sizeof(uint32_t) - kHealthDepartedWord;
 }
 
-int GroupHealth::firstGone() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return goneOrder_.empty() ? -1 : goneOrder_.front();
-}
-
 std::string GroupHealth::firstGoneText() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (goneOrder_.empty()) return "";
   int g = goneOrder_.front();
   return cat("rank ", g, " is gone: ", gone_[static_cast<size_t>(g)]);
-}
-
-bool GroupHealth::isGone(int groupRank) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return groupRank >= 0 && static_cast<size_t>(groupRank) < gone_.size() &&
-         !gone_[static_cast<size_t>(groupRank)].empty();
 }
 
 void GroupHealth::checkPresent(const char* call, int waitedFor) const {

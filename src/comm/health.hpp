@@ -57,13 +57,9 @@ class GroupHealth {
   int deadRank() const;
   /// Why the member at group rank `groupRank` is known dead ("" while it is not: alive, or not known dead).
   std::string deathOf(int groupRank) const;
-  /// Group rank of the first member known gone (died or left), in the order this rank learned of them (rank 0's
-  /// order, which relays every death and departure), or -1.
-  int firstGone() const;
-  /// "rank G is gone: why" for the first member known gone ("" while none is).
+  /// "rank G is gone: why" for the first member known gone, in the order this rank learned of them (rank 0's order,
+  /// which relays every death and departure); "" while none is.
   std::string firstGoneText() const;
-  /// Whether the member at group rank `groupRank` left or died.
-  bool isGone(int groupRank) const;
   /// Throws NetworkError (naming the first member gone and the one waited for) when `waitedFor` (a group rank) is
   /// gone: for waits that stopped on a member that left without arriving.
   void checkPresent(const char* call, int waitedFor) const;

@@ -276,16 +276,17 @@ bool TcpMesh::readInbound(Inbound& in) {
       if (decodeWatch(in.watchBuf.data() + off, size_, &m) && m.kind == static_cast<uint32_t>(WatchKind::Bye) &&
           !in.bye) {
         in.bye = true;
-        peerLeft(in.rank, kLeftReason, true);
+        memberGone(in.rank, kLeftReason, false, true);
       }
     }
     in.watchBuf.erase(in.watchBuf.begin(), in.watchBuf.begin() + static_cast<ptrdiff_t>(off));
     if (eof && !in.bye) {
       // (After a Bye the data connection's own end of stream says "gone", in order with its last frames.)
-      peerDied(in.rank,
-               error.empty() ? "its process died (its liveness connection closed without a goodbye: killed or crashed)"
-                             : cat("its process died or its host is unreachable (liveness connection: ", error, ")"),
-               true);
+      memberGone(in.rank,
+                 error.empty()
+                     ? "its process died (its liveness connection closed without a goodbye: killed or crashed)"
+                     : cat("its process died or its host is unreachable (liveness connection: ", error, ")"),
+                 true, true);
     }
     return !eof;
   }
@@ -355,18 +356,18 @@ void TcpMesh::readWatch() {
     }
     if (m.kind == static_cast<uint32_t>(WatchKind::Bye)) {
       rootBye_ = true;
-      peerLeft(0, kLeftReason, false);
+      memberGone(0, kLeftReason, false, false);
     } else if (m.dead) {
-      peerDied(m.rank, cat(m.reason, " (reported by rank 0)"), false);
+      memberGone(m.rank, cat(m.reason, " (reported by rank 0)"), true, false);
     } else {
-      peerLeft(m.rank, cat(m.reason, " (reported by rank 0)"), false);
+      memberGone(m.rank, cat(m.reason, " (reported by rank 0)"), false, false);
     }
   }
   watchBuf_.erase(watchBuf_.begin(), watchBuf_.begin() + static_cast<ptrdiff_t>(off));
   if (eof) {
     if (!rootBye_)
-      peerDied(0, "its process died or its host is unreachable (its liveness connection closed without a goodbye)",
-               false);
+      memberGone(0, "its process died or its host is unreachable (its liveness connection closed without a goodbye)",
+                 true, false);
     watch_.reset();
   }
 }
@@ -374,21 +375,6 @@ void TcpMesh::readWatch() {
 void TcpMesh::peerGone(int peer, const std::string& why) {
   std::string& g = gone_[static_cast<size_t>(peer)];
   if (g.empty()) g = why;
-}
-
-void TcpMesh::markGoneLocked(int peer, const std::string& why, bool died) {
-  const auto p = static_cast<size_t>(peer);
-  if (died) {
-    dead_[p] = 1;
-    gone_[p] = why;
-  } else {
-    // Not gone_: frames it sent before leaving may still be on their way on its data connection, whose end of
-    // stream (after them) sets gone_; a receive gives that connection kLeftDrainMs from here.
-    left_[p] = 1;
-    leftWhy_[p] = why;
-    leftAt_[p] = Clock::now();
-  }
-  if (std::find(goneOrder_.begin(), goneOrder_.end(), peer) == goneOrder_.end()) goneOrder_.push_back(peer);
 }
 
 const std::string& TcpMesh::whyGoneLocked(int peer) const {
@@ -415,31 +401,26 @@ void TcpMesh::throwGoneLocked(int peer, const GroupHealth* group, const char* ca
                ", waited for here, is gone too: ", why, ")");
 }
 
-void TcpMesh::peerLeft(int peer, const std::string& why, bool relay) {
-  if (peer == rank_ || dead_[static_cast<size_t>(peer)] || left_[static_cast<size_t>(peer)]) return;
-  // gone_ may already hold the data connection's end of stream; the departure's reason names it better.
-  markGoneLocked(peer, why, false);
-  KVCOMM_INFO("mesh rank ", rank_, ": rank ", peer, " left: ", why);
-  std::erase_if(groups_, [](const std::weak_ptr<GroupHealth>& w) { return w.expired(); });
-  for (auto& w : groups_)
-    if (auto g = w.lock()) g->memberLeft(peer, why);
-  if (relay && rank_ == 0) {
-    WatchMsg m = makeWatch(WatchKind::Gone, peer, false, why);
-    for (auto& in : inbound_)
-      if (in->watch && in->rank != peer) sendWatch(in->fd.get(), m);
+void TcpMesh::memberGone(int peer, const std::string& why, bool died, bool relay) {
+  const auto p = static_cast<size_t>(peer);
+  if (peer == rank_ || dead_[p] || left_[p]) return;
+  if (died) {
+    dead_[p] = 1;
+    gone_[p] = why;
+  } else {
+    // Not gone_: frames it sent before leaving may still be on their way on its data connection, whose end of
+    // stream (after them) sets gone_; a receive gives that connection kLeftDrainMs from here.
+    left_[p] = 1;
+    leftWhy_[p] = why;
+    leftAt_[p] = Clock::now();
   }
-  notifyLocked();
-}
-
-void TcpMesh::peerDied(int peer, const std::string& why, bool relay) {
-  if (dead_[static_cast<size_t>(peer)] || left_[static_cast<size_t>(peer)]) return;
-  markGoneLocked(peer, why, true);
-  KVCOMM_INFO("mesh rank ", rank_, ": rank ", peer, " is gone: ", why);
+  goneOrder_.push_back(peer);
+  KVCOMM_INFO("mesh rank ", rank_, ": rank ", peer, died ? " is gone: " : " left: ", why);
   std::erase_if(groups_, [](const std::weak_ptr<GroupHealth>& w) { return w.expired(); });
   for (auto& w : groups_)
-    if (auto g = w.lock()) g->memberDied(peer, why);
+    if (auto g = w.lock()) died ? g->memberDied(peer, why) : g->memberLeft(peer, why);
   if (relay && rank_ == 0) {
-    WatchMsg m = makeWatch(WatchKind::Gone, peer, true, why);
+    WatchMsg m = makeWatch(WatchKind::Gone, peer, died, why);
     for (auto& in : inbound_)
       if (in->watch && in->rank != peer) sendWatch(in->fd.get(), m);
   }

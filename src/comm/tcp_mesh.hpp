@@ -104,9 +104,9 @@ class TcpMesh {
   bool readInbound(Inbound& in);
   void readOutbound(int peer);
   void readWatch();
-  void peerDied(int peer, const std::string& why, bool relay);
-  void peerLeft(int peer, const std::string& why, bool relay);
-  void markGoneLocked(int peer, const std::string& why, bool died);
+  /// Records (once, in the order rank 0 reports them) that `peer` died or left, tells every watched group, and on
+  /// rank 0 with `relay` tells every other rank.
+  void memberGone(int peer, const std::string& why, bool died, bool relay);
   /// Whether rank 0's word on `peer` (death or departure) arrived, or can no longer come.
   bool isReportedLocked(int peer) const;
   /// Why `peer` is gone (left, died, its connection closed), for messages.
