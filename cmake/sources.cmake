@@ -1,5 +1,6 @@
-# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kernels -> ops -> fetch -> arena ->
-# capi). The fetch layer holds its network transports too (wire protocol, negotiation, TCP server and client, verbs).
+# Library sources by layer (data flows down: common -> platform -> comm -> symm -> kvlayout, device -> kernels -> barrier -> the
+# features publish, fetch, arena (side by side, never including each other) -> capi). docs/architecture.md draws it;
+# tests/scripts/include_rules.py enforces it.
 set(KVCOMM_SOURCES
     src/common/error.cpp
     src/common/env.cpp
@@ -17,16 +18,17 @@ set(KVCOMM_SOURCES
     src/comm/tcp_bootstrap.cpp
     src/comm/communicator.cpp
     src/comm/topology.cpp
-    src/comm/layout.cpp
+    src/comm/parallel_groups.cpp
     src/symm/host_memory.cpp
     src/symm/fd_exchange.cpp
     src/symm/rendezvous.cpp
     src/symm/symmetric_buffer.cpp
+    src/kvlayout/kv_layout.cpp
+    src/device/device_errors.cpp
     src/kernels/host_ops.cpp
-    src/ops/host_transport.cpp
-    src/ops/device_errors.cpp
-    src/ops/barrier.cpp
-    src/ops/publisher.cpp
+    src/publish/host_transport.cpp
+    src/barrier/barrier.cpp
+    src/publish/publisher.cpp
     src/fetch/layout_registry.cpp
     src/fetch/planner.cpp
     src/fetch/peer_transport.cpp
@@ -50,7 +52,7 @@ set(KVCOMM_SOURCES
     src/capi/error.cpp
     src/capi/bootstrap.cpp
     src/capi/communicator.cpp
-    src/capi/layout.cpp
+    src/capi/parallel_groups.cpp
     src/capi/buffer.cpp
     src/capi/publisher.cpp
     src/capi/barrier.cpp
@@ -66,22 +68,22 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/dependent_launch.cu
     src/fetch/device_copy.cpp
     src/fetch/gpu_direct.cpp
-    src/ops/device_memory.cpp
+    src/device/device_memory.cpp
     src/arena/cuda_support.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.
 set(KVCOMM_NCCL_SOURCES
     src/platform/nccl.cpp
-    src/ops/nccl_transport.cpp)
+    src/publish/nccl_transport.cpp)
 
 # Stand-ins for the CUDA entry points in a build without CUDA.
 set(KVCOMM_NO_CUDA_SOURCES
     src/symm/no_cuda.cpp
     src/kernels/no_cuda.cpp
     src/fetch/no_cuda.cpp
-    src/ops/no_cuda.cpp
+    src/device/no_cuda.cpp
     src/arena/no_cuda.cpp)
 
 # Stand-in for the NCCL transport where NCCL is not part of the build (CUDA or not).
 set(KVCOMM_NO_NCCL_SOURCES
-    src/ops/no_nccl.cpp)
+    src/publish/no_nccl.cpp)

@@ -53,13 +53,13 @@ int main(int argc, char** argv) {
   kvcommComm_t comm = NULL;
   CHECK_KV(kvcommCommInitCallback(&comm, rank, size, allgatherOverMpi, &world));
 
-  kvcommLayoutSpec spec = {tp, size / tp, 1, 1};
-  kvcommLayout_t layout = NULL;
+  kvcommParallelSpec spec = {tp, size / tp, 1, 1};
+  kvcommParallelGroups_t layout = NULL;
   kvcommComm_t pcp = NULL;
-  kvcommLayoutCoord coord;
-  CHECK_KV(kvcommLayoutCreate(comm, &spec, &layout));
-  CHECK_KV(kvcommLayoutComm(layout, kvcommAxisPCP, &pcp));
-  CHECK_KV(kvcommLayoutGetCoord(layout, &coord));
+  kvcommParallelCoord coord;
+  CHECK_KV(kvcommParallelGroupsCreate(comm, &spec, &layout));
+  CHECK_KV(kvcommParallelGroupsComm(layout, kvcommAxisPCP, &pcp));
+  CHECK_KV(kvcommParallelGroupsGetCoord(layout, &coord));
   int pcpRank = 0, pcpSize = 0;
   CHECK_KV(kvcommCommRank(pcp, &pcpRank));
   CHECK_KV(kvcommCommSize(pcp, &pcpSize));
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   CHECK_KV(kvcommPublisherDestroy(pub));
   CHECK_KV(kvcommBufferDestroy(cache));
   CHECK_KV(kvcommCommDestroy(pcp));
-  CHECK_KV(kvcommLayoutDestroy(layout));
+  CHECK_KV(kvcommParallelGroupsDestroy(layout));
   CHECK_KV(kvcommCommDestroy(comm));
   free(rows);
   long total = 0;

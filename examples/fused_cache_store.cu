@@ -17,7 +17,7 @@
 #include "kvcomm/device/symm_device.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 
 namespace {
 

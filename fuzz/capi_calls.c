@@ -115,7 +115,7 @@ static size_t count(In* in, size_t cap, size_t limit, size_t def) {
 
 typedef struct {
   kvcommComm_t comm;
-  kvcommLayout_t layout;
+  kvcommParallelGroups_t layout;
   kvcommBuffer_t buffer;
   kvcommPublisher_t publisher;
   kvcommBarrier_t barrier;
@@ -142,8 +142,8 @@ static kvcommUniqueId g_id;
   } while (0)
 
 static void makeHandles(Handles* h, kvcommComm_t comm, kvcommBuffer_t buffer, kvcommFetcher_t fetcher) {
-  kvcommLayoutSpec spec = {1, 1, 1, 1};
-  POOL_OK(kvcommLayoutCreate(comm, &spec, &h->layout));
+  kvcommParallelSpec spec = {1, 1, 1, 1};
+  POOL_OK(kvcommParallelGroupsCreate(comm, &spec, &h->layout));
   POOL_OK(kvcommBufferCreate(comm, kCapacity, kMapped, kvcommMemoryHost, &h->buffer));
   kvcommPublisherOptions po;
   POOL_OK(kvcommPublisherOptionsInit(&po));
@@ -180,7 +180,7 @@ static void setUp(void) {
   POOL_OK(kvcommBarrierDestroy(g_dead.barrier));
   POOL_OK(kvcommPublisherDestroy(g_dead.publisher));
   POOL_OK(kvcommBufferDestroy(g_dead.buffer));
-  POOL_OK(kvcommLayoutDestroy(g_dead.layout));
+  POOL_OK(kvcommParallelGroupsDestroy(g_dead.layout));
   POOL_OK(kvcommCommDestroy(g_dead.comm));
   g_scratch = (unsigned char*)malloc(kScratch);
   g_image = (unsigned char*)malloc(kMapped);
@@ -391,8 +391,8 @@ enum { kNumOps = 112 };
 
 static void op(In* in) {
   char buf[256];
-  kvcommLayoutSpec spec;
-  kvcommLayoutCoord coord;
+  kvcommParallelSpec spec;
+  kvcommParallelCoord coord;
   size_t bytes = 0;
   char* txt = NULL;
   const unsigned code = u8(in) % kNumOps;
@@ -508,41 +508,41 @@ static void op(In* in) {
       break;
     case 25:
       spec.tp = ivalOr(in, 1), spec.pcp = ivalOr(in, 1), spec.pp = ivalOr(in, 1), spec.dp = ivalOr(in, 1);
-      CALL_HANDLE(kvcommLayout_t, kvcommLayoutDestroy,
-                  kvcommLayoutCreate(PICK(comm), SOME(in) ? &spec : NULL, OUT(kvcommLayout_t*)), g_scratch);
+      CALL_HANDLE(kvcommParallelGroups_t, kvcommParallelGroupsDestroy,
+                  kvcommParallelGroupsCreate(PICK(comm), SOME(in) ? &spec : NULL, OUT(kvcommParallelGroups_t*)), g_scratch);
       break;
     case 26: {
       int ch = destroyChoice(in);
-      kvcommLayout_t l = NULL;
+      kvcommParallelGroups_t l = NULL;
       spec.tp = spec.pcp = spec.pp = spec.dp = 1;
-      if (ch == 0) kvcommLayoutCreate(g_live.comm, &spec, &l);
-      CALL(0, kvcommLayoutDestroy(ch == 0 ? l : (kvcommLayout_t)notLive(ch, g_dead.layout)));
+      if (ch == 0) kvcommParallelGroupsCreate(g_live.comm, &spec, &l);
+      CALL(0, kvcommParallelGroupsDestroy(ch == 0 ? l : (kvcommParallelGroups_t)notLive(ch, g_dead.layout)));
       break;
     }
     case 27:
-      CALL_COMM(kvcommLayoutComm(PICK(layout), (kvcommAxis_t)val(in), OUT(kvcommComm_t*)), g_scratch);
+      CALL_COMM(kvcommParallelGroupsComm(PICK(layout), (kvcommAxis_t)val(in), OUT(kvcommComm_t*)), g_scratch);
       break;
     case 28:
-      CALL(0, kvcommLayoutGetSpec(PICK(layout), OUT(kvcommLayoutSpec*)));
+      CALL(0, kvcommParallelGroupsGetSpec(PICK(layout), OUT(kvcommParallelSpec*)));
       break;
     case 29:
-      CALL(0, kvcommLayoutGetCoord(PICK(layout), OUT(kvcommLayoutCoord*)));
+      CALL(0, kvcommParallelGroupsGetCoord(PICK(layout), OUT(kvcommParallelCoord*)));
       break;
     case 30:
       spec.tp = ivalOr(in, 1), spec.pcp = ivalOr(in, 1), spec.pp = ivalOr(in, 1), spec.dp = ivalOr(in, 1);
-      CALL(0, kvcommLayoutCoordOf(SOME(in) ? &spec : NULL, ival(in), OUT(kvcommLayoutCoord*)));
+      CALL(0, kvcommParallelCoordOf(SOME(in) ? &spec : NULL, ival(in), OUT(kvcommParallelCoord*)));
       break;
     case 31:
       spec.tp = ivalOr(in, 1), spec.pcp = ivalOr(in, 1), spec.pp = ivalOr(in, 1), spec.dp = ivalOr(in, 1);
       coord.tp = ival(in), coord.pcp = ival(in), coord.pp = ival(in), coord.dp = ival(in);
-      CALL(0, kvcommLayoutRankOf(SOME(in) ? &spec : NULL, SOME(in) ? &coord : NULL, OUT(int*)));
+      CALL(0, kvcommParallelRankOf(SOME(in) ? &spec : NULL, SOME(in) ? &coord : NULL, OUT(int*)));
       break;
     case 32: {
       spec.tp = ivalOr(in, 1), spec.pcp = ivalOr(in, 1), spec.pp = ivalOr(in, 1), spec.dp = ivalOr(in, 1);
       int* ranks = OUT(int*);
       int cap = ival(in);
       if (ranks && cap > (int)(kScratch / sizeof(int))) cap %= (int)(kScratch / sizeof(int)) + 1;
-      CALL(0, kvcommLayoutGroupOf(SOME(in) ? &spec : NULL, ival(in), (kvcommAxis_t)val(in), ranks, cap, OUT(int*)));
+      CALL(0, kvcommParallelGroupOf(SOME(in) ? &spec : NULL, ival(in), (kvcommAxis_t)val(in), ranks, cap, OUT(int*)));
       break;
     }
     case 33: {

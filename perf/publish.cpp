@@ -24,7 +24,7 @@
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
 
 #ifdef KVBENCH_GPU

@@ -64,9 +64,9 @@ run() {  # job dir extra-mpi-filter [unit-tests-to-exclude (ctest -E regex)]
   "$root/tests/mpi/run_mpi_test.sh" 4 "$dir/tests/mpi/kvcomm_mpi_tests" --gtest_color=no --gtest_brief=1 \
     "--gtest_filter=$np4filter$skip"
   mpiOk $? || rc=1
-  echo "== $job: MPI suite, 8 ranks (Layout)"
+  echo "== $job: MPI suite, 8 ranks (ParallelGroups)"
   "$root/tests/mpi/run_mpi_test.sh" 8 "$dir/tests/mpi/kvcomm_mpi_tests" --gtest_color=no --gtest_brief=1 \
-    --gtest_filter='Layout*'
+    --gtest_filter='ParallelGroups*'
   mpiOk $? || rc=1
   if [ "$job" = asan ]; then
     # Arenas between processes: free/shrink while busy, pins outliving their handles, kills and 1,000 cycles must

@@ -18,7 +18,7 @@
 #include "cli/args.hpp"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "support/fetch_oracle.hpp"
 #include "support/memory.hpp"
 #include "support/publish_oracle.hpp"
@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
     const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     kvcomm::useLocalDevice(lr ? std::atoi(lr) : rank);
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
-    kvcomm::LayoutSpec spec;
+    kvcomm::ParallelSpec spec;
     spec.tp = (size % 2 == 0 && size >= 4) ? 2 : 1;
     spec.pcp = size / spec.tp;
-    auto layout = kvcomm::Layout::create(world, spec);
+    auto layout = kvcomm::ParallelGroups::create(world, spec);
     kvcomm::Communicator& pcp = layout.pcp;
 
     // One layer of the cache: Main-KV (flat, 656-byte rows) then Indexer-K (blocks of 16: 128 data + 4 scale bytes).

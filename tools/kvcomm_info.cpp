@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   args.option("--pp", "N", "pipeline-parallel group size", "1");
   args.option("--dp", "N", "data-parallel group size", "1");
   constexpr long long kMaxGroup = 1 << 16;
-  kvcomm::LayoutSpec spec;
+  kvcomm::ParallelSpec spec;
   spec.tp = 0;
   spec.pcp = 0;
   int rc = kvcli::parseOrExit(args, argc, argv, [&] {
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     if (spec.pcp == 0) spec.pcp = size / (spec.tp * spec.pp * spec.dp);
     int device = kvcomm::useLocalDevice(localRankFromEnv());
     auto world = kvcomm::Communicator::create(std::make_shared<kvcomm::MpiBootstrap>(MPI_COMM_WORLD));
-    auto layout = kvcomm::Layout::create(world, spec);
+    auto layout = kvcomm::ParallelGroups::create(world, spec);
 
     std::ostringstream line;
     line << "  " << world.rank() << "\t(tp " << layout.coord.tp << ", pcp " << layout.coord.pcp << ", pp "

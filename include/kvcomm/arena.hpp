@@ -23,7 +23,7 @@
 
 #include "kvcomm/api.hpp"
 #include "kvcomm/error.hpp"
-#include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_layout.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm {

@@ -1,4 +1,4 @@
-// kvcomm: Communicator, Topology and the TP/PCP/PP/DP Layout of inference engines.
+// kvcomm: Communicator, Topology and the TP/PCP/PP/DP ParallelGroups of inference engines.
 #pragma once
 
 #include <cstddef>
@@ -70,7 +70,7 @@ GroupHealth& healthOf(const Communicator& comm);
 
 /// A group of processes that run collectives together. A Communicator is a handle: copies share one group.
 ///
-/// Call order: create() on every rank of a bootstrap (collective) -> split()/Layout::create() (collective over this
+/// Call order: create() on every rank of a bootstrap (collective) -> split()/ParallelGroups::create() (collective over this
 /// communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
 /// connections (no collective at teardown).
 ///
@@ -136,7 +136,7 @@ class KVCOMM_API Communicator {
 };
 
 /// Sizes of an engine's parallel dimensions. world = dp * pp * pcp * tp.
-struct LayoutSpec {
+struct ParallelSpec {
   int tp = 1;   ///< tensor parallel
   int pcp = 1;  ///< prefill/context parallel (replicated KV cache)
   int pp = 1;   ///< pipeline parallel
@@ -145,16 +145,16 @@ struct LayoutSpec {
 
 /// A rank's coordinates. Ranks are numbered the way inference engines number them, TP fastest:
 /// rank = ((dp * PP + pp) * PCP + pcp) * TP + tp. So TP2/PCP2 gives TP groups {0,1},{2,3} and PCP groups {0,2},{1,3}.
-struct LayoutCoord {
+struct ParallelCoord {
   int tp = 0, pcp = 0, pp = 0, dp = 0;
 };
 
 enum class Axis { TP, PCP, PP, DP };
 
 /// The TP, PCP, PP and DP groups of this rank.
-struct KVCOMM_API Layout {
-  LayoutSpec spec;
-  LayoutCoord coord;
+struct KVCOMM_API ParallelGroups {
+  ParallelSpec spec;
+  ParallelCoord coord;
   Communicator tp;   ///< members sharing (dp, pp, pcp); rank = tp coordinate
   Communicator pcp;  ///< members sharing (dp, pp, tp); rank = pcp coordinate
   Communicator pp;   ///< members sharing (dp, pcp, tp); rank = pp coordinate
@@ -162,12 +162,12 @@ struct KVCOMM_API Layout {
 
   /// Splits `world` into the four groups (collective). Throws InvalidArgumentError unless
   /// world.size() == tp * pcp * pp * dp and every size is positive.
-  static Layout create(Communicator& world, const LayoutSpec& spec);
+  static ParallelGroups create(Communicator& world, const ParallelSpec& spec);
   /// Coordinates of `rank`, and the rank of coordinates (pure functions).
-  static LayoutCoord coordOf(const LayoutSpec& spec, int rank);
-  static int rankOf(const LayoutSpec& spec, const LayoutCoord& coord);
+  static ParallelCoord coordOf(const ParallelSpec& spec, int rank);
+  static int rankOf(const ParallelSpec& spec, const ParallelCoord& coord);
   /// World ranks of the group along `axis` that holds `rank`, in group-rank order.
-  static std::vector<int> groupOf(const LayoutSpec& spec, int rank, Axis axis);
+  static std::vector<int> groupOf(const ParallelSpec& spec, int rank, Axis axis);
 };
 
 }  // namespace kvcomm

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "kvcomm/api.hpp"
-#include "kvcomm/barrier.hpp"
 #include "kvcomm/device/fetch.hpp"
 #include "kvcomm/device_error.hpp"
+#include "kvcomm/kv_layout.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 
@@ -22,27 +22,6 @@ namespace kvcomm {
 namespace detail {
 struct FetcherInternals;  // tests and tools: what members exchanged (src/fetch/fetcher_internals.hpp)
 }  // namespace detail
-
-/// One region of a KV layout, in bytes from the buffer's base: block b occupies
-/// [offset + b * blockStride, offset + b * blockStride + blockBytes).
-/// Typically one region per layer and per K/V (or one per layer when K and V share a block).
-struct KvRegion {
-  size_t offset = 0;
-  size_t blockBytes = 0;   ///< bytes of one block in this region (what a fetch copies)
-  size_t blockStride = 0;  ///< bytes between consecutive blocks (0: blockBytes)
-  size_t numBlocks = 0;    ///< valid block ids are [0, numBlocks)
-};
-
-/// A member's KV cache layout: the regions one block id indexes together. Every member registers its own; members
-/// may place regions differently (offsets, strides, block counts), but every member must have the same number of
-/// regions with the same blockBytes, region by region (what a fetch copies must fit on both sides).
-struct KvLayout {
-  std::vector<KvRegion> regions;
-  uint64_t version = 0;  ///< the engine's own version of this layout; part of the hash
-};
-
-/// FNV-1a hash of a layout (regions and version): what requests and peers compare.
-KVCOMM_API uint64_t layoutHash(const KvLayout& layout);
 
 /// What moves a fetch's bytes.
 enum class FetchPath {

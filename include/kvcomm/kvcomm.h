@@ -8,13 +8,13 @@
  *
  * Call order (collective calls are made by every member of the group, in the same order):
  *   kvcommGetUniqueId (rank 0) -> kvcommCommInitTcp (all)   or   kvcommCommInitCallback (all)
- *   -> kvcommCommSplit / kvcommLayoutCreate
+ *   -> kvcommCommSplit / kvcommParallelGroupsCreate
  *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate, kvcommBarrierCreate, kvcommFetcherCreate
  *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier, or
  *      kvcommPublisherSignal / kvcommPublishAndSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice /
  * kvcommFetchStart
  *   -> kvcommFetchOperationDestroy, kvcommFetchPlanDestroy, kvcommFetcherDestroy, kvcommBarrierDestroy,
- *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommLayoutDestroy, kvcommCommDestroy (local, any order: a
+ *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommParallelGroupsDestroy, kvcommCommDestroy (local, any order: a
  *      handle keeps what it uses alive).
  *
  * Lists a call returns (backed ranges, group members, failed blocks, layout regions) follow one pattern: the caller
@@ -115,8 +115,8 @@ kvcommResult_t kvcommGetVersion(int* version);
 
 /** A group of processes (kvcomm::Communicator). Handles of one group share it; destroying one is local. */
 typedef struct kvcommComm* kvcommComm_t;
-/** The TP/PCP/PP/DP groups of this rank (kvcomm::Layout). */
-typedef struct kvcommLayout* kvcommLayout_t;
+/** The TP/PCP/PP/DP groups of this rank (kvcomm::ParallelGroups). */
+typedef struct kvcommParallelGroups* kvcommParallelGroups_t;
 /** Symmetric memory on a group (kvcomm::SymmetricBuffer). */
 typedef struct kvcommBuffer* kvcommBuffer_t;
 /** Publication into a buffer's replicas and its barrier (kvcomm::Publisher). */
@@ -223,25 +223,25 @@ kvcommResult_t kvcommCommTopologyString(kvcommComm_t comm, char* text, size_t te
 /** Sizes of an engine's parallel dimensions; world = dp * pp * pcp * tp. */
 typedef struct {
   int tp, pcp, pp, dp;
-} kvcommLayoutSpec;
+} kvcommParallelSpec;
 /** A rank's coordinates: rank = ((dp * PP + pp) * PCP + pcp) * TP + tp (TP fastest, as engines number ranks). */
 typedef struct {
   int tp, pcp, pp, dp;
-} kvcommLayoutCoord;
+} kvcommParallelCoord;
 typedef enum KVCOMM_ENUM_BASE { kvcommAxisTP = 0, kvcommAxisPCP = 1, kvcommAxisPP = 2, kvcommAxisDP = 3 } kvcommAxis_t;
 
 /** Splits `world` into the four groups (collective). kvcommInvalidArgument unless world size == tp*pcp*pp*dp. */
-kvcommResult_t kvcommLayoutCreate(kvcommComm_t world, const kvcommLayoutSpec* spec, kvcommLayout_t* layout);
-kvcommResult_t kvcommLayoutDestroy(kvcommLayout_t layout);
+kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParallelSpec* spec, kvcommParallelGroups_t* layout);
+kvcommResult_t kvcommParallelGroupsDestroy(kvcommParallelGroups_t layout);
 /** A new handle on the group along `axis` (free it with kvcommCommDestroy); its rank is this rank's coordinate. */
-kvcommResult_t kvcommLayoutComm(kvcommLayout_t layout, kvcommAxis_t axis, kvcommComm_t* comm);
-kvcommResult_t kvcommLayoutGetSpec(kvcommLayout_t layout, kvcommLayoutSpec* spec);
-kvcommResult_t kvcommLayoutGetCoord(kvcommLayout_t layout, kvcommLayoutCoord* coord);
+kvcommResult_t kvcommParallelGroupsComm(kvcommParallelGroups_t layout, kvcommAxis_t axis, kvcommComm_t* comm);
+kvcommResult_t kvcommParallelGroupsGetSpec(kvcommParallelGroups_t layout, kvcommParallelSpec* spec);
+kvcommResult_t kvcommParallelGroupsGetCoord(kvcommParallelGroups_t layout, kvcommParallelCoord* coord);
 /** Pure functions of a spec: coordinates of `rank`, the rank of coordinates, and the world ranks of the group along
  *  `axis` holding `rank` in group-rank order (*count receives the group size; at most `capacity` are written). */
-kvcommResult_t kvcommLayoutCoordOf(const kvcommLayoutSpec* spec, int rank, kvcommLayoutCoord* coord);
-kvcommResult_t kvcommLayoutRankOf(const kvcommLayoutSpec* spec, const kvcommLayoutCoord* coord, int* rank);
-kvcommResult_t kvcommLayoutGroupOf(const kvcommLayoutSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
+kvcommResult_t kvcommParallelCoordOf(const kvcommParallelSpec* spec, int rank, kvcommParallelCoord* coord);
+kvcommResult_t kvcommParallelRankOf(const kvcommParallelSpec* spec, const kvcommParallelCoord* coord, int* rank);
+kvcommResult_t kvcommParallelGroupOf(const kvcommParallelSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
                                    int* count);
 
 /* ---- symmetric memory ----------------------------------------------------------------------------------------- */

@@ -11,7 +11,7 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/limits.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 #include "kvcomm/version.hpp"

@@ -63,11 +63,11 @@ from ._fetch import (
 from ._publish import CacheTensor, PublishMode, Publisher
 from ._symm import MemoryKind, SymmetricBuffer
 
-Layout = _kvcomm.Layout
+ParallelGroups = _kvcomm.ParallelGroups
 
 
 class Axis(enum.IntEnum):
-    """The dimensions of a Layout (Layout.group_of's axis)."""
+    """The dimensions of a ParallelGroups (ParallelGroups.group_of's axis)."""
 
     TP = 0
     PCP = 1
@@ -95,7 +95,7 @@ def use_local_device(local_rank: int) -> int:
 __all__ = [
     "AbortedError", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
     "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
-    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "Layout", "MemoryKind", "NetworkError",
+    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError",
     "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
     "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
     "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",

@@ -10,7 +10,7 @@ from . import _kvcomm
 
 _TABLE = _kvcomm.limits()
 
-#: Members of a communicator (the size a bootstrap is given; Layout sizes multiply to at most this).
+#: Members of a communicator (the size a bootstrap is given; ParallelGroups sizes multiply to at most this).
 MAX_RANKS: int = _TABLE["MAX_RANKS"]
 #: Regions of one fetch layout (Fetcher's `layout`).
 MAX_FETCH_REGIONS: int = _TABLE["MAX_FETCH_REGIONS"]

@@ -23,7 +23,7 @@ void bindFetch(nb::module_& m);
 void bindArrays(nb::module_& m);
 void bindLimits(nb::module_& m);
 
-// Arguments of the native methods the package exposes as they are (Communicator, UniqueId, Layout) are taken as
+// Arguments of the native methods the package exposes as they are (Communicator, UniqueId, ParallelGroups) are taken as
 // Python objects and checked here, so that a wrong type or a value the C++ signature cannot hold is the library's
 // InvalidArgumentError naming the argument and the value ("kvcomm [rank R] call: what ..."), never nanobind's
 // TypeError and never a truncation. `rank` is this rank, or -1 where the call has none.

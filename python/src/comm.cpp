@@ -1,4 +1,4 @@
-// Communicator, UniqueId, Topology and Layout. Blocking collectives run without the GIL; the callback bootstrap
+// Communicator, UniqueId, Topology and ParallelGroups. Blocking collectives run without the GIL; the callback bootstrap
 // takes it back only to call the Python allgather.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
@@ -95,11 +95,11 @@ Communicator fromAllgather(int rank, int size, nb::object fn) {
   return *comm;
 }
 
-// The four group sizes of a Layout call: each at least 1, their product (the world's size) at most
+// The four group sizes of a ParallelGroups call: each at least 1, their product (the world's size) at most
 // limits::kMaxRanks, checked before anything is sized (group_of returns a list as long as one of them).
-LayoutSpec specArg(nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp, const char* call, int rank) {
+ParallelSpec specArg(nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp, const char* call, int rank) {
   constexpr int64_t kMax = limits::kMaxRanks;
-  LayoutSpec s;
+  ParallelSpec s;
   s.tp = static_cast<int>(intArg(tp, call, "tp", rank, 1, kMax));
   s.pcp = static_cast<int>(intArg(pcp, call, "pcp", rank, 1, kMax));
   s.pp = static_cast<int>(intArg(pp, call, "pp", rank, 1, kMax));
@@ -273,38 +273,38 @@ void bindComm(nb::module_& m) {
       .def(
           "topology_string", [](const Communicator& c) { return c.topology().toString(); }, "The topology as a table.");
 
-  nb::class_<Layout> layout(m, "Layout", "TP/PCP/PP/DP groups of this rank (kvcomm::Layout).");
-  refuseConstruction(layout, "Layout", "use Layout.create()");
+  nb::class_<ParallelGroups> layout(m, "ParallelGroups", "TP/PCP/PP/DP groups of this rank (kvcomm::ParallelGroups).");
+  refuseConstruction(layout, "ParallelGroups", "use ParallelGroups.create()");
   layout
       .def_static(
           "create",
           [](nb::handle worldArg, nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp) {
-            const char* call = "Layout.create";
+            const char* call = "ParallelGroups.create";
             Communicator& world = objArg<Communicator>(worldArg, call, "world", -1, "kvcomm.Communicator");
-            LayoutSpec s = specArg(tp, pcp, pp, dp, call, world.rank());
+            ParallelSpec s = specArg(tp, pcp, pp, dp, call, world.rank());
             nb::gil_scoped_release nogil;
-            return Layout::create(world, s);
+            return ParallelGroups::create(world, s);
           },
           nb::arg("world").none(), nb::arg("tp").none() = 1, nb::arg("pcp").none() = 1, nb::arg("pp").none() = 1,
           nb::arg("dp").none() = 1, "Splits `world` into the four groups (collective).")
-      .def_prop_ro("spec", [](const Layout& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
+      .def_prop_ro("spec", [](const ParallelGroups& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
       .def_prop_ro("coord",
-                   [](const Layout& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
-      .def_prop_ro("tp", [](const Layout& l) { return l.tp; })
-      .def_prop_ro("pcp", [](const Layout& l) { return l.pcp; })
-      .def_prop_ro("pp", [](const Layout& l) { return l.pp; })
-      .def_prop_ro("dp", [](const Layout& l) { return l.dp; })
+                   [](const ParallelGroups& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
+      .def_prop_ro("tp", [](const ParallelGroups& l) { return l.tp; })
+      .def_prop_ro("pcp", [](const ParallelGroups& l) { return l.pcp; })
+      .def_prop_ro("pp", [](const ParallelGroups& l) { return l.pp; })
+      .def_prop_ro("dp", [](const ParallelGroups& l) { return l.dp; })
       .def_static(
           "group_of",
           [](nb::handle tp, nb::handle pcp, nb::handle pp, nb::handle dp, nb::handle rankArg, nb::handle axisArg) {
-            const char* call = "Layout.group_of";
-            LayoutSpec s = specArg(tp, pcp, pp, dp, call, -1);
+            const char* call = "ParallelGroups.group_of";
+            ParallelSpec s = specArg(tp, pcp, pp, dp, call, -1);
             int rank = cIntArg(rankArg, call, "rank", -1);
             // kvcomm.Axis members (an IntEnum) or their values; anything else is refused before it becomes an Axis.
             auto axis = static_cast<Axis>(
                 enumArg(axisArg, call, "axis", rank, 4, "a kvcomm.Axis (TP = 0, PCP = 1, PP = 2, DP = 3)"));
-            // Layout::groupOf checks the sizes (and their product) and the rank, naming each.
-            return Layout::groupOf(s, rank, axis);
+            // ParallelGroups::groupOf checks the sizes (and their product) and the rank, naming each.
+            return ParallelGroups::groupOf(s, rank, axis);
           },
           nb::arg("tp").none(), nb::arg("pcp").none(), nb::arg("pp").none(), nb::arg("dp").none(),
           nb::arg("rank").none(), nb::arg("axis").none(),

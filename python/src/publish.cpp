@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bindings.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 
 namespace kvcomm::py {
 

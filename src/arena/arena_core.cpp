@@ -11,7 +11,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
-#include "fetch/layout_registry.hpp"
+#include "kvlayout/kv_layout.hpp"
 
 namespace kvcomm::detail::arena {
 

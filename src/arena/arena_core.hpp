@@ -21,7 +21,7 @@ namespace kvcomm::detail::arena {
 
 class Session;
 
-/// Layout <-> wire regions.
+/// ParallelGroups <-> wire regions.
 std::vector<WireRegion> toWire(const KvLayout& layout);
 KvLayout fromWire(const std::vector<WireRegion>& regions, uint64_t version);
 /// Bytes from 0 to the end of the layout's last block (checked); throws InvalidArgumentError naming `call` for a

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "ops/device_memory.hpp"
+#include "device/device_memory.hpp"
 #include "platform/cuda_driver.hpp"
 
 namespace kvcomm::detail::arena {

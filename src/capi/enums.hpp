@@ -16,7 +16,7 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::capi {

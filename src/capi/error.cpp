@@ -9,7 +9,7 @@
 #include "capi/capi.hpp"
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
-#include "fetch/layout_registry.hpp"
+#include "kvlayout/kv_layout.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/device/barrier.hpp"
@@ -66,8 +66,8 @@ const char* handleTypeName(HandleType t) noexcept {
   switch (t) {
     case HandleType::Comm:
       return HandleTraits<kvcommComm>::name;
-    case HandleType::Layout:
-      return HandleTraits<kvcommLayout>::name;
+    case HandleType::ParallelGroups:
+      return HandleTraits<kvcommParallelGroups>::name;
     case HandleType::Buffer:
       return HandleTraits<kvcommBuffer>::name;
     case HandleType::Publisher:

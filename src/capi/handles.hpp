@@ -17,7 +17,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
 
 struct kvcommComm {
@@ -25,10 +25,10 @@ struct kvcommComm {
   kvcomm::Communicator comm;
   int rank;
 };
-struct kvcommLayout {
-  explicit kvcommLayout(kvcomm::Layout l)
-      : layout(std::move(l)), rank(kvcomm::Layout::rankOf(layout.spec, layout.coord)) {}
-  kvcomm::Layout layout;
+struct kvcommParallelGroups {
+  explicit kvcommParallelGroups(kvcomm::ParallelGroups l)
+      : layout(std::move(l)), rank(kvcomm::ParallelGroups::rankOf(layout.spec, layout.coord)) {}
+  kvcomm::ParallelGroups layout;
   int rank;  ///< in the world the layout was made from
 };
 struct kvcommBuffer {
@@ -87,7 +87,7 @@ class CallFrame {
   std::optional<detail::RankScope> rank_;
 };
 
-enum class HandleType : uint8_t { Comm, Layout, Buffer, Publisher, Barrier, Fetcher, FetchPlan, FetchOperation };
+enum class HandleType : uint8_t { Comm, ParallelGroups, Buffer, Publisher, Barrier, Fetcher, FetchPlan, FetchOperation };
 
 /// The C type name of each handle struct.
 template <typename H>
@@ -99,7 +99,7 @@ struct HandleTraits;
     static constexpr const char* name = CName;           \
   }
 KVCOMM_CAPI_HANDLE(kvcommComm, Comm, "kvcommComm_t");
-KVCOMM_CAPI_HANDLE(kvcommLayout, Layout, "kvcommLayout_t");
+KVCOMM_CAPI_HANDLE(kvcommParallelGroups, ParallelGroups, "kvcommParallelGroups_t");
 KVCOMM_CAPI_HANDLE(kvcommBuffer, Buffer, "kvcommBuffer_t");
 KVCOMM_CAPI_HANDLE(kvcommPublisher, Publisher, "kvcommPublisher_t");
 KVCOMM_CAPI_HANDLE(kvcommBarrier, Barrier, "kvcommBarrier_t");

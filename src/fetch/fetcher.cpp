@@ -22,10 +22,11 @@
 #include "fetch/tcp_transport.hpp"
 #include "fetch/verbs_transport.hpp"
 #include "kernels/launch.hpp"
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/limits.hpp"
-#include "ops/device_errors.hpp"
-#include "ops/device_memory.hpp"
+#include "device/device_errors.hpp"
+#include "device/device_memory.hpp"
 #include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 

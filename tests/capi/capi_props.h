@@ -13,7 +13,7 @@
 /* Handles every entry may use; the handle phase substitutes one of them at a time (NULL, destroyed, foreign). */
 typedef struct {
   kvcommComm_t comm;
-  kvcommLayout_t layout;
+  kvcommParallelGroups_t layout;
   kvcommBuffer_t buffer;
   kvcommPublisher_t publisher;
   kvcommBarrier_t barrier;

@@ -135,23 +135,23 @@ static void testBasics(void) {
   FAILS(kvcommCommRank(NULL, &v), kvcommInvalidArgument, "comm is NULL");
   kvcommUniqueId id;
   FAILS(kvcommUniqueIdFromString("zz", &id), kvcommInvalidArgument, "hex characters");
-  kvcommLayoutSpec spec = {2, 2, 1, 1};
-  kvcommLayoutCoord c;
-  OK(kvcommLayoutCoordOf(&spec, 3, &c));
+  kvcommParallelSpec spec = {2, 2, 1, 1};
+  kvcommParallelCoord c;
+  OK(kvcommParallelCoordOf(&spec, 3, &c));
   CHECK(c.tp == 1 && c.pcp == 1, "coordOf(3) = tp %d pcp %d", c.tp, c.pcp);
-  FAILS(kvcommLayoutCoordOf(&spec, 4, &c), kvcommInvalidArgument, "outside");
+  FAILS(kvcommParallelCoordOf(&spec, 4, &c), kvcommInvalidArgument, "outside");
   int ranks[4], n = 0;
-  OK(kvcommLayoutGroupOf(&spec, 1, kvcommAxisPCP, ranks, 4, &n));
+  OK(kvcommParallelGroupOf(&spec, 1, kvcommAxisPCP, ranks, 4, &n));
   CHECK(n == 2 && ranks[0] == 1 && ranks[1] == 3, "PCP group of 1: n %d {%d,%d}", n, ranks[0], ranks[1]);
-  FAILS(kvcommLayoutGroupOf(&spec, 1, (kvcommAxis_t)9, ranks, 4, &n), kvcommInvalidArgument, "axis");
+  FAILS(kvcommParallelGroupOf(&spec, 1, (kvcommAxis_t)9, ranks, 4, &n), kvcommInvalidArgument, "axis");
   /* 3 * 1431655766 = 2^32 + 2: an int product would wrap to a 2-rank world. */
-  kvcommLayoutSpec wraps = {3, 1431655766, 1, 1};
-  FAILS(kvcommLayoutCoordOf(&wraps, 1, &c), kvcommInvalidArgument, "exceeds INT_MAX");
-  FAILS(kvcommLayoutGroupOf(&wraps, 1, kvcommAxisTP, ranks, 4, &n), kvcommInvalidArgument, "exceeds INT_MAX");
+  kvcommParallelSpec wraps = {3, 1431655766, 1, 1};
+  FAILS(kvcommParallelCoordOf(&wraps, 1, &c), kvcommInvalidArgument, "exceeds INT_MAX");
+  FAILS(kvcommParallelGroupOf(&wraps, 1, kvcommAxisTP, ranks, 4, &n), kvcommInvalidArgument, "exceeds INT_MAX");
   int rank = -1;
   c.tp = 1;
   c.pcp = 0;
-  OK(kvcommLayoutRankOf(&spec, &c, &rank));
+  OK(kvcommParallelRankOf(&spec, &c, &rank));
   CHECK(rank == 1, "rankOf(tp1, pcp0) = %d", rank);
   /* Stricter than C++ useLocalDevice (negative = 0): refused before any device is touched (docs/c-api.md). */
   int dev = 7;
@@ -254,26 +254,26 @@ static void testCollectives(kvcommComm_t world, int rank, int size) {
 }
 
 static void testLayout(kvcommComm_t world, int rank) {
-  kvcommLayoutSpec bad = {3, 1, 1, 1};
-  kvcommLayout_t layout = NULL;
-  FAILS(kvcommLayoutCreate(world, &bad, &layout), kvcommInvalidArgument, "");
+  kvcommParallelSpec bad = {3, 1, 1, 1};
+  kvcommParallelGroups_t layout = NULL;
+  FAILS(kvcommParallelGroupsCreate(world, &bad, &layout), kvcommInvalidArgument, "");
   /* 4 * 1073741825 = 2^32 + 4 wraps to this 4-rank world in int arithmetic. */
-  kvcommLayoutSpec wraps = {4, 1073741825, 1, 1};
-  FAILS(kvcommLayoutCreate(world, &wraps, &layout), kvcommInvalidArgument, "exceeds INT_MAX");
+  kvcommParallelSpec wraps = {4, 1073741825, 1, 1};
+  FAILS(kvcommParallelGroupsCreate(world, &wraps, &layout), kvcommInvalidArgument, "exceeds INT_MAX");
   CHECK(layout == NULL, "a refused layout must not hand out a handle");
-  kvcommLayoutSpec spec = {2, 2, 1, 1};
-  OK(kvcommLayoutCreate(world, &spec, &layout));
-  kvcommLayoutCoord c;
-  OK(kvcommLayoutGetCoord(layout, &c));
+  kvcommParallelSpec spec = {2, 2, 1, 1};
+  OK(kvcommParallelGroupsCreate(world, &spec, &layout));
+  kvcommParallelCoord c;
+  OK(kvcommParallelGroupsGetCoord(layout, &c));
   CHECK(c.tp == rank % 2 && c.pcp == rank / 2 && c.pp == 0 && c.dp == 0, "coords of %d", rank);
   const kvcommAxis_t axes[2] = {kvcommAxisTP, kvcommAxisPCP};
   for (int a = 0; a < 2; ++a) {
     kvcommComm_t g = NULL;
-    OK(kvcommLayoutComm(layout, axes[a], &g));
+    OK(kvcommParallelGroupsComm(layout, axes[a], &g));
     int gr = -1, gs = -1, expected[4], n = 0;
     OK(kvcommCommRank(g, &gr));
     OK(kvcommCommSize(g, &gs));
-    OK(kvcommLayoutGroupOf(&spec, rank, axes[a], expected, 4, &n));
+    OK(kvcommParallelGroupOf(&spec, rank, axes[a], expected, 4, &n));
     CHECK(gs == n && gs == 2, "axis %d size %d", a, gs);
     CHECK(gr == (a == 0 ? c.tp : c.pcp), "axis %d rank %d", a, gr);
     for (int i = 0; i < gs; ++i) {
@@ -283,8 +283,8 @@ static void testLayout(kvcommComm_t world, int rank) {
     }
     OK(kvcommCommDestroy(g));
   }
-  FAILS(kvcommLayoutComm(layout, (kvcommAxis_t)7, NULL), kvcommInvalidArgument, "NULL");
-  OK(kvcommLayoutDestroy(layout));
+  FAILS(kvcommParallelGroupsComm(layout, (kvcommAxis_t)7, NULL), kvcommInvalidArgument, "NULL");
+  OK(kvcommParallelGroupsDestroy(layout));
 }
 
 static void testPublish(kvcommComm_t world, int rank, int size) {

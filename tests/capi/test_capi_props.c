@@ -272,8 +272,8 @@ static kvcommResult_t waitDone(kvcommFetchOperation_t op) {
 static void makeHandles(Ctx* c, unsigned types, Handles* out) {
   if (types & kHComm) FIXTURE_OK(kvcommCommSplit(c->h.comm, 0, c->rank, &out->comm));
   if (types & kHLayout) {
-    kvcommLayoutSpec spec = {c->size, 1, 1, 1};
-    FIXTURE_OK(kvcommLayoutCreate(c->h.comm, &spec, &out->layout));
+    kvcommParallelSpec spec = {c->size, 1, 1, 1};
+    FIXTURE_OK(kvcommParallelGroupsCreate(c->h.comm, &spec, &out->layout));
   }
   if (types & kHBuffer) FIXTURE_OK(kvcommBufferCreate(c->h.comm, kCapacity, kMapped, kvcommMemoryHost, &out->buffer));
   kvcommBuffer_t buf = out->buffer ? out->buffer : c->h.buffer;
@@ -312,7 +312,7 @@ static void destroyHandles(Ctx* c, Handles* h) {
   FIXTURE_OK(kvcommBarrierDestroy(h->barrier));
   FIXTURE_OK(kvcommPublisherDestroy(h->publisher));
   FIXTURE_OK(kvcommBufferDestroy(h->buffer));
-  FIXTURE_OK(kvcommLayoutDestroy(h->layout));
+  FIXTURE_OK(kvcommParallelGroupsDestroy(h->layout));
   FIXTURE_OK(kvcommCommDestroy(h->comm));
   memset(h, 0, sizeof(*h));
 }
@@ -368,7 +368,7 @@ static const char* typeName(unsigned type) {
     case kHComm:
       return "kvcommComm_t";
     case kHLayout:
-      return "kvcommLayout_t";
+      return "kvcommParallelGroups_t";
     case kHBuffer:
       return "kvcommBuffer_t";
     case kHPublisher:

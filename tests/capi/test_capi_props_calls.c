@@ -416,47 +416,47 @@ static void propsCommTopologyString(Ctx* c) {
 
 /* ---- layout --------------------------------------------------------------------------------------------------- */
 
-static int* field(kvcommLayoutSpec* s, int k) {
+static int* field(kvcommParallelSpec* s, int k) {
   return k == 0 ? &s->tp : k == 1 ? &s->pcp : k == 2 ? &s->pp : &s->dp;
 }
 
 static kvcommResult_t callLayoutCreate(Ctx* c, const Handles* h) {
-  kvcommLayoutSpec spec = {c->size, 1, 1, 1};
-  return kvcommLayoutCreate(h->comm, &spec, SCRATCH(kvcommLayout_t*));
+  kvcommParallelSpec spec = {c->size, 1, 1, 1};
+  return kvcommParallelGroupsCreate(h->comm, &spec, SCRATCH(kvcommParallelGroups_t*));
 }
 /* Each size through every value, the others 1: valid (a collective create) exactly when it is the world size. */
 static void propsLayoutCreate(Ctx* c) {
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
-      kvcommLayoutSpec spec = {1, 1, 1, 1};
+      kvcommParallelSpec spec = {1, 1, 1, 1};
       *field(&spec, k) = asInt(x);
       if (asInt(x) == c->size) {
-        kvcommLayout_t l = NULL;
-        SUCCEEDS(kvcommLayoutCreate(c->h.comm, &spec, &l));
-        SUCCEEDS(kvcommLayoutDestroy(l));
+        kvcommParallelGroups_t l = NULL;
+        SUCCEEDS(kvcommParallelGroupsCreate(c->h.comm, &spec, &l));
+        SUCCEEDS(kvcommParallelGroupsDestroy(l));
       } else {
-        REFUSED("", kvcommLayoutCreate(c->h.comm, &spec, SCRATCH(kvcommLayout_t*)));
+        REFUSED("", kvcommParallelGroupsCreate(c->h.comm, &spec, SCRATCH(kvcommParallelGroups_t*)));
       }
     }
-  kvcommLayoutSpec spec = {c->size, 1, 1, 1};
-  REFUSED("spec is NULL", kvcommLayoutCreate(c->h.comm, NULL, SCRATCH(kvcommLayout_t*)));
-  REFUSED("layout is NULL", kvcommLayoutCreate(c->h.comm, &spec, NULL));
+  kvcommParallelSpec spec = {c->size, 1, 1, 1};
+  REFUSED("spec is NULL", kvcommParallelGroupsCreate(c->h.comm, NULL, SCRATCH(kvcommParallelGroups_t*)));
+  REFUSED("layout is NULL", kvcommParallelGroupsCreate(c->h.comm, &spec, NULL));
 }
 
 static kvcommResult_t callLayoutDestroy(Ctx* c, const Handles* h) {
   (void)c;
-  return kvcommLayoutDestroy(h->layout);
+  return kvcommParallelGroupsDestroy(h->layout);
 }
 static void propsLayoutDestroy(Ctx* c) {
-  SUCCEEDS(kvcommLayoutDestroy(NULL));
-  kvcommLayoutSpec spec = {c->size, 1, 1, 1};
-  kvcommLayout_t l = NULL;
-  SUCCEEDS(kvcommLayoutCreate(c->h.comm, &spec, &l));
-  SUCCEEDS(kvcommLayoutDestroy(l));
-  REFUSED("not a live kvcommLayout_t", kvcommLayoutDestroy(l));
+  SUCCEEDS(kvcommParallelGroupsDestroy(NULL));
+  kvcommParallelSpec spec = {c->size, 1, 1, 1};
+  kvcommParallelGroups_t l = NULL;
+  SUCCEEDS(kvcommParallelGroupsCreate(c->h.comm, &spec, &l));
+  SUCCEEDS(kvcommParallelGroupsDestroy(l));
+  REFUSED("not a live kvcommParallelGroups_t", kvcommParallelGroupsDestroy(l));
 }
 
 static kvcommResult_t callLayoutComm(Ctx* c, const Handles* h) {
-  return kvcommLayoutComm(h->layout, kvcommAxisTP, SCRATCH(kvcommComm_t*));
+  return kvcommParallelGroupsComm(h->layout, kvcommAxisTP, SCRATCH(kvcommComm_t*));
 }
 static void propsLayoutComm(Ctx* c) {
   unsigned vals[24];
@@ -465,42 +465,42 @@ static void propsLayoutComm(Ctx* c) {
     if (i < 4) {
       kvcommComm_t g = NULL;
       int s = 0;
-      SUCCEEDS(kvcommLayoutComm(c->h.layout, (kvcommAxis_t)vals[i], &g));
+      SUCCEEDS(kvcommParallelGroupsComm(c->h.layout, (kvcommAxis_t)vals[i], &g));
       SUCCEEDS(kvcommCommSize(g, &s));
       EXPECT(s == (i == 0 ? c->size : 1));
       SUCCEEDS(kvcommCommDestroy(g));
     } else {
       char word[48];
       snprintf(word, sizeof(word), "axis %u", vals[i]);
-      REFUSED(word, kvcommLayoutComm(c->h.layout, (kvcommAxis_t)vals[i], SCRATCH(kvcommComm_t*)));
-      REFUSED("kvcommAxis_t", kvcommLayoutComm(c->h.layout, (kvcommAxis_t)vals[i], SCRATCH(kvcommComm_t*)));
+      REFUSED(word, kvcommParallelGroupsComm(c->h.layout, (kvcommAxis_t)vals[i], SCRATCH(kvcommComm_t*)));
+      REFUSED("kvcommAxis_t", kvcommParallelGroupsComm(c->h.layout, (kvcommAxis_t)vals[i], SCRATCH(kvcommComm_t*)));
     }
   }
-  REFUSED("comm is NULL", kvcommLayoutComm(c->h.layout, kvcommAxisTP, NULL));
+  REFUSED("comm is NULL", kvcommParallelGroupsComm(c->h.layout, kvcommAxisTP, NULL));
 }
 
 static kvcommResult_t callLayoutGetSpec(Ctx* c, const Handles* h) {
-  return kvcommLayoutGetSpec(h->layout, SCRATCH(kvcommLayoutSpec*));
+  return kvcommParallelGroupsGetSpec(h->layout, SCRATCH(kvcommParallelSpec*));
 }
 static void propsLayoutGetSpec(Ctx* c) {
-  REFUSED("spec is NULL", kvcommLayoutGetSpec(c->h.layout, NULL));
-  kvcommLayoutSpec s;
-  SUCCEEDS(kvcommLayoutGetSpec(c->h.layout, &s));
+  REFUSED("spec is NULL", kvcommParallelGroupsGetSpec(c->h.layout, NULL));
+  kvcommParallelSpec s;
+  SUCCEEDS(kvcommParallelGroupsGetSpec(c->h.layout, &s));
   EXPECT(s.tp == c->size && s.pcp == 1 && s.pp == 1 && s.dp == 1);
 }
 
 static kvcommResult_t callLayoutGetCoord(Ctx* c, const Handles* h) {
-  return kvcommLayoutGetCoord(h->layout, SCRATCH(kvcommLayoutCoord*));
+  return kvcommParallelGroupsGetCoord(h->layout, SCRATCH(kvcommParallelCoord*));
 }
 static void propsLayoutGetCoord(Ctx* c) {
-  REFUSED("coord is NULL", kvcommLayoutGetCoord(c->h.layout, NULL));
-  kvcommLayoutCoord k;
-  SUCCEEDS(kvcommLayoutGetCoord(c->h.layout, &k));
+  REFUSED("coord is NULL", kvcommParallelGroupsGetCoord(c->h.layout, NULL));
+  kvcommParallelCoord k;
+  SUCCEEDS(kvcommParallelGroupsGetCoord(c->h.layout, &k));
   EXPECT(k.tp == c->rank && k.pcp == 0 && k.pp == 0 && k.dp == 0);
 }
 
 /* A spec is valid when every size is positive and their product is at most INT_MAX. */
-static int specValid(const kvcommLayoutSpec* s) {
+static int specValid(const kvcommParallelSpec* s) {
   if (s->tp <= 0 || s->pcp <= 0 || s->pp <= 0 || s->dp <= 0) return 0;
   long long p = (long long)s->tp * s->pcp;
   if (p > INT_MAX) return 0;
@@ -512,77 +512,77 @@ static int specValid(const kvcommLayoutSpec* s) {
 
 static void propsLayoutCoordOf(Ctx* c) {
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
-      kvcommLayoutSpec spec = {2, 3, 1, 2};
+      kvcommParallelSpec spec = {2, 3, 1, 2};
       *field(&spec, k) = asInt(x);
-      kvcommLayoutCoord out;
+      kvcommParallelCoord out;
       int ok = specValid(&spec);
-      OUTCOME(ok, "", kvcommLayoutCoordOf(&spec, 1, ok ? &out : SCRATCH(kvcommLayoutCoord*)));
+      OUTCOME(ok, "", kvcommParallelCoordOf(&spec, 1, ok ? &out : SCRATCH(kvcommParallelCoord*)));
       if (ok) EXPECT(out.tp == (spec.tp > 1 ? 1 : 0));
     }
-  kvcommLayoutSpec spec = {2, 3, 1, 2};
+  kvcommParallelSpec spec = {2, 3, 1, 2};
   FOR_VALUES(x) {
     int r = asInt(x), ok = r >= 0 && r < 12;
-    kvcommLayoutCoord out;
-    OUTCOME(ok, "rank", kvcommLayoutCoordOf(&spec, r, ok ? &out : SCRATCH(kvcommLayoutCoord*)));
+    kvcommParallelCoord out;
+    OUTCOME(ok, "rank", kvcommParallelCoordOf(&spec, r, ok ? &out : SCRATCH(kvcommParallelCoord*)));
     if (ok) EXPECT(((out.dp * 1 + out.pp) * 3 + out.pcp) * 2 + out.tp == r);
   }
-  REFUSED("spec is NULL", kvcommLayoutCoordOf(NULL, 0, SCRATCH(kvcommLayoutCoord*)));
-  REFUSED("coord is NULL", kvcommLayoutCoordOf(&spec, 0, NULL));
+  REFUSED("spec is NULL", kvcommParallelCoordOf(NULL, 0, SCRATCH(kvcommParallelCoord*)));
+  REFUSED("coord is NULL", kvcommParallelCoordOf(&spec, 0, NULL));
 }
 
 static void propsLayoutRankOf(Ctx* c) {
-  kvcommLayoutSpec spec = {2, 3, 1, 2};
+  kvcommParallelSpec spec = {2, 3, 1, 2};
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
-      kvcommLayoutCoord co = {1, 2, 0, 1};
+      kvcommParallelCoord co = {1, 2, 0, 1};
       int v = asInt(x);
       int* f = k == 0 ? &co.tp : k == 1 ? &co.pcp : k == 2 ? &co.pp : &co.dp;
       *f = v;
       int limit = k == 0 ? 2 : k == 1 ? 3 : k == 2 ? 1 : 2, ok = v >= 0 && v < limit, r = -1;
-      OUTCOME(ok, "outside the spec", kvcommLayoutRankOf(&spec, &co, ok ? &r : SCRATCH(int*)));
+      OUTCOME(ok, "outside the spec", kvcommParallelRankOf(&spec, &co, ok ? &r : SCRATCH(int*)));
       if (ok) EXPECT(r == ((co.dp * 1 + co.pp) * 3 + co.pcp) * 2 + co.tp);
     }
-  kvcommLayoutCoord co = {0, 0, 0, 0};
-  REFUSED("spec is NULL", kvcommLayoutRankOf(NULL, &co, SCRATCH(int*)));
-  REFUSED("coord is NULL", kvcommLayoutRankOf(&spec, NULL, SCRATCH(int*)));
-  REFUSED("rank is NULL", kvcommLayoutRankOf(&spec, &co, NULL));
+  kvcommParallelCoord co = {0, 0, 0, 0};
+  REFUSED("spec is NULL", kvcommParallelRankOf(NULL, &co, SCRATCH(int*)));
+  REFUSED("coord is NULL", kvcommParallelRankOf(&spec, NULL, SCRATCH(int*)));
+  REFUSED("rank is NULL", kvcommParallelRankOf(&spec, &co, NULL));
 }
 
 /* Axis through its enumerators and neighbours, capacity through every value (at most the group is written; a
  * group of 2^30 members is counted, not materialised), the rank through every value. */
 static void propsLayoutGroupOf(Ctx* c) {
-  kvcommLayoutSpec spec = {2, 3, 1, 2};
+  kvcommParallelSpec spec = {2, 3, 1, 2};
   unsigned vals[24];
   size_t n = enumValues(4, vals);
   for (size_t i = 0; i < n; ++i) {
     int ranks[4], count = -1;
     if (i < 4) {
-      SUCCEEDS(kvcommLayoutGroupOf(&spec, 7, (kvcommAxis_t)vals[i], ranks, 4, &count));
+      SUCCEEDS(kvcommParallelGroupOf(&spec, 7, (kvcommAxis_t)vals[i], ranks, 4, &count));
       EXPECT(count == (i == 0 ? 2 : i == 1 ? 3 : i == 2 ? 1 : 2));
     } else {
-      REFUSED("axis", kvcommLayoutGroupOf(&spec, 7, (kvcommAxis_t)vals[i], SCRATCH(int*), 4, SCRATCH(int*) + 64));
+      REFUSED("axis", kvcommParallelGroupOf(&spec, 7, (kvcommAxis_t)vals[i], SCRATCH(int*), 4, SCRATCH(int*) + 64));
     }
   }
   FOR_VALUES(x) {
     int cap = asInt(x), ranks[4] = {-9, -9, -9, -9}, count = -1;
     if (cap < 0) {
-      REFUSED("capacity", kvcommLayoutGroupOf(&spec, 7, kvcommAxisPCP, SCRATCH(int*), cap, SCRATCH(int*) + 64));
+      REFUSED("capacity", kvcommParallelGroupOf(&spec, 7, kvcommAxisPCP, SCRATCH(int*), cap, SCRATCH(int*) + 64));
     } else {
-      SUCCEEDS(kvcommLayoutGroupOf(&spec, 7, kvcommAxisPCP, ranks, cap, &count));
+      SUCCEEDS(kvcommParallelGroupOf(&spec, 7, kvcommAxisPCP, ranks, cap, &count));
       /* rank 7 = (tp 1, pcp 0, dp 1): its PCP group is 7, 9, 11 */
       EXPECT(count == 3 && (cap == 0 || ranks[0] == 7) && (cap < 3 || (ranks[1] == 9 && ranks[2] == 11)) &&
              ranks[3] == -9 && (cap > 0 || ranks[0] == -9));
     }
     int r = asInt(x);
     if (r < 0 || r >= 12)
-      REFUSED("rank", kvcommLayoutGroupOf(&spec, r, kvcommAxisTP, SCRATCH(int*), 4, SCRATCH(int*) + 64));
+      REFUSED("rank", kvcommParallelGroupOf(&spec, r, kvcommAxisTP, SCRATCH(int*), 4, SCRATCH(int*) + 64));
   }
-  kvcommLayoutSpec huge = {1 << 30, 1, 1, 1};
+  kvcommParallelSpec huge = {1 << 30, 1, 1, 1};
   int ranks[4], count = 0;
-  SUCCEEDS(kvcommLayoutGroupOf(&huge, 5, kvcommAxisTP, ranks, 4, &count));
+  SUCCEEDS(kvcommParallelGroupOf(&huge, 5, kvcommAxisTP, ranks, 4, &count));
   EXPECT(count == 1 << 30 && ranks[3] == 3);
-  REFUSED("spec is NULL", kvcommLayoutGroupOf(NULL, 0, kvcommAxisTP, SCRATCH(int*), 4, SCRATCH(int*) + 64));
-  REFUSED("count is NULL", kvcommLayoutGroupOf(&spec, 0, kvcommAxisTP, SCRATCH(int*), 4, NULL));
-  REFUSED("ranks is NULL", kvcommLayoutGroupOf(&spec, 0, kvcommAxisTP, NULL, 4, SCRATCH(int*)));
+  REFUSED("spec is NULL", kvcommParallelGroupOf(NULL, 0, kvcommAxisTP, SCRATCH(int*), 4, SCRATCH(int*) + 64));
+  REFUSED("count is NULL", kvcommParallelGroupOf(&spec, 0, kvcommAxisTP, SCRATCH(int*), 4, NULL));
+  REFUSED("ranks is NULL", kvcommParallelGroupOf(&spec, 0, kvcommAxisTP, NULL, 4, SCRATCH(int*)));
 }
 
 /* ---- symmetric memory ----------------------------------------------------------------------------------------- */

@@ -17,8 +17,8 @@ int main() {
   std::printf("consumer: rank %d of %d, %d host(s), value %d\n", comm.rank(), comm.size(), comm.topology().numHosts, v);
   bool ok = comm.size() == 1 && v == 42;
 
-  auto layout = kvcomm::Layout::create(comm, {1, 1, 1, 1});
-  ok = ok && layout.tp.size() == 1 && kvcomm::Layout::rankOf(layout.spec, layout.coord) == 0;
+  auto layout = kvcomm::ParallelGroups::create(comm, {1, 1, 1, 1});
+  ok = ok && layout.tp.size() == 1 && kvcomm::ParallelGroups::rankOf(layout.spec, layout.coord) == 0;
 
   auto buf = kvcomm::SymmetricBuffer::create(comm, 1 << 20, 1 << 20, kvcomm::MemoryKind::Host);
   auto pub = kvcomm::Publisher::create(buf);

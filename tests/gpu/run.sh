@@ -86,7 +86,7 @@ if [ "$what" != perf ]; then
   step "kvcomm_mpi_tests, 4 ranks on $np GPUs (TP2/PCP2 and fetch tests)"
   mpi4=("${mpi[@]}"); mpi4[6]=4
   timeout 300 "${mpi4[@]}" "$build/tests/mpi/kvcomm_mpi_tests" --gtest_color=no \
-    --gtest_filter='*Pcp*:*Tp*:Layout*:Split*:*Fetch*' 2>&1 | tee "$OUT/mpi4.txt" | \
+    --gtest_filter='*Pcp*:*Tp*:ParallelGroups*:Split*:*Fetch*' 2>&1 | tee "$OUT/mpi4.txt" | \
     grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure|error|^\[rank [0-9]" | head -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kvcomm/error.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
 #include "support/publish_oracle.hpp"

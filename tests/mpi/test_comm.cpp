@@ -1,4 +1,4 @@
-// Communicator, split and Layout under mpirun, against MPI oracles.
+// Communicator, split and ParallelGroups under mpirun, against MPI oracles.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -64,36 +64,36 @@ TEST(Split, MatchesMpiCommSplitForRandomColorsAndKeys) {
   }
 }
 
-TEST(Layout, GroupsMatchMpiSplitOracle) {
+TEST(ParallelGroups, GroupsMatchMpiSplitOracle) {
   auto world = kvtest::tcpWorld();
   int n = world.size();
-  std::vector<kvcomm::LayoutSpec> specs;
+  std::vector<kvcomm::ParallelSpec> specs;
   if (n == 4) specs = {{1, 4, 1, 1}, {2, 2, 1, 1}, {4, 1, 1, 1}, {2, 1, 2, 1}};
   if (n == 8) specs = {{2, 2, 1, 2}, {2, 2, 2, 1}, {1, 8, 1, 1}};
   if (specs.empty()) GTEST_SKIP() << "no layout specs for " << n << " ranks";
   for (const auto& s : specs) {
-    auto l = kvcomm::Layout::create(world, s);
+    auto l = kvcomm::ParallelGroups::create(world, s);
     const auto& c = l.coord;
     // Oracle: MPI_Comm_split on brute-force colors (same dp/pp/pcp => same TP group, etc.).
     auto check = [&](kvcomm::Communicator& got, int color, int key, kvcomm::Axis axis) {
       MPI_Comm o;
       MPI_Comm_split(MPI_COMM_WORLD, color, key, &o);
       EXPECT_EQ(membersOf(got), membersOf(o));
-      EXPECT_EQ(membersOf(got), kvcomm::Layout::groupOf(s, world.rank(), axis));
+      EXPECT_EQ(membersOf(got), kvcomm::ParallelGroups::groupOf(s, world.rank(), axis));
       MPI_Comm_free(&o);
     };
     check(l.tp, c.dp * 1000000 + c.pp * 10000 + c.pcp * 100, c.tp, kvcomm::Axis::TP);
     check(l.pcp, c.dp * 1000000 + c.pp * 10000 + c.tp, c.pcp, kvcomm::Axis::PCP);
     check(l.pp, c.dp * 1000000 + c.pcp * 100 + c.tp, c.pp, kvcomm::Axis::PP);
     check(l.dp, c.pp * 10000 + c.pcp * 100 + c.tp, c.dp, kvcomm::Axis::DP);
-    for (int r = 0; r < l.pcp.size(); ++r) EXPECT_EQ(kvcomm::Layout::coordOf(s, l.pcp.worldRank(r)).tp, c.tp);
+    for (int r = 0; r < l.pcp.size(); ++r) EXPECT_EQ(kvcomm::ParallelGroups::coordOf(s, l.pcp.worldRank(r)).tp, c.tp);
   }
   // The size check names this rank in `world` (docs/api/errors.md), on every rank alike.
   try {
-    kvcomm::Layout::create(world, {3, 1, 1, 1});
+    kvcomm::ParallelGroups::create(world, {3, 1, 1, 1});
     ADD_FAILURE() << "a layout of 3 ranks was accepted by " << n << " ranks";
   } catch (const kvcomm::InvalidArgumentError& e) {
-    std::string want = "kvcomm [rank " + std::to_string(world.rank()) + "] Layout::create: the communicator has " +
+    std::string want = "kvcomm [rank " + std::to_string(world.rank()) + "] ParallelGroups::create: the communicator has " +
                        std::to_string(n) + " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
@@ -172,9 +172,9 @@ TEST(Topology, AccessorsRefuseMembersOutOfRange) {
 
 // Sizes whose int product wraps to exactly this world's size (3 * 1431655766 = 2^32 + 2) are refused, not taken for
 // a world of world.size() ranks; every rank throws alike, before any communication.
-TEST(Layout, CreateRefusesSizesWhoseProductWrapsToTheWorldSize) {
+TEST(ParallelGroups, CreateRefusesSizesWhoseProductWrapsToTheWorldSize) {
   auto world = kvtest::tcpWorld();
-  std::vector<kvcomm::LayoutSpec> specs;
+  std::vector<kvcomm::ParallelSpec> specs;
   if (world.size() == 2) specs = {{3, 1431655766, 1, 1}, {1, 1431655766, 3, 1}};
   if (world.size() == 4) specs = {{4, 1073741825, 1, 1}, {1, 2, 2, 1073741825}};
   if (world.size() == 8) specs = {{8, 536870913, 1, 1}, {2, 2, 2, 536870913}};
@@ -184,15 +184,15 @@ TEST(Layout, CreateRefusesSizesWhoseProductWrapsToTheWorldSize) {
                        static_cast<uint32_t>(s.dp);
     ASSERT_EQ(wrapped, static_cast<uint32_t>(world.size()));  // the hazard this test is about
     try {
-      kvcomm::Layout::create(world, s);
-      ADD_FAILURE() << "Layout::create accepted tp " << s.tp << " pcp " << s.pcp << " pp " << s.pp << " dp " << s.dp;
+      kvcomm::ParallelGroups::create(world, s);
+      ADD_FAILURE() << "ParallelGroups::create accepted tp " << s.tp << " pcp " << s.pcp << " pp " << s.pp << " dp " << s.dp;
     } catch (const kvcomm::InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find("Layout::create"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ParallelGroups::create"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("exceeds INT_MAX"), std::string::npos) << e.what();
     }
   }
   // The world still works afterwards: nothing was half-split.
-  auto l = kvcomm::Layout::create(world, {world.size(), 1, 1, 1});
+  auto l = kvcomm::ParallelGroups::create(world, {world.size(), 1, 1, 1});
   EXPECT_EQ(l.tp.size(), world.size());
 }
 

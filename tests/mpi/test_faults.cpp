@@ -18,7 +18,7 @@
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/memory.hpp"
 #include "support/scoped_env.hpp"

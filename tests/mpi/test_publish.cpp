@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvcomm/error.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
 #include "support/memory.hpp"
@@ -209,7 +209,7 @@ TEST_P(Publish, DirectAndFallbackGiveIdenticalCaches) {
 TEST_P(Publish, PcpGroupsOfTp2Pcp2NeverCrossTpCoordinates) {
   auto world = kvtest::tcpWorld();
   if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
-  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  auto layout = kvcomm::ParallelGroups::create(world, {2, 2, 1, 1});
   auto buf = SymmetricBuffer::create(layout.pcp, 8u << 20, 8u << 20, kind_);
   auto pub = Publisher::create(buf);
   // Each PCP group publishes its own data (seeded by its TP coordinate); a row crossing groups would show.

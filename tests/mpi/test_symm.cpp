@@ -189,7 +189,7 @@ TEST_P(Symm, SizesThatWouldWrapWhenRoundedAreInvalidArguments) {
 TEST_P(Symm, PcpSubgroupMapsExactlyItsMembers) {
   auto world = kvtest::tcpWorld();
   if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
-  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  auto layout = kvcomm::ParallelGroups::create(world, {2, 2, 1, 1});
   auto buf = SymmetricBuffer::create(layout.pcp, 4u << 20, 1u << 20, kind_);
   ASSERT_EQ(buf.size(), 2);
   int partner = 1 - buf.rank();
@@ -206,14 +206,14 @@ TEST_P(Symm, PcpSubgroupMapsExactlyItsMembers) {
   auto back = get(buf.local(), sizeof(int));
   std::memcpy(&got, back.data(), sizeof(int));
   EXPECT_EQ(got, layout.pcp.worldRank(partner)) << "a non-member wrote into this rank's PCP replica";
-  EXPECT_EQ(kvcomm::Layout::coordOf({2, 2, 1, 1}, got).tp, layout.coord.tp) << "publication crossed TP coordinates";
+  EXPECT_EQ(kvcomm::ParallelGroups::coordOf({2, 2, 1, 1}, got).tp, layout.coord.tp) << "publication crossed TP coordinates";
   world.barrier();
 }
 
 TEST_P(Symm, SameAdoptedMemoryInPcpAndTpGroupsHasTwoPeerTables) {
   auto world = kvtest::tcpWorld();
   if (world.size() != 4) GTEST_SKIP() << "needs TP2/PCP2 = 4 ranks";
-  auto layout = kvcomm::Layout::create(world, {2, 2, 1, 1});
+  auto layout = kvcomm::ParallelGroups::create(world, {2, 2, 1, 1});
   kvtest::EngineCache cache(kind_, 8u << 20);
   size_t g = cache.granularity();
   cache.commit(0, 2 * g);

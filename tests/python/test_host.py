@@ -45,7 +45,7 @@ def _comm_and_layout(comm: kvcomm.Communicator) -> None:
     assert others is None or (others.size == N - 1 and others.rank == r - 1)
 
     for tp, pcp in ((2, 2), (1, 4), (4, 1)):
-        layout = kvcomm.Layout.create(comm, tp=tp, pcp=pcp)
+        layout = kvcomm.ParallelGroups.create(comm, tp=tp, pcp=pcp)
         assert layout.spec == (tp, pcp, 1, 1)
         assert layout.coord == (r % tp, r // tp, 0, 0)
         tp_group = [(r // tp) * tp + t for t in range(tp)]  # TP fastest, as engines number ranks
@@ -55,10 +55,10 @@ def _comm_and_layout(comm: kvcomm.Communicator) -> None:
             assert [group.world_rank(i) for i in range(group.size)] == want
         for single in (layout.pp, layout.dp):
             assert single.size == 1 and single.world_rank(0) == r
-        assert kvcomm.Layout.group_of(tp, pcp, 1, 1, r, kvcomm.Axis.PCP) == pcp_group
-        assert kvcomm.Layout.group_of(tp, pcp, 1, 1, r, kvcomm.Axis.TP) == tp_group
+        assert kvcomm.ParallelGroups.group_of(tp, pcp, 1, 1, r, kvcomm.Axis.PCP) == pcp_group
+        assert kvcomm.ParallelGroups.group_of(tp, pcp, 1, 1, r, kvcomm.Axis.TP) == tp_group
     with pytest.raises(kvcomm.InvalidArgumentError):
-        kvcomm.Layout.create(comm, tp=3)
+        kvcomm.ParallelGroups.create(comm, tp=3)
 
 
 def test_communicator_and_layout():
@@ -239,7 +239,7 @@ def test_publish_byte_exact(direct, monkeypatch):
 
 
 def _publish_pcp(comm: kvcomm.Communicator) -> None:
-    layout = kvcomm.Layout.create(comm, tp=2, pcp=2)
+    layout = kvcomm.ParallelGroups.create(comm, tp=2, pcp=2)
     pcp = layout.pcp
     buf = kvcomm.SymmetricBuffer.create(pcp, 64 * 1024, 64 * 1024, kind="host")
     buf.local()[:] = POISON

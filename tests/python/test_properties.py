@@ -619,7 +619,7 @@ def _layout_hash(c: Ctx) -> None:
             "version": int_domain(0, U64_MAX)})
 
 
-# -- Communicator and Layout (native classes, arguments checked by the binding)
+# -- Communicator and ParallelGroups (native classes, arguments checked by the binding)
 
 
 @entry("Communicator", "Communicator.allgather", "Communicator.barrier", "Communicator.members",
@@ -641,21 +641,21 @@ def _communicator(c: Ctx) -> None:
            {"color": int_domain(I32_MIN, I32_MAX), "key": int_domain(I32_MIN, I32_MAX)})
 
 
-@entry("Layout", "Layout.create", "Layout.group_of")
+@entry("ParallelGroups", "ParallelGroups.create", "ParallelGroups.group_of")
 def _layout_entry(c: Ctx) -> None:
     for args in ((), (c.comm,)):
-        c.check(f"Layout{args!r}", lambda args=args: kvcomm.Layout(*args), BAD)
+        c.check(f"ParallelGroups{args!r}", lambda args=args: kvcomm.ParallelGroups(*args), BAD)
     sizes = {n: int_domain(1, 1, values=[I64_MIN, -1, 0, 1, 2, L.MAX_RANKS, L.MAX_RANKS + 1, I32_MAX,
                                          U64_MAX + 1]) for n in ("tp", "pcp", "pp", "dp")}
-    c.vary("Layout.create", kvcomm.Layout.create, {"world": c.comm, "tp": 1, "pcp": 1, "pp": 1, "dp": 1},
+    c.vary("ParallelGroups.create", kvcomm.ParallelGroups.create, {"world": c.comm, "tp": 1, "pcp": 1, "pp": 1, "dp": 1},
            {"world": [(c.comm, OK)] + [(v, BAD) for v in NOT_OBJECTS], **sizes})
     # group_of is arithmetic: any layout up to kvcomm.limits.MAX_RANKS members
     sizes = {n: int_domain(1, L.MAX_RANKS, values=[I64_MIN, -1, 0, 1, 2, 7, L.MAX_RANKS, L.MAX_RANKS + 1,
                                                    I32_MAX, U64_MAX + 1]) for n in ("tp", "pcp", "pp", "dp")}
-    c.vary("Layout.group_of", kvcomm.Layout.group_of, {"tp": 1, "pcp": 1, "pp": 1, "dp": 1, "rank": 0, "axis": 0},
+    c.vary("ParallelGroups.group_of", kvcomm.ParallelGroups.group_of, {"tp": 1, "pcp": 1, "pp": 1, "dp": 1, "rank": 0, "axis": 0},
            {**sizes, "rank": int_domain(0, 0), "axis": AXIS})
-    c.check("Layout.group_of(256, 256, ...) past MAX_RANKS",
-            lambda: kvcomm.Layout.group_of(256, 257, 1, 1, 0, 0), bad(match="MAX_RANKS"))
+    c.check("ParallelGroups.group_of(256, 256, ...) past MAX_RANKS",
+            lambda: kvcomm.ParallelGroups.group_of(256, 257, 1, 1, 0, 0), bad(match="MAX_RANKS"))
 
 
 # -- SymmetricBuffer
@@ -1216,9 +1216,9 @@ def test_enum_arguments_refuse_integers(ctx: Ctx):
     with pytest.raises(kvcomm.InvalidArgumentError, match="path 3 is not one of"):
         ctx.fetcher.fetch([(0, SRC_IDS, DST_IDS)], path=3)
     with pytest.raises(kvcomm.InvalidArgumentError, match=r"axis 4 is not a kvcomm.Axis"):
-        kvcomm.Layout.group_of(1, 1, 1, 1, 0, 4)
+        kvcomm.ParallelGroups.group_of(1, 1, 1, 1, 0, 4)
     with pytest.raises(kvcomm.InvalidArgumentError, match=r"axis must be a kvcomm.Axis .*got str"):
-        kvcomm.Layout.group_of(1, 1, 1, 1, 0, "tp")
-    assert kvcomm.Layout.group_of(2, 2, 1, 1, 3, kvcomm.Axis.PCP) == [1, 3]
+        kvcomm.ParallelGroups.group_of(1, 1, 1, 1, 0, "tp")
+    assert kvcomm.ParallelGroups.group_of(2, 2, 1, 1, 3, kvcomm.Axis.PCP) == [1, 3]
     assert np.array_equal(ctx.view, ctx.pattern)
 

@@ -24,7 +24,7 @@ fi
 for sym in 'kvcomm::Communicator::create(' 'kvcomm::SymmetricBuffer::create(' 'kvcomm::Publisher::create(' \
            'kvcomm::TcpBootstrap::createUniqueId(' 'kvcomm::capabilities()' 'kvcomm::version()' \
            'typeinfo for kvcomm::Error' 'typeinfo for kvcomm::NetworkError' 'typeinfo for kvcomm::Bootstrap' \
-           'kvcomm::Topology::toString' 'kvcomm::Layout::create('; do
+           'kvcomm::Topology::toString' 'kvcomm::ParallelGroups::create('; do
   grep -qF -- "$sym" <<<"$all" || { echo "FAIL: libkvcomm does not export $sym"; status=1; }
 done
 [ "$status" = 0 ] && echo "ok   libkvcomm exports the public API ($(grep -c '^kvcomm::' <<<"$all") kvcomm:: symbols)"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 
 namespace kvtest {
 

@@ -17,7 +17,7 @@
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
 #include "support/publish_oracle.hpp"
 

@@ -17,7 +17,7 @@
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/limits.hpp"
-#include "kvcomm/ops.hpp"
+#include "kvcomm/publish.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 #include "kvcomm/version.hpp"

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "common/check.hpp"
-#include "ops/fallback_transport.hpp"
+#include "publish/fallback_transport.hpp"
 
 namespace kvcomm::detail {
 

@@ -1,4 +1,4 @@
-// Layout against a brute-force oracle that enumerates coordinates in nested loops (TP innermost).
+// ParallelGroups against a brute-force oracle that enumerates coordinates in nested loops (TP innermost).
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -16,7 +16,7 @@ namespace {
 
 using Coord = std::tuple<int, int, int, int>;  // dp, pp, pcp, tp
 
-std::map<int, Coord> enumerate(const kvcomm::LayoutSpec& s) {
+std::map<int, Coord> enumerate(const kvcomm::ParallelSpec& s) {
   std::map<int, Coord> out;
   int r = 0;
   for (int dp = 0; dp < s.dp; ++dp)
@@ -53,66 +53,66 @@ std::vector<int> oracleGroup(const std::map<int, Coord>& all, int rank, int axis
   return out;
 }
 
-class LayoutOracle : public ::testing::TestWithParam<kvcomm::LayoutSpec> {};
+class LayoutOracle : public ::testing::TestWithParam<kvcomm::ParallelSpec> {};
 
 TEST_P(LayoutOracle, GroupsMatchBruteForce) {
-  kvcomm::LayoutSpec s = GetParam();
+  kvcomm::ParallelSpec s = GetParam();
   auto all = enumerate(s);
   for (const auto& [rank, c] : all) {
-    kvcomm::LayoutCoord lc = kvcomm::Layout::coordOf(s, rank);
+    kvcomm::ParallelCoord lc = kvcomm::ParallelGroups::coordOf(s, rank);
     EXPECT_EQ(lc.dp, std::get<0>(c));
     EXPECT_EQ(lc.pp, std::get<1>(c));
     EXPECT_EQ(lc.pcp, std::get<2>(c));
     EXPECT_EQ(lc.tp, std::get<3>(c));
-    EXPECT_EQ(kvcomm::Layout::rankOf(s, lc), rank);
-    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::DP), oracleGroup(all, rank, 0));
-    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PP), oracleGroup(all, rank, 1));
-    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PCP), oracleGroup(all, rank, 2));
-    EXPECT_EQ(kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::TP), oracleGroup(all, rank, 3));
+    EXPECT_EQ(kvcomm::ParallelGroups::rankOf(s, lc), rank);
+    EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, rank, kvcomm::Axis::DP), oracleGroup(all, rank, 0));
+    EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, rank, kvcomm::Axis::PP), oracleGroup(all, rank, 1));
+    EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, rank, kvcomm::Axis::PCP), oracleGroup(all, rank, 2));
+    EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, rank, kvcomm::Axis::TP), oracleGroup(all, rank, 3));
     // A PCP group never crosses TP coordinates.
-    for (int member : kvcomm::Layout::groupOf(s, rank, kvcomm::Axis::PCP))
-      EXPECT_EQ(kvcomm::Layout::coordOf(s, member).tp, lc.tp);
+    for (int member : kvcomm::ParallelGroups::groupOf(s, rank, kvcomm::Axis::PCP))
+      EXPECT_EQ(kvcomm::ParallelGroups::coordOf(s, member).tp, lc.tp);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, LayoutOracle,
-                         ::testing::Values(kvcomm::LayoutSpec{1, 4, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 1},
-                                           kvcomm::LayoutSpec{4, 1, 1, 1}, kvcomm::LayoutSpec{2, 2, 1, 2},
-                                           kvcomm::LayoutSpec{2, 3, 2, 2}),
-                         [](const ::testing::TestParamInfo<kvcomm::LayoutSpec>& i) {  // e.g. "tp2_pcp3_pp2_dp2"
-                           const kvcomm::LayoutSpec& s = i.param;
+                         ::testing::Values(kvcomm::ParallelSpec{1, 4, 1, 1}, kvcomm::ParallelSpec{2, 2, 1, 1},
+                                           kvcomm::ParallelSpec{4, 1, 1, 1}, kvcomm::ParallelSpec{2, 2, 1, 2},
+                                           kvcomm::ParallelSpec{2, 3, 2, 2}),
+                         [](const ::testing::TestParamInfo<kvcomm::ParallelSpec>& i) {  // e.g. "tp2_pcp3_pp2_dp2"
+                           const kvcomm::ParallelSpec& s = i.param;
                            return "tp" + std::to_string(s.tp) + "_pcp" + std::to_string(s.pcp) + "_pp" +
                                   std::to_string(s.pp) + "_dp" + std::to_string(s.dp);
                          });
 
-TEST(Layout, Tp2Pcp2IsTheEngineNumbering) {
-  kvcomm::LayoutSpec s{2, 2, 1, 1};
-  EXPECT_EQ(kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::TP), (std::vector<int>{0, 1}));
-  EXPECT_EQ(kvcomm::Layout::groupOf(s, 3, kvcomm::Axis::TP), (std::vector<int>{2, 3}));
-  EXPECT_EQ(kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::PCP), (std::vector<int>{0, 2}));
-  EXPECT_EQ(kvcomm::Layout::groupOf(s, 1, kvcomm::Axis::PCP), (std::vector<int>{1, 3}));
+TEST(ParallelGroups, Tp2Pcp2IsTheEngineNumbering) {
+  kvcomm::ParallelSpec s{2, 2, 1, 1};
+  EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, 0, kvcomm::Axis::TP), (std::vector<int>{0, 1}));
+  EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, 3, kvcomm::Axis::TP), (std::vector<int>{2, 3}));
+  EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, 0, kvcomm::Axis::PCP), (std::vector<int>{0, 2}));
+  EXPECT_EQ(kvcomm::ParallelGroups::groupOf(s, 1, kvcomm::Axis::PCP), (std::vector<int>{1, 3}));
 }
 
-TEST(Layout, RejectsBadSpecs) {
-  EXPECT_THROW(kvcomm::Layout::coordOf({0, 1, 1, 1}, 0), kvcomm::InvalidArgumentError);
-  EXPECT_THROW(kvcomm::Layout::coordOf({2, 2, 1, 1}, 4), kvcomm::InvalidArgumentError);
+TEST(ParallelGroups, RejectsBadSpecs) {
+  EXPECT_THROW(kvcomm::ParallelGroups::coordOf({0, 1, 1, 1}, 0), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(kvcomm::ParallelGroups::coordOf({2, 2, 1, 1}, 4), kvcomm::InvalidArgumentError);
 }
 
-// rankOf checks each coordinate against its axis (docs/api/layout.md), not only the sizes.
-TEST(Layout, RankOfRejectsCoordinatesOutsideTheirAxis) {
-  const kvcomm::LayoutSpec s{2, 3, 2, 2};
-  EXPECT_EQ(kvcomm::Layout::rankOf(s, {1, 2, 1, 1}), 23);
-  const kvcomm::LayoutCoord bad[] = {{2, 0, 0, 0},  {0, 3, 0, 0},  {0, 0, 2, 0},  {0, 0, 0, 2},
+// rankOf checks each coordinate against its axis (docs/api/parallel-groups.md), not only the sizes.
+TEST(ParallelGroups, RankOfRejectsCoordinatesOutsideTheirAxis) {
+  const kvcomm::ParallelSpec s{2, 3, 2, 2};
+  EXPECT_EQ(kvcomm::ParallelGroups::rankOf(s, {1, 2, 1, 1}), 23);
+  const kvcomm::ParallelCoord bad[] = {{2, 0, 0, 0},  {0, 3, 0, 0},  {0, 0, 2, 0},  {0, 0, 0, 2},
                                      {-1, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}};
-  for (const kvcomm::LayoutCoord& c : bad) {
+  for (const kvcomm::ParallelCoord& c : bad) {
     try {
-      kvcomm::Layout::rankOf(s, c);
+      kvcomm::ParallelGroups::rankOf(s, c);
       ADD_FAILURE() << "rankOf accepted tp " << c.tp << " pcp " << c.pcp << " pp " << c.pp << " dp " << c.dp;
     } catch (const kvcomm::InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find("Layout::rankOf"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ParallelGroups::rankOf"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(kvcomm::Layout::rankOf({2, 0, 1, 1}, {0, 0, 0, 0}), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(kvcomm::ParallelGroups::rankOf({2, 0, 1, 1}, {0, 0, 0, 0}), kvcomm::InvalidArgumentError);
 }
 
 // Throws InvalidArgumentError whose message holds every string of `parts`.
@@ -123,31 +123,31 @@ void expectInvalid(F&& f, std::initializer_list<const char*> parts) {
 
 // Sizes whose product wraps an int (3 * 1431655766 = 2^32 + 2 reads as 2) are refused, on every axis, by every
 // function: the wrapped world would otherwise map ranks onto coordinates that do not exist.
-TEST(Layout, RefusesSizesWhoseProductOverflowsInt) {
-  const std::vector<kvcomm::LayoutSpec> wrapping = {
+TEST(ParallelGroups, RefusesSizesWhoseProductOverflowsInt) {
+  const std::vector<kvcomm::ParallelSpec> wrapping = {
       {3, 1431655766, 1, 1}, {1, 1, 3, 1431655766}, {1431655766, 1, 1, 3}, {2, 2, 2, 536870913}, {65536, 65536, 1, 1}};
   for (const auto& s : wrapping) {
-    expectInvalid([&] { kvcomm::Layout::coordOf(s, 1); }, {"Layout::coordOf", "exceeds INT_MAX"});
-    expectInvalid([&] { kvcomm::Layout::rankOf(s, {0, 0, 0, 0}); }, {"Layout::rankOf", "exceeds INT_MAX"});
-    expectInvalid([&] { kvcomm::Layout::groupOf(s, 0, kvcomm::Axis::TP); }, {"Layout::groupOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::ParallelGroups::coordOf(s, 1); }, {"ParallelGroups::coordOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::ParallelGroups::rankOf(s, {0, 0, 0, 0}); }, {"ParallelGroups::rankOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::ParallelGroups::groupOf(s, 0, kvcomm::Axis::TP); }, {"ParallelGroups::groupOf", "exceeds INT_MAX"});
   }
-  expectInvalid([] { kvcomm::Layout::coordOf({3, 1431655766, 1, 1}, 1); }, {"3*1431655766*1*1"});
+  expectInvalid([] { kvcomm::ParallelGroups::coordOf({3, 1431655766, 1, 1}, 1); }, {"3*1431655766*1*1"});
   // The largest worlds that fit an int stay accepted.
-  const kvcomm::LayoutSpec widest{2147483647, 1, 1, 1};
-  EXPECT_EQ(kvcomm::Layout::coordOf(widest, 2147483646).tp, 2147483646);
-  const kvcomm::LayoutSpec square{46340, 46341, 1, 1};  // 2,147,441,940 ranks
-  kvcomm::LayoutCoord last = kvcomm::Layout::coordOf(square, 2147441939);
+  const kvcomm::ParallelSpec widest{2147483647, 1, 1, 1};
+  EXPECT_EQ(kvcomm::ParallelGroups::coordOf(widest, 2147483646).tp, 2147483646);
+  const kvcomm::ParallelSpec square{46340, 46341, 1, 1};  // 2,147,441,940 ranks
+  kvcomm::ParallelCoord last = kvcomm::ParallelGroups::coordOf(square, 2147441939);
   EXPECT_EQ(last.tp, 46339);
   EXPECT_EQ(last.pcp, 46340);
-  EXPECT_EQ(kvcomm::Layout::rankOf(square, last), 2147441939);
+  EXPECT_EQ(kvcomm::ParallelGroups::rankOf(square, last), 2147441939);
 }
 
-TEST(Layout, GroupOfRefusesAnAxisOutsideTheEnum) {
+TEST(ParallelGroups, GroupOfRefusesAnAxisOutsideTheEnum) {
   expectInvalid(
       [] {
-        kvcomm::Layout::groupOf({2, 2, 1, 1}, 0, static_cast<kvcomm::Axis>(9));
+        kvcomm::ParallelGroups::groupOf({2, 2, 1, 1}, 0, static_cast<kvcomm::Axis>(9));
       },
-      {"Layout::groupOf", "axis 9"});
+      {"ParallelGroups::groupOf", "axis 9"});
 }
 
 }  // namespace

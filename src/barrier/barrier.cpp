@@ -12,8 +12,8 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "kernels/launch.hpp"
-#include "ops/device_errors.hpp"
-#include "ops/device_memory.hpp"
+#include "device/device_errors.hpp"
+#include "device/device_memory.hpp"
 
 namespace kvcomm {
 

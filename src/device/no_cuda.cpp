@@ -1,7 +1,7 @@
-// The ops layer's device-memory helpers in a build without CUDA: host buffers never reach them; say so if anything
+// The device runtime's memory helpers in a build without CUDA: host buffers never reach them; say so if anything
 // does.
 #include "common/check.hpp"
-#include "ops/device_memory.hpp"
+#include "device/device_memory.hpp"
 
 namespace kvcomm::detail {
 

@@ -1,10 +1,10 @@
-#include "ops/device_errors.hpp"
+#include "device/device_errors.hpp"
 
 #include <cstring>
 #include <new>
 
 #include "common/check.hpp"
-#include "ops/device_memory.hpp"
+#include "device/device_memory.hpp"
 
 namespace kvcomm::detail {
 

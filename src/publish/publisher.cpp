@@ -10,9 +10,9 @@
 #include "common/env.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/publish.hpp"
-#include "kvcomm/ops.hpp"
-#include "ops/device_errors.hpp"
-#include "ops/fallback_transport.hpp"
+#include "kvcomm/publish.hpp"
+#include "device/device_errors.hpp"
+#include "publish/fallback_transport.hpp"
 #include "symm/buffer_use.hpp"
 
 namespace kvcomm {

@@ -1,5 +1,6 @@
-// Device-memory helpers of the ops layer, over the CUDA driver. Compiled with the CUDA backend (ops/device_memory.cpp),
-// whether or not NCCL is part of the build; without CUDA the stand-ins (ops/no_cuda.cpp) throw Unsupported.
+// The device runtime below the features: device-memory helpers over the CUDA runtime, used by publish, fetch and
+// arena. Compiled with the CUDA backend (device/device_memory.cpp), whether or not NCCL is part of the build; without
+// CUDA the stand-ins (device/no_cuda.cpp) throw Unsupported.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "comm/layout_spec.hpp"
+#include "comm/parallel_spec.hpp"
 #include "common/check.hpp"
 #include "kvcomm/comm.hpp"
 
@@ -9,7 +9,7 @@ namespace kvcomm {
 
 namespace detail {
 
-int checkedWorldSize(const LayoutSpec& s, const char* call) {
+int checkedWorldSize(const ParallelSpec& s, const char* call) {
   KVCOMM_CHECK_ARG(s.tp > 0 && s.pcp > 0 && s.pp > 0 && s.dp > 0, call, "every layout size must be positive (tp ", s.tp,
                    ", pcp ", s.pcp, ", pp ", s.pp, ", dp ", s.dp, ")");
   // Each factor is at most INT_MAX, so every partial product stays below INT_MAX * INT_MAX < INT64_MAX once the
@@ -27,7 +27,7 @@ int checkedWorldSize(const LayoutSpec& s, const char* call) {
 
 namespace {
 
-int& coordRef(LayoutCoord& c, Axis a) {
+int& coordRef(ParallelCoord& c, Axis a) {
   switch (a) {
     case Axis::TP:
       return c.tp;
@@ -41,7 +41,7 @@ int& coordRef(LayoutCoord& c, Axis a) {
   return c.tp;
 }
 
-int axisSize(const LayoutSpec& s, Axis a) {
+int axisSize(const ParallelSpec& s, Axis a) {
   switch (a) {
     case Axis::TP:
       return s.tp;
@@ -57,11 +57,11 @@ int axisSize(const LayoutSpec& s, Axis a) {
 
 }  // namespace
 
-LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
-  const int size = detail::checkedWorldSize(s, "Layout::coordOf");
-  KVCOMM_CHECK_ARG(rank >= 0 && rank < size, "Layout::coordOf", "rank ", rank, " outside the layout's ", size,
+ParallelCoord ParallelGroups::coordOf(const ParallelSpec& s, int rank) {
+  const int size = detail::checkedWorldSize(s, "ParallelGroups::coordOf");
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < size, "ParallelGroups::coordOf", "rank ", rank, " outside the layout's ", size,
                    " ranks");
-  LayoutCoord c;
+  ParallelCoord c;
   c.tp = rank % s.tp;
   rank /= s.tp;
   c.pcp = rank % s.pcp;
@@ -71,20 +71,20 @@ LayoutCoord Layout::coordOf(const LayoutSpec& s, int rank) {
   return c;
 }
 
-int Layout::rankOf(const LayoutSpec& s, const LayoutCoord& c) {
-  detail::checkedWorldSize(s, "Layout::rankOf");
+int ParallelGroups::rankOf(const ParallelSpec& s, const ParallelCoord& c) {
+  detail::checkedWorldSize(s, "ParallelGroups::rankOf");
   KVCOMM_CHECK_ARG(
       c.tp >= 0 && c.tp < s.tp && c.pcp >= 0 && c.pcp < s.pcp && c.pp >= 0 && c.pp < s.pp && c.dp >= 0 && c.dp < s.dp,
-      "Layout::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
+      "ParallelGroups::rankOf", "coordinates (tp ", c.tp, ", pcp ", c.pcp, ", pp ", c.pp, ", dp ", c.dp,
       ") outside the layout");
   return ((c.dp * s.pp + c.pp) * s.pcp + c.pcp) * s.tp + c.tp;
 }
 
-std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
-  KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP, "Layout::groupOf",
+std::vector<int> ParallelGroups::groupOf(const ParallelSpec& s, int rank, Axis axis) {
+  KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP, "ParallelGroups::groupOf",
                    "axis ", static_cast<int>(axis), " is not an Axis (TP 0, PCP 1, PP 2, DP 3)");
-  detail::checkedWorldSize(s, "Layout::groupOf");
-  LayoutCoord c = coordOf(s, rank);
+  detail::checkedWorldSize(s, "ParallelGroups::groupOf");
+  ParallelCoord c = coordOf(s, rank);
   std::vector<int> out;
   for (int i = 0; i < axisSize(s, axis); ++i) {
     coordRef(c, axis) = i;
@@ -93,16 +93,16 @@ std::vector<int> Layout::groupOf(const LayoutSpec& s, int rank, Axis axis) {
   return out;
 }
 
-Layout Layout::create(Communicator& world, const LayoutSpec& spec) {
-  KVCOMM_CHECK_ARG(world.valid(), "Layout::create", "the communicator is empty");
+ParallelGroups ParallelGroups::create(Communicator& world, const ParallelSpec& spec) {
+  KVCOMM_CHECK_ARG(world.valid(), "ParallelGroups::create", "the communicator is empty");
   detail::RankScope scope(world.rank());
-  const int size = detail::checkedWorldSize(spec, "Layout::create");
-  KVCOMM_CHECK_ARG(world.size() == size, "Layout::create", "the communicator has ", world.size(),
+  const int size = detail::checkedWorldSize(spec, "ParallelGroups::create");
+  KVCOMM_CHECK_ARG(world.size() == size, "ParallelGroups::create", "the communicator has ", world.size(),
                    " ranks but tp*pcp*pp*dp = ", spec.tp, "*", spec.pcp, "*", spec.pp, "*", spec.dp, " = ", size);
-  Layout l;
+  ParallelGroups l;
   l.spec = spec;
   l.coord = coordOf(spec, world.rank());
-  const LayoutCoord& c = l.coord;
+  const ParallelCoord& c = l.coord;
   // Color = the coordinates that stay fixed along the axis; key = the coordinate that varies (the group rank).
   l.tp = *world.split((c.dp * spec.pp + c.pp) * spec.pcp + c.pcp, c.tp);
   l.pcp = *world.split((c.dp * spec.pp + c.pp) * spec.tp + c.tp, c.pcp);

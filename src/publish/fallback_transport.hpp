@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kvcomm/comm.hpp"
-#include "kvcomm/ops.hpp"
-#include "ops/device_memory.hpp"  // the transports' device buffers
+#include "kvcomm/publish.hpp"
+#include "device/device_memory.hpp"  // the transports' device buffers
 
 namespace kvcomm::detail {
 

@@ -1,6 +1,6 @@
 // The CUDA fallback transport where NCCL is not part of the build (no CUDA, no nccl.h, or KVCOMM_NCCL=OFF).
 #include "common/check.hpp"
-#include "ops/fallback_transport.hpp"
+#include "publish/fallback_transport.hpp"
 
 namespace kvcomm::detail {
 

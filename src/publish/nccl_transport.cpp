@@ -4,7 +4,7 @@
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
-#include "ops/fallback_transport.hpp"
+#include "publish/fallback_transport.hpp"
 #include "platform/cuda_driver.hpp"
 #include "platform/nccl.hpp"
 

@@ -1,4 +1,4 @@
-#include "ops/device_memory.hpp"
+#include "device/device_memory.hpp"
 
 #include <cuda_runtime.h>
 
