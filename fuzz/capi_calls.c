@@ -509,7 +509,8 @@ static void op(In* in) {
     case 25:
       spec.tp = ivalOr(in, 1), spec.pcp = ivalOr(in, 1), spec.pp = ivalOr(in, 1), spec.dp = ivalOr(in, 1);
       CALL_HANDLE(kvcommParallelGroups_t, kvcommParallelGroupsDestroy,
-                  kvcommParallelGroupsCreate(PICK(comm), SOME(in) ? &spec : NULL, OUT(kvcommParallelGroups_t*)), g_scratch);
+                  kvcommParallelGroupsCreate(PICK(comm), SOME(in) ? &spec : NULL, OUT(kvcommParallelGroups_t*)),
+                  g_scratch);
       break;
     case 26: {
       int ch = destroyChoice(in);

@@ -9,6 +9,13 @@
 
 namespace kvcomm {
 
+/// The GPU a member drives (the device current when its communicator was created), if any.
+struct GpuInfo {
+  int device = -1;       ///< CUDA ordinal in that process; -1: no GPU bound (or CUDA absent)
+  std::string uuid;      ///< "GPU-xxxxxxxx-..." as nvidia-smi prints it
+  std::string pciBusId;  ///< "0000:18:00.0"
+};
+
 /// One CUDA device as the driver reports it, plus what probes proved.
 struct GpuCapabilities {
   int ordinal = -1;

@@ -11,15 +11,9 @@
 
 #include "kvcomm/api.hpp"
 #include "kvcomm/bootstrap.hpp"
+#include "kvcomm/capabilities.hpp"
 
 namespace kvcomm {
-
-/// The GPU a member drives (the device current when its communicator was created), if any.
-struct GpuInfo {
-  int device = -1;       ///< CUDA ordinal in that process; -1: no GPU bound (or CUDA absent)
-  std::string uuid;      ///< "GPU-xxxxxxxx-..." as nvidia-smi prints it
-  std::string pciBusId;  ///< "0000:18:00.0"
-};
 
 /// What a communicator knows about one member.
 struct MemberInfo {
@@ -70,8 +64,8 @@ GroupHealth& healthOf(const Communicator& comm);
 
 /// A group of processes that run collectives together. A Communicator is a handle: copies share one group.
 ///
-/// Call order: create() on every rank of a bootstrap (collective) -> split()/ParallelGroups::create() (collective over this
-/// communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
+/// Call order: create() on every rank of a bootstrap (collective) -> split()/ParallelGroups::create() (collective over
+/// this communicator) -> collectives in the same order on every member. Destroying the last handle closes the group's
 /// connections (no collective at teardown).
 ///
 /// Failures: a member's death is noticed by every member within 5 s whatever it is doing (a liveness watch

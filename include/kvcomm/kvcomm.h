@@ -231,7 +231,8 @@ typedef struct {
 typedef enum KVCOMM_ENUM_BASE { kvcommAxisTP = 0, kvcommAxisPCP = 1, kvcommAxisPP = 2, kvcommAxisDP = 3 } kvcommAxis_t;
 
 /** Splits `world` into the four groups (collective). kvcommInvalidArgument unless world size == tp*pcp*pp*dp. */
-kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParallelSpec* spec, kvcommParallelGroups_t* layout);
+kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParallelSpec* spec,
+                                          kvcommParallelGroups_t* layout);
 kvcommResult_t kvcommParallelGroupsDestroy(kvcommParallelGroups_t layout);
 /** A new handle on the group along `axis` (free it with kvcommCommDestroy); its rank is this rank's coordinate. */
 kvcommResult_t kvcommParallelGroupsComm(kvcommParallelGroups_t layout, kvcommAxis_t axis, kvcommComm_t* comm);
@@ -241,8 +242,8 @@ kvcommResult_t kvcommParallelGroupsGetCoord(kvcommParallelGroups_t layout, kvcom
  *  `axis` holding `rank` in group-rank order (*count receives the group size; at most `capacity` are written). */
 kvcommResult_t kvcommParallelCoordOf(const kvcommParallelSpec* spec, int rank, kvcommParallelCoord* coord);
 kvcommResult_t kvcommParallelRankOf(const kvcommParallelSpec* spec, const kvcommParallelCoord* coord, int* rank);
-kvcommResult_t kvcommParallelGroupOf(const kvcommParallelSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
-                                   int* count);
+kvcommResult_t kvcommParallelGroupOf(const kvcommParallelSpec* spec, int rank, kvcommAxis_t axis, int* ranks,
+                                     int capacity, int* count);
 
 /* ---- symmetric memory ----------------------------------------------------------------------------------------- */
 

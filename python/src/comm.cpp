@@ -287,9 +287,11 @@ void bindComm(nb::module_& m) {
           },
           nb::arg("world").none(), nb::arg("tp").none() = 1, nb::arg("pcp").none() = 1, nb::arg("pp").none() = 1,
           nb::arg("dp").none() = 1, "Splits `world` into the four groups (collective).")
-      .def_prop_ro("spec", [](const ParallelGroups& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
-      .def_prop_ro("coord",
-                   [](const ParallelGroups& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
+      .def_prop_ro("spec",
+                   [](const ParallelGroups& l) { return nb::make_tuple(l.spec.tp, l.spec.pcp, l.spec.pp, l.spec.dp); })
+      .def_prop_ro(
+          "coord",
+          [](const ParallelGroups& l) { return nb::make_tuple(l.coord.tp, l.coord.pcp, l.coord.pp, l.coord.dp); })
       .def_prop_ro("tp", [](const ParallelGroups& l) { return l.tp; })
       .def_prop_ro("pcp", [](const ParallelGroups& l) { return l.pcp; })
       .def_prop_ro("pp", [](const ParallelGroups& l) { return l.pp; })

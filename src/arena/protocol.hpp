@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kvcomm/limits.hpp"
 #include "symm/memory_backend.hpp"
 
 namespace kvcomm::detail::arena {
@@ -31,6 +32,7 @@ inline constexpr uint16_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxMessage = 64 * 1024;  // header included
 inline constexpr size_t kMaxRegions = 1024;       // 32 KiB of regions in a Grant or Grown
+static_assert(kMaxRegions == limits::kMaxArenaRegions, "kvcomm/limits.hpp");
 inline constexpr size_t kPiecesPerMessage = 64;   // descriptors per Pieces message (well under SCM_MAX_FD)
 inline constexpr uint32_t kMaxPieces = 1u << 16;  // pieces of one arena
 inline constexpr size_t kMaxReason = 1024;

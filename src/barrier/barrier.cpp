@@ -11,9 +11,9 @@
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
-#include "kernels/launch.hpp"
 #include "device/device_errors.hpp"
 #include "device/device_memory.hpp"
+#include "kernels/launch.hpp"
 
 namespace kvcomm {
 

@@ -5,12 +5,9 @@
 #include <cstdio>
 #include <new>
 
-#include "arena/protocol.hpp"
 #include "capi/capi.hpp"
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
-#include "kvlayout/kv_layout.hpp"
-#include "kernels/launch.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/symm_device.hpp"
@@ -19,25 +16,19 @@
 static_assert(KVCOMM_VERSION == kvcomm::kVersion, "kvcomm.h and version.hpp disagree on the version");
 static_assert(sizeof(kvcommUniqueId) == sizeof(kvcomm::UniqueId::bytes), "unique id size");
 
-// One limit table: kvcomm.h's macros, kvcomm/limits.hpp and the constants the layers below check against.
+// One limit table: kvcomm.h's macros and kvcomm/limits.hpp (the layers below assert their own constants against it).
 namespace lim = kvcomm::limits;
-static_assert(KVCOMM_MAX_FETCH_REGIONS == lim::kMaxFetchRegions &&
-                  lim::kMaxFetchRegions == kvcomm::detail::kMaxFetchRegions,
-              "fetch regions");
+static_assert(KVCOMM_MAX_FETCH_REGIONS == lim::kMaxFetchRegions, "fetch regions");
 static_assert(KVCOMM_MAX_RANKS == lim::kMaxRanks, "ranks");
 static_assert(KVCOMM_MAX_FETCH_REQUESTS == lim::kMaxFetchRequests, "fetch requests");
 static_assert(KVCOMM_MAX_FETCH_PAIRS == lim::kMaxFetchPairs, "fetch pairs");
-static_assert(KVCOMM_MAX_PUBLISH_TENSORS == lim::kMaxPublishTensors &&
-                  lim::kMaxPublishTensors == static_cast<size_t>(kvcomm::detail::kMaxPublishTensors),
-              "publish tensors");
+static_assert(KVCOMM_MAX_PUBLISH_TENSORS == lim::kMaxPublishTensors, "publish tensors");
 static_assert(KVCOMM_MAX_BARRIER_LANES == lim::kMaxBarrierLanes && lim::kMaxBarrierLanes == kvcomm::kMaxBarrierLanes,
               "barrier lanes");
 static_assert(KVCOMM_MAX_HANDLE_PEERS == lim::kMaxHandlePeers && lim::kMaxHandlePeers == kvcomm::kMaxHandlePeers,
               "handle peers");
 static_assert(KVCOMM_MAX_BUFFER_RANGES == lim::kMaxBufferRanges, "buffer ranges");
-static_assert(lim::kMaxArenaRegions == kvcomm::Arena::kMaxRegions &&
-                  lim::kMaxArenaRegions == kvcomm::detail::arena::kMaxRegions,
-              "arena regions");
+static_assert(lim::kMaxArenaRegions == kvcomm::Arena::kMaxRegions, "arena regions");
 
 namespace kvcomm::capi {
 

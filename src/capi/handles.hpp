@@ -87,7 +87,16 @@ class CallFrame {
   std::optional<detail::RankScope> rank_;
 };
 
-enum class HandleType : uint8_t { Comm, ParallelGroups, Buffer, Publisher, Barrier, Fetcher, FetchPlan, FetchOperation };
+enum class HandleType : uint8_t {
+  Comm,
+  ParallelGroups,
+  Buffer,
+  Publisher,
+  Barrier,
+  Fetcher,
+  FetchPlan,
+  FetchOperation
+};
 
 /// The C type name of each handle struct.
 template <typename H>

@@ -41,7 +41,8 @@ kvcomm::ParallelGroups& get(kvcommParallelGroups_t layout, const char* call) {
 
 extern "C" {
 
-kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParallelSpec* spec, kvcommParallelGroups_t* layout) {
+kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParallelSpec* spec,
+                                          kvcommParallelGroups_t* layout) {
   return guard("kvcommParallelGroupsCreate", [&] {
     auto& w = use(world, "kvcommParallelGroupsCreate", "world");
     requireNonNull(layout, "kvcommParallelGroupsCreate", "layout");
@@ -51,7 +52,8 @@ kvcommResult_t kvcommParallelGroupsCreate(kvcommComm_t world, const kvcommParall
 }
 
 kvcommResult_t kvcommParallelGroupsDestroy(kvcommParallelGroups_t layout) {
-  return guard("kvcommParallelGroupsDestroy", [&] { kvcomm::capi::retire(layout, "kvcommParallelGroupsDestroy", "layout"); });
+  return guard("kvcommParallelGroupsDestroy",
+               [&] { kvcomm::capi::retire(layout, "kvcommParallelGroupsDestroy", "layout"); });
 }
 
 kvcommResult_t kvcommParallelGroupsComm(kvcommParallelGroups_t layout, kvcommAxis_t axis, kvcommComm_t* comm) {
@@ -113,8 +115,8 @@ kvcommResult_t kvcommParallelRankOf(const kvcommParallelSpec* spec, const kvcomm
   });
 }
 
-kvcommResult_t kvcommParallelGroupOf(const kvcommParallelSpec* spec, int rank, kvcommAxis_t axis, int* ranks, int capacity,
-                                   int* count) {
+kvcommResult_t kvcommParallelGroupOf(const kvcommParallelSpec* spec, int rank, kvcommAxis_t axis, int* ranks,
+                                     int capacity, int* count) {
   return guard("kvcommParallelGroupOf", [&] {
     kvcomm::ParallelSpec s = specOf(spec, "kvcommParallelGroupOf");
     requireNonNull(count, "kvcommParallelGroupOf", "count");

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvcomm/comm.hpp"
-#include "kvcomm/device/barrier.hpp"
+#include "kvcomm/device/group_health.hpp"
 
 namespace kvcomm::detail {
 

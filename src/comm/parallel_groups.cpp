@@ -81,8 +81,9 @@ int ParallelGroups::rankOf(const ParallelSpec& s, const ParallelCoord& c) {
 }
 
 std::vector<int> ParallelGroups::groupOf(const ParallelSpec& s, int rank, Axis axis) {
-  KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP, "ParallelGroups::groupOf",
-                   "axis ", static_cast<int>(axis), " is not an Axis (TP 0, PCP 1, PP 2, DP 3)");
+  KVCOMM_CHECK_ARG(axis == Axis::TP || axis == Axis::PCP || axis == Axis::PP || axis == Axis::DP,
+                   "ParallelGroups::groupOf", "axis ", static_cast<int>(axis),
+                   " is not an Axis (TP 0, PCP 1, PP 2, DP 3)");
   detail::checkedWorldSize(s, "ParallelGroups::groupOf");
   ParallelCoord c = coordOf(s, rank);
   std::vector<int> out;

@@ -13,6 +13,8 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
+#include "device/device_errors.hpp"
+#include "device/device_memory.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "fetch/layout_registry.hpp"
 #include "fetch/negotiation.hpp"
@@ -25,8 +27,6 @@
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/limits.hpp"
-#include "device/device_errors.hpp"
-#include "device/device_memory.hpp"
 #include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 

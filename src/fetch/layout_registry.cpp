@@ -5,7 +5,7 @@
 
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
-#include "kvcomm/device/publish.hpp"
+#include "kvcomm/device/vector.hpp"
 
 namespace kvcomm {
 

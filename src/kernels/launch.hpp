@@ -7,12 +7,14 @@
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
 #include "kvcomm/device/fetch.hpp"
+#include "kvcomm/limits.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
 namespace kvcomm::detail {
 
 inline constexpr int kMaxPublishTensors = 4;
+static_assert(kMaxPublishTensors == static_cast<int>(limits::kMaxPublishTensors), "kvcomm/limits.hpp");
 
 /// n / d by a multiply-high, an add and a shift, for 0 <= n < 2^31 and a divisor fixed per launch (Granlund and
 /// Montgomery's round-up method): the lean publish kernel's row of an item, without the ~25-instruction division

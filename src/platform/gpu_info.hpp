@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/internal_api.hpp"
-#include "kvcomm/comm.hpp"
+#include "kvcomm/capabilities.hpp"
 
 namespace kvcomm::detail {
 

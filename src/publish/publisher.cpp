@@ -8,10 +8,10 @@
 #include "comm/health.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "device/device_errors.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/publish.hpp"
-#include "device/device_errors.hpp"
 #include "publish/fallback_transport.hpp"
 #include "symm/buffer_use.hpp"
 

@@ -93,8 +93,9 @@ TEST(ParallelGroups, GroupsMatchMpiSplitOracle) {
     kvcomm::ParallelGroups::create(world, {3, 1, 1, 1});
     ADD_FAILURE() << "a layout of 3 ranks was accepted by " << n << " ranks";
   } catch (const kvcomm::InvalidArgumentError& e) {
-    std::string want = "kvcomm [rank " + std::to_string(world.rank()) + "] ParallelGroups::create: the communicator has " +
-                       std::to_string(n) + " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
+    std::string want = "kvcomm [rank " + std::to_string(world.rank()) +
+                       "] ParallelGroups::create: the communicator has " + std::to_string(n) +
+                       " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
 }
@@ -185,7 +186,8 @@ TEST(ParallelGroups, CreateRefusesSizesWhoseProductWrapsToTheWorldSize) {
     ASSERT_EQ(wrapped, static_cast<uint32_t>(world.size()));  // the hazard this test is about
     try {
       kvcomm::ParallelGroups::create(world, s);
-      ADD_FAILURE() << "ParallelGroups::create accepted tp " << s.tp << " pcp " << s.pcp << " pp " << s.pp << " dp " << s.dp;
+      ADD_FAILURE() << "ParallelGroups::create accepted tp " << s.tp << " pcp " << s.pcp << " pp " << s.pp << " dp "
+                    << s.dp;
     } catch (const kvcomm::InvalidArgumentError& e) {
       EXPECT_NE(std::string(e.what()).find("ParallelGroups::create"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("exceeds INT_MAX"), std::string::npos) << e.what();

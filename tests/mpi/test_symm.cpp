@@ -206,7 +206,8 @@ TEST_P(Symm, PcpSubgroupMapsExactlyItsMembers) {
   auto back = get(buf.local(), sizeof(int));
   std::memcpy(&got, back.data(), sizeof(int));
   EXPECT_EQ(got, layout.pcp.worldRank(partner)) << "a non-member wrote into this rank's PCP replica";
-  EXPECT_EQ(kvcomm::ParallelGroups::coordOf({2, 2, 1, 1}, got).tp, layout.coord.tp) << "publication crossed TP coordinates";
+  EXPECT_EQ(kvcomm::ParallelGroups::coordOf({2, 2, 1, 1}, got).tp, layout.coord.tp)
+      << "publication crossed TP coordinates";
   world.barrier();
 }
 

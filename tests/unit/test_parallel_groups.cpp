@@ -103,7 +103,7 @@ TEST(ParallelGroups, RankOfRejectsCoordinatesOutsideTheirAxis) {
   const kvcomm::ParallelSpec s{2, 3, 2, 2};
   EXPECT_EQ(kvcomm::ParallelGroups::rankOf(s, {1, 2, 1, 1}), 23);
   const kvcomm::ParallelCoord bad[] = {{2, 0, 0, 0},  {0, 3, 0, 0},  {0, 0, 2, 0},  {0, 0, 0, 2},
-                                     {-1, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}};
+                                       {-1, 0, 0, 0}, {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}};
   for (const kvcomm::ParallelCoord& c : bad) {
     try {
       kvcomm::ParallelGroups::rankOf(s, c);
@@ -128,8 +128,13 @@ TEST(ParallelGroups, RefusesSizesWhoseProductOverflowsInt) {
       {3, 1431655766, 1, 1}, {1, 1, 3, 1431655766}, {1431655766, 1, 1, 3}, {2, 2, 2, 536870913}, {65536, 65536, 1, 1}};
   for (const auto& s : wrapping) {
     expectInvalid([&] { kvcomm::ParallelGroups::coordOf(s, 1); }, {"ParallelGroups::coordOf", "exceeds INT_MAX"});
-    expectInvalid([&] { kvcomm::ParallelGroups::rankOf(s, {0, 0, 0, 0}); }, {"ParallelGroups::rankOf", "exceeds INT_MAX"});
-    expectInvalid([&] { kvcomm::ParallelGroups::groupOf(s, 0, kvcomm::Axis::TP); }, {"ParallelGroups::groupOf", "exceeds INT_MAX"});
+    expectInvalid(
+        [&] {
+          kvcomm::ParallelGroups::rankOf(s, {0, 0, 0, 0});
+        },
+        {"ParallelGroups::rankOf", "exceeds INT_MAX"});
+    expectInvalid([&] { kvcomm::ParallelGroups::groupOf(s, 0, kvcomm::Axis::TP); },
+                  {"ParallelGroups::groupOf", "exceeds INT_MAX"});
   }
   expectInvalid([] { kvcomm::ParallelGroups::coordOf({3, 1431655766, 1, 1}, 1); }, {"3*1431655766*1*1"});
   // The largest worlds that fit an int stay accepted.

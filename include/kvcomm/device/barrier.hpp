@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kvcomm/device/error_record.hpp"
+#include "kvcomm/device/group_health.hpp"
 #include "kvcomm/device/macros.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
@@ -18,11 +19,6 @@ namespace kvcomm {
 
 /// Lanes a barrier handle supports.
 inline constexpr int kMaxBarrierLanes = 8;
-
-/// Word index, in the group's health area (BarrierDeviceHandle::health), of member 0's departure word: health[0] is
-/// the group's state, health[kHealthDepartedWord + r] becomes non-zero once member r left the group normally
-/// (destroyed its communicator or exited). A wait for a member that left stops instead of running into its timeout.
-inline constexpr int kHealthDepartedWord = 16;
 
 /// Plain view of a barrier for kernels (pass by value). Signal flags: member m's area holds
 /// flags[lane * kMaxHandlePeers + r] = the last epoch member r announced to m on `lane`.

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "kvcomm/device/macros.hpp"
-#include "kvcomm/device/publish.hpp"
+#include "kvcomm/device/vector.hpp"
 #include "kvcomm/device/symm_device.hpp"
 
 namespace kvcomm {

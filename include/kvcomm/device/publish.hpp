@@ -6,6 +6,7 @@
 
 #include "kvcomm/device/macros.hpp"
 #include "kvcomm/device/symm_device.hpp"
+#include "kvcomm/device/vector.hpp"
 
 namespace kvcomm {
 
@@ -16,22 +17,6 @@ KVCOMM_HOST_DEVICE_INLINE uint64_t slotDestination(int64_t slot, uint64_t offset
                                                    uint64_t blockStride, uint64_t rowStride) {
   uint64_t s = static_cast<uint64_t>(slot);
   return offset + (s / blockSize) * blockStride + (s % blockSize) * rowStride;
-}
-
-/// a * b into *out; true when the product does not fit in 64 bits.
-KVCOMM_HOST_DEVICE_INLINE bool mulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
-#if KVCOMM_DEVICE_CODE
-  *out = a * b;
-  return __umul64hi(a, b) != 0;
-#else
-  return __builtin_mul_overflow(a, b, out);
-#endif
-}
-
-/// a + b into *out; true when the sum does not fit in 64 bits.
-KVCOMM_HOST_DEVICE_INLINE bool addOverflows(uint64_t a, uint64_t b, uint64_t* out) {
-  *out = a + b;
-  return *out < a;
 }
 
 /// slotDestination() with every step checked: stores offset + (slot / blockSize) * blockStride +
@@ -53,31 +38,6 @@ KVCOMM_HOST_DEVICE_INLINE bool slotDestinationChecked(int64_t slot, uint64_t off
 }
 
 #if KVCOMM_ON_DEVICE_COMPILER
-
-namespace detail {
-template <int VEC>
-struct VecType;
-template <>
-struct VecType<16> {
-  using type = uint4;
-};
-template <>
-struct VecType<8> {
-  using type = uint2;
-};
-template <>
-struct VecType<4> {
-  using type = uint32_t;
-};
-template <>
-struct VecType<2> {
-  using type = uint16_t;
-};
-template <>
-struct VecType<1> {
-  using type = uint8_t;
-};
-}  // namespace detail
 
 /// Warp-cooperative: copies `bytes` from `src` into every member mapped in `h` at byte `dst` of its memory, this
 /// rank's own replica included. `src` and `dst` must be VEC-aligned (and the bases, which are); any length works
@@ -101,12 +61,5 @@ KVCOMM_DEVICE_INLINE void warpStoreToReplicas(const SymmDeviceHandle& h, uint64_
 }
 
 #endif  // KVCOMM_ON_DEVICE_COMPILER
-
-/// The widest vector (16, 8, 4, 2 or 1 bytes) that divides every value.
-KVCOMM_HOST_DEVICE_INLINE int commonAlignment(uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0,
-                                              uint64_t e = 0) {
-  uint64_t x = a | b | c | d | e;
-  return (x & 15) == 0 ? 16 : (x & 7) == 0 ? 8 : (x & 3) == 0 ? 4 : (x & 1) == 0 ? 2 : 1;
-}
 
 }  // namespace kvcomm
