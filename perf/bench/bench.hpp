@@ -1,6 +1,6 @@
 // Shared benchmark plumbing: the nccl-tests-style options every benchmark takes, repetition statistics, where the
 // ranks run, and the report (a legend and a table on stdout, JSON lines with --json). Arguments are parsed by
-// tools/cli/args.hpp.
+// support/cli/args.hpp.
 #pragma once
 
 #include <string>

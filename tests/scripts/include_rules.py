@@ -148,7 +148,42 @@ def check_programs(root):
     return errors
 
 
+def self_test():
+    """The checker must fail on each kind of broken rule (a check that cannot fail proves nothing)."""
+    import tempfile
+    cases = {
+        "src/publish/x.cpp": '#include "fetch/planner.hpp"\n',          # sibling feature, internal
+        "src/arena/x.cpp": '#include "kvcomm/publish.hpp"\n',           # sibling feature, public
+        "src/common/x.cpp": '#include "comm/wire.hpp"\n',               # a layer above
+        "src/capi/x.cpp": '#include "symm/rendezvous.hpp"\n',          # a front end past its doors
+        "include/kvcomm/device/fetch.hpp": '#include "kvcomm/device/publish.hpp"\n',
+        "src/newlayer/x.cpp": '#include "common/check.hpp"\n',          # a folder the picture lacks
+        "tools/x.cpp": '#include "support/memory.hpp"\n',               # a program using the tests' helpers
+        "tests/support/memory.hpp": "",
+        # allowed: the layer itself, lower layers, the front end's doors, relative includes
+        "src/fetch/ok.cpp": '#include "fetch/planner.hpp"\n#include "barrier/x.hpp"\n#include "kvcomm/kv_layout.hpp"\n',
+        "src/capi/ok.cpp": '#include "comm/agreement.hpp"\n#include "kvcomm/fetch.hpp"\n',
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for rel, text in cases.items():
+            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w") as fh:
+                fh.write(text)
+        errors = check_library(d) + check_programs(d)
+    flagged = sorted({e.split(":")[0] for e in errors})
+    want = sorted(k for k in cases if "/ok." not in k and not k.startswith("tests/"))
+    if flagged != want or len(errors) != len(want):
+        print("include_rules self-test FAILED: flagged", flagged, "wanted", want)
+        for e in errors:
+            print("  ", e)
+        return 1
+    print(f"include_rules self-test: all {len(want)} kinds of broken include flagged, the allowed ones not")
+    return 0
+
+
 def main(argv):
+    if "--self-test" in argv and self_test():
+        return 1
     args = [a for a in argv[1:] if not a.startswith("--")]
     root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), "..", ".."))
     if "--list" in argv:

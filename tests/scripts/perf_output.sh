@@ -22,7 +22,7 @@ timeout 300 mpirun "${flags[@]}" -np 2 "$build/perf/perf_symm_rendezvous" --kind
 cat "$work/publish.txt"
 if [ "${PLOT:-0}" = 1 ]; then
   python3 "$src/perf/plot.py" "$work/out.jsonl" --out "$work/plots" --prefix test || exit 1
-  python3 "$src/perf/plot.py" "$src/perf/results/h200x2-2026-11-30.jsonl" --out "$work/plots" || exit 1
+  python3 "$src/perf/plot.py" "$src/results/h200x2-2026-11-30.jsonl" --out "$work/plots" || exit 1
   for f in "$work"/plots/*.png; do [ -s "$f" ] || { echo "FAIL: empty $f"; exit 1; }; done
   echo "ok: $(ls "$work/plots" | wc -l) plots"
   exit 0

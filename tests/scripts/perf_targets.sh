@@ -6,8 +6,8 @@ set -uo pipefail
 src=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-run=$src/perf/results/h200x2-2026-12-01-publish
-python3 - "$src/perf/targets.py" "$run" "$work" "$src/perf/results/host-2core-4ranks-2026-11-30.jsonl" <<'PY'
+run=$src/results/h200x2-2026-12-01-publish
+python3 - "$src/perf/targets.py" "$run" "$work" "$src/results/host-2core-4ranks-2026-11-30.jsonl" <<'PY'
 import json, subprocess, sys
 tool, run, work, host = sys.argv[1:]
 fail = []
