@@ -762,9 +762,9 @@ kvcommResult_t kvcommArenaShrinkLayout(kvcommArena_t arena, const kvcommKvRegion
  *  `waitMs` (0: no wait; < 0: no bound). Afterwards every call but the queries returns kvcommInvalidArgument; a second
  *  free does nothing. The handle must still be destroyed. */
 kvcommResult_t kvcommArenaFree(kvcommArena_t arena, int64_t waitMs);
-/** Synchronous copies into and out of [offset, offset + bytes) of the arena (memcpy, or cuMemcpy for CUDA arenas:
- *  `src` / `dst` may be host or device memory), pinned while they run. kvcommInvalidArgument outside the backed
- *  bytes. */
+/** Synchronous copies between [offset, offset + bytes) of the arena and host memory `src` / `dst` (memcpy, or
+ *  cuMemcpyHtoD / DtoH for CUDA arenas; device-to-device copies use the arena's address), pinned while they run.
+ *  kvcommInvalidArgument outside the backed bytes. */
 kvcommResult_t kvcommArenaWrite(kvcommArena_t arena, size_t offset, const void* src, size_t bytes);
 kvcommResult_t kvcommArenaRead(kvcommArena_t arena, size_t offset, void* dst, size_t bytes);
 /** Pins [offset, offset + bytes) for an operation in flight: while the pin lives the arena cannot be freed or shrunk
@@ -822,7 +822,8 @@ kvcommResult_t kvcommArenaImportOperations(kvcommArenaImport_t import, size_t* o
  *  kvcommInvalidArgument outside the mapped bytes or after close. */
 kvcommResult_t kvcommArenaImportPinCreate(kvcommArenaImport_t import, size_t offset, size_t bytes,
                                           kvcommArenaPin_t* pin);
-/** Synchronous copies into and out of the mapping, pinned while they run (errors as kvcommArenaImportPinCreate). */
+/** Synchronous copies between the mapping and host memory, pinned while they run (errors as
+ *  kvcommArenaImportPinCreate). */
 kvcommResult_t kvcommArenaImportWrite(kvcommArenaImport_t import, size_t offset, const void* src, size_t bytes);
 kvcommResult_t kvcommArenaImportRead(kvcommArenaImport_t import, size_t offset, void* dst, size_t bytes);
 /** Drains (waits up to `timeoutMs` for every pin; < 0: no bound; kvcommTimeout leaves the import closing), unmaps,

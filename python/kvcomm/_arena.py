@@ -19,8 +19,8 @@ from typing import Any, List, Optional, Tuple, Union
 import numpy as np
 
 from . import _kvcomm, limits
-from ._arrays import ArrayView, describe, require
-from ._errors import InvalidArgumentError, check_int, count_of, invalid, shown
+from ._arrays import ArrayView, require
+from ._errors import UnsupportedError, check_int, count_of, invalid, shown
 from ._fetch import KvRegion, _regions
 from ._symm import MemoryKind, _default_framework, _kind
 
@@ -149,19 +149,15 @@ class _Memory:
         raise NotImplementedError
 
     def _array(self, obj: Any, name: str, call: str) -> ArrayView:
-        """An array to copy from or into: host memory, or (CUDA arenas) host or device memory; contiguous bytes."""
-        device = "cpu"
-        if self._cuda():
-            v, _ = describe(obj)
-            if v is not None and v.device == "cuda":
-                device = "cuda"
-        return require(obj, name, call, -1, device=device,
-                       device_why="host arenas copy from and to host memory" if not self._cuda() else "",
-                       layout="contiguous", expected="a numpy array, a torch tensor, bytes or anything with "
-                       "__array_interface__ or DLPack")
+        """A host array to copy from or into (contiguous bytes): read/write copy between the arena (host or device
+        memory) and host memory; device-to-device copies go through view()."""
+        return require(obj, name, call, -1, device="cpu",
+                       device_why="read/write copy between the arena and host memory (copy device memory through "
+                       "view())", layout="contiguous", expected="a numpy array, a torch CPU tensor, bytes or anything "
+                       "with __array_interface__ or DLPack")
 
     def write(self, offset: int, data: Any) -> None:
-        """Copies the bytes of `data` (any contiguous array; bytes, bytearray) to [offset, offset + nbytes),
+        """Copies the bytes of `data` (any contiguous host array; bytes, bytearray) to [offset, offset + nbytes),
         synchronously, pinned while it runs."""
         call = f"{self._name}.write"
         offset = _size(offset, "offset", call)
@@ -173,12 +169,14 @@ class _Memory:
         call = f"{self._name}.read"
         offset = _size(offset, "offset", call)
         nbytes = _size(nbytes, "nbytes", call)
+        if nbytes > self.bytes:  # checked before anything is sized by it
+            raise invalid(call, -1, f"[{offset}, +{nbytes}) is not inside the {self.bytes} mapped bytes")
         out = np.empty(nbytes, dtype=np.uint8)
         self._native.read(offset, out.ctypes.data, nbytes)
         return out
 
     def read_into(self, offset: int, out: Any) -> None:
-        """Copies [offset, offset + out's bytes) into `out` (a writable contiguous array)."""
+        """Copies [offset, offset + out's bytes) into `out` (a writable contiguous host array)."""
         call = f"{self._name}.read_into"
         offset = _size(offset, "offset", call)
         if isinstance(out, np.ndarray) and not out.flags.writeable:
@@ -201,7 +199,9 @@ class _Memory:
         this object alive; after free() / close() it must no longer be used."""
         call = f"{self._name}.view"
         offset = _size(offset, "offset", call)
-        nbytes = 0 if nbytes is None else _size(nbytes, "nbytes", call)
+        if nbytes is not None and _size(nbytes, "nbytes", call) == 0:
+            raise invalid(call, -1, "nbytes 0: a view needs at least one byte (None: to the end)")
+        nbytes = 0 if nbytes is None else nbytes
         if nbytes == 0 and offset >= self.bytes:
             raise invalid(call, -1, f"offset {offset} is not inside the {self.bytes} mapped bytes")
         cuda = self._cuda()
@@ -211,6 +211,12 @@ class _Memory:
             raise invalid(call, -1, f"framework {shown(framework)} is not one of 'numpy', 'torch', 'dlpack'")
         if framework == "numpy" and cuda:
             raise invalid(call, -1, "framework 'numpy' cannot view CUDA memory: use 'torch' or 'dlpack'")
+        if framework == "torch":
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise UnsupportedError(f"kvcomm [rank -1] {call}: framework 'torch' needs torch, which is not "
+                                       "installed") from None
         raw = self._view(offset, nbytes, framework)
         if dtype is None:
             return raw
