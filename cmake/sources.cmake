@@ -56,7 +56,8 @@ set(KVCOMM_SOURCES
     src/capi/buffer.cpp
     src/capi/publisher.cpp
     src/capi/barrier.cpp
-    src/capi/fetch.cpp)
+    src/capi/fetch.cpp
+    src/capi/arena.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

@@ -62,7 +62,9 @@ extern "C" {
  *   KVCOMM_MAX_BARRIER_LANES    lanes of a barrier, of a publisher's barrier, of a fetcher's (options->lanes)
  *   KVCOMM_MAX_HANDLE_PEERS     members a kvcommBarrier_t, a device handle, Direct publishing and kvcommFetchAll
  *                               support
- *   KVCOMM_MAX_BUFFER_RANGES    ranges of one kvcommBufferCommit / kvcommBufferRelease call (numRanges) */
+ *   KVCOMM_MAX_BUFFER_RANGES    ranges of one kvcommBufferCommit / kvcommBufferRelease call (numRanges)
+ *   KVCOMM_MAX_ARENA_REGIONS    regions of one arena layout (kvcommArenaCreate, kvcommArenaGrowLayout,
+ *                               kvcommArenaShrinkLayout, kvcommArenaImportOpenIpc: numRegions) */
 #define KVCOMM_MAX_RANKS 65536
 #define KVCOMM_MAX_FETCH_REGIONS 4096
 #define KVCOMM_MAX_FETCH_REQUESTS 65536
@@ -71,6 +73,7 @@ extern "C" {
 #define KVCOMM_MAX_BARRIER_LANES 8
 #define KVCOMM_MAX_HANDLE_PEERS 32
 #define KVCOMM_MAX_BUFFER_RANGES 65536
+#define KVCOMM_MAX_ARENA_REGIONS 1024
 
 /* ---- version -------------------------------------------------------------------------------------------------- */
 
@@ -129,6 +132,18 @@ typedef struct kvcommFetcher* kvcommFetcher_t;
 typedef struct kvcommFetchPlan* kvcommFetchPlan_t;
 /** A polled fetch (kvcomm::FetchOperation). */
 typedef struct kvcommFetchOperation* kvcommFetchOperation_t;
+
+/** Memory this process owns, shareable with other local processes (kvcomm::Arena). */
+typedef struct kvcommArena* kvcommArena_t;
+/** Another process's arena mapped into this one; holds a lease until closed (kvcomm::ArenaImport). */
+typedef struct kvcommArenaImport* kvcommArenaImport_t;
+/** A reference on (arena or import, range) held by an operation in flight (kvcomm::ArenaPin). */
+typedef struct kvcommArenaPin* kvcommArenaPin_t;
+/** One connection between two processes of a host, over which arenas are offered and imported
+ *  (kvcomm::ArenaSession). */
+typedef struct kvcommArenaSession* kvcommArenaSession_t;
+/** Where arena sessions meet a server process (kvcomm::ArenaServer). */
+typedef struct kvcommArenaServer* kvcommArenaServer_t;
 
 /** A CUDA stream: the same type as cudaStream_t and CUstream. Ignored by host buffers. */
 typedef struct CUstream_st* kvcommStream_t;
@@ -596,6 +611,285 @@ kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError
  *  for the collective form's barrier, the communicator's own error (kvcommAborted, or kvcommNetworkError naming a
  *  dead member) for a barrier wait the group's failure stopped; kvcommSuccess when none. */
 kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher);
+
+/* ---- arenas --------------------------------------------------------------------------------------------------- */
+/* KV memory shared between independent processes of one host (a KV offload/cache server and the engines it serves;
+ * see docs/api/arena.md for the C++ semantics, which these calls keep). An owner creates an arena described by a KV
+ * layout (kvcommKvRegion, as for fetch) and offers it over a session; the importer presents the one-use capability
+ * and maps the arena (kvcommArenaSessionImport). Either side may own. Processes meet through a server's socket
+ * address; no communicator is involved, so messages name no rank ("kvcomm [rank ?] ...").
+ *
+ * Call order:
+ *   server: kvcommArenaServerListen -> kvcommArenaServerAccept -> (session)
+ *   client: kvcommArenaSessionConnect -> (session)
+ *   owner:    kvcommArenaCreate -> kvcommArenaSessionOffer -> send the capability (kvcommArenaSessionSend, or any RPC)
+ *   importer: receive it -> kvcommArenaSessionImport -> kvcommArenaImportData / Read / Write / PinCreate ...
+ *             -> kvcommArenaImportClose -> kvcommArenaImportDestroy
+ *   owner:    kvcommArenaFree (kvcommBusy while leases or pins exist) -> kvcommArenaDestroy
+ *   both:     kvcommArenaSessionDestroy, kvcommArenaServerDestroy (local, any order: an import keeps its session).
+ * A timeout below 0 (where a call accepts one) means the documented default or no bound, as in the C++ API. */
+
+/** The most bytes of one application message (kvcommArenaSessionSend / kvcommArenaSessionReceive). */
+#define KVCOMM_ARENA_MAX_MESSAGE_BYTES 61440
+/** Default time to live of a capability (ms). */
+#define KVCOMM_ARENA_DEFAULT_TTL_MS 60000
+/** Bytes of a legacy CUDA IPC handle (CUipcMemHandle). */
+#define KVCOMM_ARENA_IPC_HANDLE_BYTES 64
+
+/** What an import does when its owner goes away (process death, closed session, the owner released the arena). */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommArenaOwnerLossKeep = 0,   /**< keep the mapping until the import is closed (readable); calls fail with
+                                       kvcommNetworkError */
+  kvcommArenaOwnerLossRelease = 1 /**< unmap as soon as no pin is left (servers reclaiming a dead client's memory) */
+} kvcommArenaOwnerLoss_t;
+
+/** Options of kvcommArenaCreate; kvcommArenaOptionsInit fills the C++ defaults. */
+typedef struct {
+  kvcommMemoryKind_t kind; /**< kvcommMemoryAuto: CUDA when this thread has a current CUDA context, else host */
+  size_t capacity;         /**< address space reserved for growth (0: the layout's extent, no growth) */
+  int legacyIpc;           /**< 0 or 1. CUDA only: cuMemAlloc the whole capacity, exportable as a legacy IPC handle
+                                (kvcommArenaGetIpcHandle); such memory cannot be registered by an importer's NIC */
+} kvcommArenaOptions;
+
+/** What an importer presents (kvcomm::ArenaCapability, the same 48 bytes): a one-use 128-bit token bound to (arena,
+ *  generation, importer pid and uid) with an expiry. Plain bytes: send it over the session or any RPC. */
+typedef struct {
+  uint64_t arenaId;
+  uint64_t generation; /**< the arena's generation when issued; a grow or shrink since makes it stale */
+  uint8_t token[16];
+  int32_t importerPid;  /**< the only process that may present it */
+  uint32_t importerUid; /**< and its user */
+  uint64_t expiresAtMs; /**< CLOCK_REALTIME milliseconds; informational (the owner's clock decides) */
+} kvcommArenaCapability;
+
+/** The legacy CUDA IPC handle of a legacyIpc arena (CUipcMemHandle), for RPCs that carry it. */
+typedef struct {
+  uint8_t bytes[KVCOMM_ARENA_IPC_HANDLE_BYTES];
+} kvcommArenaIpcHandle;
+
+/** What kvcommArenaGrow did. The failures' text is read with kvcommArenaGrowthFailures. */
+typedef struct {
+  uint64_t generation;     /**< the arena's new generation */
+  size_t importersUpdated; /**< importers that mapped the new bytes before the call returned */
+  size_t numFailures;      /**< importers that failed or did not answer in time (the growth itself stands) */
+} kvcommArenaGrowth;
+
+/** Options of kvcommArenaSessionImport; kvcommArenaImportOptionsInit fills the C++ defaults. */
+typedef struct {
+  kvcommArenaOwnerLoss_t onOwnerLoss; /**< default kvcommArenaOwnerLossKeep */
+  int64_t timeoutMs;                  /**< bound on the import request (< 0: the session's timeout) */
+} kvcommArenaImportOptions;
+
+/** Options of kvcommArenaSessionConnect; kvcommArenaSessionOptionsInit fills the C++ defaults. */
+typedef struct {
+  int64_t timeoutMs; /**< bound on connecting and the handshake, and the default bound of import and close
+                          requests (< 0: 10 s) */
+} kvcommArenaSessionOptions;
+
+/** Options of kvcommArenaServerListen; kvcommArenaServerOptionsInit fills the C++ defaults. */
+typedef struct {
+  size_t maxSessions;          /**< most connections at once (default 1024) */
+  size_t maxPendingHandshakes; /**< most connections still handshaking at once (default 64) */
+  int64_t handshakeTimeoutMs;  /**< a connection must complete its handshake within this (< 0: 1 s) */
+  int64_t requestTimeoutMs;    /**< default bound of requests over accepted sessions (< 0: 10 s) */
+} kvcommArenaServerOptions;
+
+kvcommResult_t kvcommArenaOptionsInit(kvcommArenaOptions* options);
+kvcommResult_t kvcommArenaImportOptionsInit(kvcommArenaImportOptions* options);
+kvcommResult_t kvcommArenaSessionOptionsInit(kvcommArenaSessionOptions* options);
+kvcommResult_t kvcommArenaServerOptionsInit(kvcommArenaServerOptions* options);
+
+/* -- the owner's arena -- */
+
+/** Allocates the layout's extent (`numRegions` regions, the engine's `version`) and reserves options->capacity bytes
+ *  of address space for growth. kvcommInvalidArgument for a malformed layout (see kvcommFetcherCreate) or options;
+ *  kvcommUnsupported for CUDA memory without a usable driver or current context. `options` NULL: defaults. */
+kvcommResult_t kvcommArenaCreate(const kvcommKvRegion* regions, size_t numRegions, uint64_t version,
+                                 const kvcommArenaOptions* options, kvcommArena_t* arena);
+/** Frees the handle. An arena not freed (kvcommArenaFree) is withdrawn: importers are told and keep their mappings
+ *  until they close them; the memory is returned when the last one does. NULL is a no-op. */
+kvcommResult_t kvcommArenaDestroy(kvcommArena_t arena);
+/** Base address (device memory for CUDA arenas), stable for the arena's life; NULL once freed. */
+kvcommResult_t kvcommArenaData(kvcommArena_t arena, void** data);
+/** Bytes backed now (a multiple of the granularity). */
+kvcommResult_t kvcommArenaBytes(kvcommArena_t arena, size_t* bytes);
+kvcommResult_t kvcommArenaCapacity(kvcommArena_t arena, size_t* bytes);
+kvcommResult_t kvcommArenaGranularity(kvcommArena_t arena, size_t* bytes);
+/** The resolved kind (never kvcommMemoryAuto). */
+kvcommResult_t kvcommArenaKind(kvcommArena_t arena, kvcommMemoryKind_t* kind);
+/** "memfd", "posix_fd" or "cuda_ipc", copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaHandleType(kvcommArena_t arena, char* text, size_t textBytes, size_t* needed);
+/** CUDA ordinal of the memory (-1 for host memory). */
+kvcommResult_t kvcommArenaDevice(kvcommArena_t arena, int* device);
+/** Random 64-bit id, unique per arena. */
+kvcommResult_t kvcommArenaId(kvcommArena_t arena, uint64_t* id);
+/** Starts at 1; increments with every grow and shrink. */
+kvcommResult_t kvcommArenaGeneration(kvcommArena_t arena, uint64_t* generation);
+/** The arena's layout: its regions by the list pattern, and (if not NULL) its version. */
+kvcommResult_t kvcommArenaLayout(kvcommArena_t arena, kvcommKvRegion* regions, size_t capacity, size_t* count,
+                                 uint64_t* version);
+/** Imports that hold a lease now. */
+kvcommResult_t kvcommArenaLeases(kvcommArena_t arena, size_t* leases);
+/** Pins (operations in flight) on the arena in this process. */
+kvcommResult_t kvcommArenaOperations(kvcommArena_t arena, size_t* operations);
+/** Pids of the processes holding leases (one entry per lease), by the list pattern. */
+kvcommResult_t kvcommArenaImporters(kvcommArena_t arena, int* pids, size_t capacity, size_t* count);
+/** Capabilities issued and not yet used, expired or revoked. */
+kvcommResult_t kvcommArenaLiveCapabilities(kvcommArena_t arena, size_t* count);
+/** *freed = 1 once kvcommArenaFree released the memory, else 0. */
+kvcommResult_t kvcommArenaFreed(kvcommArena_t arena, int* freed);
+/** A one-use capability for process `pid` (user `uid`) to import the arena within `ttlMs` ms (1 ms to one day). */
+kvcommResult_t kvcommArenaOffer(kvcommArena_t arena, int pid, uint32_t uid, int64_t ttlMs,
+                                kvcommArenaCapability* capability);
+/** Withdraws every capability not yet used (imports already made keep their leases). */
+kvcommResult_t kvcommArenaRevokeCapabilities(kvcommArena_t arena);
+/** Maps [bytes, newBytes) (rounded up to the granularity) at the same addresses here and in every importer, waiting
+ *  up to `timeoutMs` (< 0: 10 s) for each importer to map them. `growth` (may be NULL) says what happened.
+ *  kvcommInvalidArgument beyond the capacity. Capabilities issued before are stale. */
+kvcommResult_t kvcommArenaGrow(kvcommArena_t arena, size_t newBytes, int64_t timeoutMs, kvcommArenaGrowth* growth);
+/** kvcommArenaGrow to the new layout's extent, then the new layout is the arena's (and the importers'). */
+kvcommResult_t kvcommArenaGrowLayout(kvcommArena_t arena, const kvcommKvRegion* regions, size_t numRegions,
+                                     uint64_t version, int64_t timeoutMs, kvcommArenaGrowth* growth);
+/** The failures of the last kvcommArenaGrow / kvcommArenaGrowLayout made through this handle, one line per importer
+ *  ('\n'-separated; "" when none), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaGrowthFailures(kvcommArena_t arena, char* text, size_t textBytes, size_t* needed);
+/** Releases whole chunks from the top, keeping at least `newBytes`. kvcommBusy (nothing changed) while any lease
+ *  exists or a pin overlaps the released bytes after waiting up to `waitMs` (0: no wait; < 0: no bound). */
+kvcommResult_t kvcommArenaShrink(kvcommArena_t arena, size_t newBytes, int64_t waitMs);
+/** kvcommArenaShrink to the new layout's extent, which becomes the arena's layout. */
+kvcommResult_t kvcommArenaShrinkLayout(kvcommArena_t arena, const kvcommKvRegion* regions, size_t numRegions,
+                                       uint64_t version, int64_t waitMs);
+/** Unmaps and releases the memory now; kvcommBusy (nothing changed) while leases or pins exist after waiting up to
+ *  `waitMs` (0: no wait; < 0: no bound). Afterwards every call but the queries returns kvcommInvalidArgument; a second
+ *  free does nothing. The handle must still be destroyed. */
+kvcommResult_t kvcommArenaFree(kvcommArena_t arena, int64_t waitMs);
+/** Synchronous copies between [offset, offset + bytes) of the arena and host memory `src` / `dst` (memcpy, or
+ *  cuMemcpyHtoD / DtoH for CUDA arenas; device-to-device copies use the arena's address), pinned while they run.
+ *  kvcommInvalidArgument outside the backed bytes. */
+kvcommResult_t kvcommArenaWrite(kvcommArena_t arena, size_t offset, const void* src, size_t bytes);
+kvcommResult_t kvcommArenaRead(kvcommArena_t arena, size_t offset, void* dst, size_t bytes);
+/** Pins [offset, offset + bytes) for an operation in flight: while the pin lives the arena cannot be freed or shrunk
+ *  under it. */
+kvcommResult_t kvcommArenaPinCreate(kvcommArena_t arena, size_t offset, size_t bytes, kvcommArenaPin_t* pin);
+/** The legacy CUDA IPC handle of a legacyIpc arena; kvcommInvalidArgument for other arenas. */
+kvcommResult_t kvcommArenaGetIpcHandle(kvcommArena_t arena, kvcommArenaIpcHandle* handle);
+
+/* -- pins -- */
+
+/** Ends the operation and frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommArenaPinDestroy(kvcommArenaPin_t pin);
+/** Ends the operation now (idempotent); the handle stays, a pin of nothing (data NULL, offset and bytes 0). */
+kvcommResult_t kvcommArenaPinRelease(kvcommArenaPin_t pin);
+/** Start of the pinned range in this process (device memory for CUDA arenas); NULL once released. */
+kvcommResult_t kvcommArenaPinData(kvcommArenaPin_t pin, void** data);
+kvcommResult_t kvcommArenaPinOffset(kvcommArenaPin_t pin, size_t* offset);
+kvcommResult_t kvcommArenaPinBytes(kvcommArenaPin_t pin, size_t* bytes);
+
+/* -- imports -- */
+
+/** Opens a legacy CUDA IPC handle (the layout's extent must fit in the owner's allocation). No lease, no dead-owner
+ *  detection; the memory cannot be registered with a NIC or re-exported by this process. */
+kvcommResult_t kvcommArenaImportOpenIpc(const kvcommArenaIpcHandle* handle, const kvcommKvRegion* regions,
+                                        size_t numRegions, uint64_t version, kvcommArenaImport_t* import);
+/** Closes without waiting (an import with pins left closes when the last pin is released) and frees the handle.
+ *  NULL is a no-op. */
+kvcommResult_t kvcommArenaImportDestroy(kvcommArenaImport_t import);
+/** Base address of the mapping (device memory for CUDA arenas): stable while the import is open, across growth;
+ *  NULL after close (or after kvcommArenaOwnerLossRelease unmapped it). */
+kvcommResult_t kvcommArenaImportData(kvcommArenaImport_t import, void** data);
+/** Bytes mapped now (follows the owner's growth). */
+kvcommResult_t kvcommArenaImportBytes(kvcommArenaImport_t import, size_t* bytes);
+kvcommResult_t kvcommArenaImportCapacity(kvcommArenaImport_t import, size_t* bytes);
+kvcommResult_t kvcommArenaImportKind(kvcommArenaImport_t import, kvcommMemoryKind_t* kind);
+/** "memfd", "posix_fd" or "cuda_ipc", copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaImportHandleType(kvcommArenaImport_t import, char* text, size_t textBytes, size_t* needed);
+kvcommResult_t kvcommArenaImportArenaId(kvcommArenaImport_t import, uint64_t* id);
+/** The owner's generation this import has mapped. */
+kvcommResult_t kvcommArenaImportGeneration(kvcommArenaImport_t import, uint64_t* generation);
+/** The arena's layout as this import knows it, by the list pattern (like kvcommArenaLayout). */
+kvcommResult_t kvcommArenaImportLayout(kvcommArenaImport_t import, kvcommKvRegion* regions, size_t capacity,
+                                       size_t* count, uint64_t* version);
+kvcommResult_t kvcommArenaImportOwnerPid(kvcommArenaImport_t import, int* pid);
+/** *alive = 0 once the owner is known gone (process death, closed session, arena released), else 1. */
+kvcommResult_t kvcommArenaImportOwnerAlive(kvcommArenaImport_t import, int* alive);
+/** Why the owner is gone ("" while alive), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaImportOwnerLostReason(kvcommArenaImport_t import, char* text, size_t textBytes,
+                                                size_t* needed);
+/** kvcommNetworkError naming the owner and the reason when it is gone, kvcommInvalidArgument when closed. */
+kvcommResult_t kvcommArenaImportCheck(kvcommArenaImport_t import);
+/** Pins (operations in flight) on this import. */
+kvcommResult_t kvcommArenaImportOperations(kvcommArenaImport_t import, size_t* operations);
+/** Pins [offset, offset + bytes). kvcommNetworkError when the owner is gone, kvcommAborted while closing,
+ *  kvcommInvalidArgument outside the mapped bytes or after close. */
+kvcommResult_t kvcommArenaImportPinCreate(kvcommArenaImport_t import, size_t offset, size_t bytes,
+                                          kvcommArenaPin_t* pin);
+/** Synchronous copies between the mapping and host memory, pinned while they run (errors as
+ *  kvcommArenaImportPinCreate). */
+kvcommResult_t kvcommArenaImportWrite(kvcommArenaImport_t import, size_t offset, const void* src, size_t bytes);
+kvcommResult_t kvcommArenaImportRead(kvcommArenaImport_t import, size_t offset, void* dst, size_t bytes);
+/** Drains (waits up to `timeoutMs` for every pin; < 0: no bound; kvcommTimeout leaves the import closing), unmaps,
+ *  and tells the owner, which drops the lease before this returns. Idempotent; works after the owner is gone. The
+ *  handle must still be destroyed. */
+kvcommResult_t kvcommArenaImportClose(kvcommArenaImport_t import, int64_t timeoutMs);
+kvcommResult_t kvcommArenaImportClosed(kvcommArenaImport_t import, int* closed);
+
+/* -- sessions -- */
+
+/** Connects to the server at `address` ("@name": abstract Unix socket; otherwise a filesystem path), waiting for it
+ *  to appear until the timeout; the server must run as the same uid. kvcommNetworkError when refused (with the
+ *  server's reason) or nobody is there; kvcommTimeout when the handshake was never answered. `options` NULL:
+ *  defaults. */
+kvcommResult_t kvcommArenaSessionConnect(const char* address, const kvcommArenaSessionOptions* options,
+                                         kvcommArenaSession_t* session);
+/** Frees the handle; the session ends once no import made over it remains. NULL is a no-op. */
+kvcommResult_t kvcommArenaSessionDestroy(kvcommArenaSession_t session);
+/** The peer process (SO_PEERCRED). */
+kvcommResult_t kvcommArenaSessionPeerPid(kvcommArenaSession_t session, int* pid);
+kvcommResult_t kvcommArenaSessionPeerUid(kvcommArenaSession_t session, uint32_t* uid);
+/** *alive = 0 once the session ended (peer closed or died, protocol error, close), else 1. */
+kvcommResult_t kvcommArenaSessionAlive(kvcommArenaSession_t session, int* alive);
+/** Why it ended ("" while alive), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaSessionLostReason(kvcommArenaSession_t session, char* text, size_t textBytes, size_t* needed);
+/** Owner side: a capability for the session's peer to import `arena` within `ttlMs` ms (kvcommArenaOffer bound to
+ *  the peer's pid and uid). */
+kvcommResult_t kvcommArenaSessionOffer(kvcommArenaSession_t session, kvcommArena_t arena, int64_t ttlMs,
+                                       kvcommArenaCapability* capability);
+/** Importer side: imports the arena the peer offered. kvcommInvalidArgument with the owner's reason when the
+ *  capability is refused (forged, already used, expired, issued to another process or generation, arena freed);
+ *  kvcommNetworkError when the session is gone; kvcommTimeout after the bound. `options` NULL: defaults. */
+kvcommResult_t kvcommArenaSessionImport(kvcommArenaSession_t session, const kvcommArenaCapability* capability,
+                                        const kvcommArenaImportOptions* options, kvcommArenaImport_t* import);
+/** Sends an application message of at most KVCOMM_ARENA_MAX_MESSAGE_BYTES bytes to the peer. */
+kvcommResult_t kvcommArenaSessionSend(kvcommArenaSession_t session, const void* data, size_t bytes);
+/** The next application message, waiting up to `timeoutMs` (< 0: no bound; kvcommTimeout on expiry,
+ *  kvcommNetworkError once the session ended and no message is left). *bytes receives its size. When it fits in
+ *  `capacity` it is copied into `data` and consumed; otherwise nothing is copied and it stays next in line (pass
+ *  NULL and 0 to learn the size first, then call again with at least *bytes). */
+kvcommResult_t kvcommArenaSessionReceive(kvcommArenaSession_t session, int64_t timeoutMs, void* data, size_t capacity,
+                                         size_t* bytes);
+/** Ends the session now: leases over it are dropped on both sides. Idempotent; the handle must still be destroyed. */
+kvcommResult_t kvcommArenaSessionClose(kvcommArenaSession_t session);
+
+/* -- servers -- */
+
+/** Listens on `address`: "@name" (abstract Unix socket), a filesystem path (its directory must be mode 0700 and
+ *  owned by this user), or NULL / "" for a fresh abstract name (kvcommArenaServerAddress). `options` NULL:
+ *  defaults. */
+kvcommResult_t kvcommArenaServerListen(const char* address, const kvcommArenaServerOptions* options,
+                                       kvcommArenaServer_t* server);
+/** Stops listening, ends every session, and frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommArenaServerDestroy(kvcommArenaServer_t server);
+/** The address clients pass to kvcommArenaSessionConnect, copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommArenaServerAddress(kvcommArenaServer_t server, char* text, size_t textBytes, size_t* needed);
+/** The next client whose handshake completed, waiting up to `timeoutMs` (< 0: no bound): kvcommTimeout on expiry,
+ *  kvcommAborted after kvcommArenaServerClose. */
+kvcommResult_t kvcommArenaServerAccept(kvcommArenaServer_t server, int64_t timeoutMs, kvcommArenaSession_t* session);
+/** Connections established now. */
+kvcommResult_t kvcommArenaServerSessions(kvcommArenaServer_t server, size_t* sessions);
+/** Connections refused or dropped before or during the handshake so far. */
+kvcommResult_t kvcommArenaServerRefusedConnections(kvcommArenaServer_t server, uint64_t* refused);
+/** Stops listening and ends every session (idempotent); the handle must still be destroyed. */
+kvcommResult_t kvcommArenaServerClose(kvcommArenaServer_t server);
 
 /* ---- capabilities --------------------------------------------------------------------------------------------- */
 

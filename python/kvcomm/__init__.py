@@ -14,7 +14,17 @@ A first program (4 processes on one host, host memory)::
     fetcher = kvcomm.Fetcher(cache, [kvcomm.KvRegion(0, 4096, 0, 64)])  # one region of 64 blocks of 4 KiB
     fetcher.fetch([(peer, np.array([3, 4], np.int64), np.array([10, 11], np.int64))])  # its blocks 3, 4 -> my 10, 11
 
-See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier and fetch.
+Arenas share KV memory between independent processes of one host (a KV server and its engines)::
+
+    server = kvcomm.ArenaServer("@kv")                  # server process
+    s = server.accept()
+    arena = kvcomm.Arena([kvcomm.KvRegion(0, 4096, 0, 64)], kind="host")
+    s.send(s.offer(arena).to_bytes())
+    ...
+    s = kvcomm.ArenaSession.connect("@kv")              # client process
+    kv = s.import_(s.receive())                          # kv.view(): the arena's bytes, zero-copy
+
+See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier, fetch and arenas.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from ._errors import (
     UnsupportedError,
     check_int as _check_int,
 )
+from ._arena import Arena, ArenaCapability, ArenaGrowth, ArenaImport, ArenaPin, ArenaServer, ArenaSession, OwnerLoss
 from ._barrier import Barrier
 from ._fetch import (
     FetchOperation,
@@ -93,9 +104,10 @@ def use_local_device(local_rank: int) -> int:
 
 
 __all__ = [
-    "AbortedError", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
+    "AbortedError", "Arena", "ArenaCapability", "ArenaGrowth", "ArenaImport", "ArenaPin", "ArenaServer",
+    "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
     "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
-    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError",
+    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError", "OwnerLoss",
     "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
     "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
     "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",

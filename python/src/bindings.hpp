@@ -20,6 +20,7 @@ void bindSymm(nb::module_& m);
 void bindPublish(nb::module_& m);
 void bindBarrier(nb::module_& m);
 void bindFetch(nb::module_& m);
+void bindArena(nb::module_& m);
 void bindArrays(nb::module_& m);
 void bindLimits(nb::module_& m);
 

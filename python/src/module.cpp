@@ -26,4 +26,5 @@ NB_MODULE(_kvcomm, m) {
   kvcomm::py::bindPublish(m);
   kvcomm::py::bindBarrier(m);
   kvcomm::py::bindFetch(m);
+  kvcomm::py::bindArena(m);
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/check.hpp"
+#include "kvcomm/arena.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
@@ -114,6 +115,14 @@ struct CEnum<kvcommFetchState_t> {
       {kvcommFetchFailed, "kvcommFetchFailed", FetchState::Failed}};
 };
 
+template <>
+struct CEnum<kvcommArenaOwnerLoss_t> {
+  static constexpr const char* name = "kvcommArenaOwnerLoss_t";
+  static constexpr EnumEntry<kvcommArenaOwnerLoss_t, OwnerLoss> entries[] = {
+      {kvcommArenaOwnerLossKeep, "kvcommArenaOwnerLossKeep", OwnerLoss::Keep},
+      {kvcommArenaOwnerLossRelease, "kvcommArenaOwnerLossRelease", OwnerLoss::Release}};
+};
+
 /// Number of enumerators of C enum `C`.
 template <typename C>
 inline constexpr unsigned kEnumSize = static_cast<unsigned>(std::size(CEnum<C>::entries));
@@ -136,6 +145,7 @@ static_assert(wellFormed<kvcommDeviceErrorKind_t>() && kEnumSize<kvcommDeviceErr
               "kvcommDeviceErrorKind_t");
 static_assert(wellFormed<kvcommFetchPath_t>() && kEnumSize<kvcommFetchPath_t> == 4, "kvcommFetchPath_t");
 static_assert(wellFormed<kvcommFetchState_t>() && kEnumSize<kvcommFetchState_t> == 3, "kvcommFetchState_t");
+static_assert(wellFormed<kvcommArenaOwnerLoss_t>() && kEnumSize<kvcommArenaOwnerLoss_t> == 2, "kvcommArenaOwnerLoss_t");
 static_assert(sizeof(kvcommAxis_t) == sizeof(unsigned int), "C enums keep the size of their C compatible type");
 
 /// The integer a C enum value holds (any unsigned int: the type's underlying type is fixed).

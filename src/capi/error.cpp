@@ -28,7 +28,8 @@ static_assert(KVCOMM_MAX_BARRIER_LANES == lim::kMaxBarrierLanes && lim::kMaxBarr
 static_assert(KVCOMM_MAX_HANDLE_PEERS == lim::kMaxHandlePeers && lim::kMaxHandlePeers == kvcomm::kMaxHandlePeers,
               "handle peers");
 static_assert(KVCOMM_MAX_BUFFER_RANGES == lim::kMaxBufferRanges, "buffer ranges");
-static_assert(lim::kMaxArenaRegions == kvcomm::Arena::kMaxRegions, "arena regions");
+static_assert(KVCOMM_MAX_ARENA_REGIONS == lim::kMaxArenaRegions && lim::kMaxArenaRegions == kvcomm::Arena::kMaxRegions,
+              "arena regions");
 
 namespace kvcomm::capi {
 
@@ -71,6 +72,16 @@ const char* handleTypeName(HandleType t) noexcept {
       return HandleTraits<kvcommFetchPlan>::name;
     case HandleType::FetchOperation:
       return HandleTraits<kvcommFetchOperation>::name;
+    case HandleType::Arena:
+      return HandleTraits<kvcommArena>::name;
+    case HandleType::ArenaPin:
+      return HandleTraits<kvcommArenaPin>::name;
+    case HandleType::ArenaImport:
+      return HandleTraits<kvcommArenaImport>::name;
+    case HandleType::ArenaSession:
+      return HandleTraits<kvcommArenaSession>::name;
+    case HandleType::ArenaServer:
+      return HandleTraits<kvcommArenaServer>::name;
   }
   return "handle";
 }

@@ -9,10 +9,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "common/check.hpp"
+#include "kvcomm/arena.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/fetch.hpp"
@@ -64,6 +67,39 @@ struct kvcommFetchOperation {
   std::mutex mu;
   kvcomm::FetchStatus last;
 };
+// Arenas belong to no communicator: their handles name no rank (-1, "[rank ?]" in messages).
+// The failures of the last grow(), kept so that their text can be read by a separate call.
+struct kvcommArena {
+  explicit kvcommArena(kvcomm::Arena a) : arena(std::move(a)) {}
+  kvcomm::Arena arena;
+  int rank = -1;
+  std::mutex mu;
+  std::string lastGrowthFailures;
+};
+struct kvcommArenaPin {
+  explicit kvcommArenaPin(kvcomm::ArenaPin p) : pin(std::move(p)) {}
+  kvcomm::ArenaPin pin;
+  int rank = -1;
+  std::mutex mu;  ///< ArenaPin itself is not thread-safe: release() and the queries are serialised here
+};
+struct kvcommArenaImport {
+  explicit kvcommArenaImport(kvcomm::ArenaImport i) : import(std::move(i)) {}
+  kvcomm::ArenaImport import;
+  int rank = -1;
+};
+// A message receive() took that did not fit the caller's array: it is handed out first by the next receive.
+struct kvcommArenaSession {
+  explicit kvcommArenaSession(kvcomm::ArenaSession s) : session(std::move(s)) {}
+  kvcomm::ArenaSession session;
+  int rank = -1;
+  std::mutex mu;
+  std::optional<std::vector<uint8_t>> pending;
+};
+struct kvcommArenaServer {
+  explicit kvcommArenaServer(kvcomm::ArenaServer s) : server(std::move(s)) {}
+  kvcomm::ArenaServer server;
+  int rank = -1;
+};
 
 namespace kvcomm::capi {
 
@@ -95,7 +131,12 @@ enum class HandleType : uint8_t {
   Barrier,
   Fetcher,
   FetchPlan,
-  FetchOperation
+  FetchOperation,
+  Arena,
+  ArenaPin,
+  ArenaImport,
+  ArenaSession,
+  ArenaServer
 };
 
 /// The C type name of each handle struct.
@@ -115,6 +156,11 @@ KVCOMM_CAPI_HANDLE(kvcommBarrier, Barrier, "kvcommBarrier_t");
 KVCOMM_CAPI_HANDLE(kvcommFetcher, Fetcher, "kvcommFetcher_t");
 KVCOMM_CAPI_HANDLE(kvcommFetchPlan, FetchPlan, "kvcommFetchPlan_t");
 KVCOMM_CAPI_HANDLE(kvcommFetchOperation, FetchOperation, "kvcommFetchOperation_t");
+KVCOMM_CAPI_HANDLE(kvcommArena, Arena, "kvcommArena_t");
+KVCOMM_CAPI_HANDLE(kvcommArenaPin, ArenaPin, "kvcommArenaPin_t");
+KVCOMM_CAPI_HANDLE(kvcommArenaImport, ArenaImport, "kvcommArenaImport_t");
+KVCOMM_CAPI_HANDLE(kvcommArenaSession, ArenaSession, "kvcommArenaSession_t");
+KVCOMM_CAPI_HANDLE(kvcommArenaServer, ArenaServer, "kvcommArenaServer_t");
 #undef KVCOMM_CAPI_HANDLE
 
 /// C type name of a handle type.

@@ -20,6 +20,11 @@ typedef struct {
   kvcommFetcher_t fetcher;
   kvcommFetchPlan_t plan;
   kvcommFetchOperation_t op;
+  kvcommArena_t arena;          /* host memory, the layout below; leased by `import`, pinned by `pin` */
+  kvcommArenaPin_t pin;         /* [kArenaPinOffset, +kArenaPinBytes) of `arena` */
+  kvcommArenaImport_t import;   /* this process's import of `arena`, over `session` */
+  kvcommArenaSession_t session; /* a session to `server`, this process's own */
+  kvcommArenaServer_t server;
 } Handles;
 
 enum {
@@ -31,7 +36,21 @@ enum {
   kHFetcher = 1 << 5,
   kHPlan = 1 << 6,
   kHOp = 1 << 7,
-  kNumHandleTypes = 8
+  kHArena = 1 << 8,
+  kHPin = 1 << 9,
+  kHImport = 1 << 10,
+  kHSession = 1 << 11,
+  kHServer = 1 << 12,
+  kNumHandleTypes = 13
+};
+
+/* The fixture's arenas: one region of kArenaBlocks blocks of kArenaBlockBytes, capacity kArenaCapacity. */
+enum {
+  kArenaBlocks = 16,
+  kArenaBlockBytes = 4096,
+  kArenaCapacity = 1 << 20,
+  kArenaPinOffset = 4096,
+  kArenaPinBytes = 100
 };
 
 /* The fixture's buffer: host memory, every replica mapped here. Publish rows land in [0, kPubBytes), the fetch
@@ -49,15 +68,16 @@ enum {
 
 typedef struct {
   int rank, size;
-  Handles h;              /* live handles */
-  kvcommKvRegion region;  /* the fetcher's layout */
-  unsigned char* scratch; /* every output of a refused call points here; poisoned before each call */
-  unsigned char* image;   /* a copy of every replica (size * kMapped bytes), taken before a refused call */
-  int watchBuffer;        /* refused calls must leave every replica as it was */
-  kvcommUniqueId id;      /* a valid unique id (rank 0's), shared by every rank */
-  long cases;             /* generated calls made by the current entry */
-  long failures;          /* failed checks on this rank */
-  const char* entry;      /* name of the entry running */
+  Handles h;                        /* live handles */
+  kvcommKvRegion region;            /* the fetcher's layout */
+  unsigned char* scratch;           /* every output of a refused call points here; poisoned before each call */
+  unsigned char* image;             /* a copy of every replica (size * kMapped bytes), taken before a refused call */
+  int watchBuffer;                  /* refused calls must leave every replica as it was */
+  kvcommUniqueId id;                /* a valid unique id (rank 0's), shared by every rank */
+  long cases;                       /* generated calls made by the current entry */
+  long failures;                    /* failed checks on this rank */
+  const char* entry;                /* name of the entry running */
+  kvcommArenaSession_t peerSession; /* the server's end of h.session (accepted) */
 } Ctx;
 
 /* ---- generated values ----------------------------------------------------------------------------------------- */
@@ -131,5 +151,15 @@ typedef struct {
 
 extern const Entry g_entries[];
 extern const size_t g_numEntries;
+/* The arena entries (test_capi_props_arena.c), run after g_entries. */
+extern const Entry g_arenaEntries[];
+extern const size_t g_numArenaEntries;
+
+/* Arena fixtures (test_capi_props_arena.c): the fixture's layout, a host arena of it, a session to a server, and an
+ * import of an arena by this process over a session to its own server. */
+void arenaLayout(kvcommKvRegion* region);
+kvcommArena_t arenaMake(Ctx* c);
+kvcommArenaSession_t arenaConnect(Ctx* c, kvcommArenaServer_t server);
+kvcommArenaImport_t arenaImportOf(Ctx* c, kvcommArena_t arena, kvcommArenaSession_t session);
 
 #endif /* KVCOMM_TESTS_CAPI_CAPI_PROPS_H_ */

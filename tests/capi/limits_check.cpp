@@ -15,6 +15,7 @@ static_assert(KVCOMM_MAX_PUBLISH_TENSORS == lim::kMaxPublishTensors, "KVCOMM_MAX
 static_assert(KVCOMM_MAX_BARRIER_LANES == lim::kMaxBarrierLanes, "KVCOMM_MAX_BARRIER_LANES");
 static_assert(KVCOMM_MAX_HANDLE_PEERS == lim::kMaxHandlePeers, "KVCOMM_MAX_HANDLE_PEERS");
 static_assert(KVCOMM_MAX_BUFFER_RANGES == lim::kMaxBufferRanges, "KVCOMM_MAX_BUFFER_RANGES");
+static_assert(KVCOMM_MAX_ARENA_REGIONS == lim::kMaxArenaRegions, "KVCOMM_MAX_ARENA_REGIONS");
 
 template <typename E>
 constexpr bool fixedUnsigned() {
@@ -23,7 +24,7 @@ constexpr bool fixedUnsigned() {
 static_assert(fixedUnsigned<kvcommResult_t>() && fixedUnsigned<kvcommAxis_t>() && fixedUnsigned<kvcommMemoryKind_t>() &&
                   fixedUnsigned<kvcommSlotType_t>() && fixedUnsigned<kvcommPublishMode_t>() &&
                   fixedUnsigned<kvcommDeviceErrorKind_t>() && fixedUnsigned<kvcommFetchPath_t>() &&
-                  fixedUnsigned<kvcommFetchState_t>(),
+                  fixedUnsigned<kvcommFetchState_t>() && fixedUnsigned<kvcommArenaOwnerLoss_t>(),
               "every C enum of kvcomm.h has the fixed underlying type unsigned int under C++");
 // A value outside the enum is a value of the type (no undefined behaviour to hold or pass it).
 static_assert(static_cast<unsigned>(static_cast<kvcommAxis_t>(9u)) == 9u, "kvcommAxis_t holds 9");

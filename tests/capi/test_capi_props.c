@@ -79,9 +79,10 @@ static void makeValues(void) {
                             UINT64_MAX / 2 + 1,
                             (uint64_t)SIZE_MAX / 4 + 1};
   for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); ++i) addValue(edges[i]);
-  const uint64_t limits[] = {KVCOMM_MAX_FETCH_REGIONS,   KVCOMM_MAX_FETCH_REQUESTS,  KVCOMM_MAX_FETCH_PAIRS,
-                             KVCOMM_MAX_PUBLISH_TENSORS, KVCOMM_MAX_BARRIER_LANES,   KVCOMM_MAX_HANDLE_PEERS,
-                             KVCOMM_MAX_BUFFER_RANGES,   KVCOMM_UNIQUE_ID_STRING_LEN};
+  const uint64_t limits[] = {KVCOMM_MAX_FETCH_REGIONS,      KVCOMM_MAX_FETCH_REQUESTS,   KVCOMM_MAX_FETCH_PAIRS,
+                             KVCOMM_MAX_PUBLISH_TENSORS,    KVCOMM_MAX_BARRIER_LANES,    KVCOMM_MAX_HANDLE_PEERS,
+                             KVCOMM_MAX_BUFFER_RANGES,      KVCOMM_UNIQUE_ID_STRING_LEN, KVCOMM_MAX_ARENA_REGIONS,
+                             KVCOMM_ARENA_MAX_MESSAGE_BYTES};
   for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); ++i) {
     addValue(limits[i] - 1);
     addValue(limits[i]);
@@ -139,9 +140,10 @@ void refused(Ctx* c, const char* what, kvcommResult_t r, kvcommResult_t expected
     ++c->failures;
     fprintf(stderr, "[rank %d] %s (line %d): %s: message '%s' lacks '%s'\n", c->rank, c->entry, line, what, msg, word);
   }
+  /* (arenas belong to no communicator: their messages say "[rank ?]") */
   if (expected == kvcommInvalidArgument && strstr(msg, "[rank ?]") != NULL && c->h.comm != NULL &&
-      strstr(what, "c->h.") != NULL && strstr(msg, "is NULL") == NULL && strstr(msg, "not a live") == NULL &&
-      strstr(msg, ", not a ") == NULL) {
+      strncmp(c->entry, "kvcommArena", 11) != 0 && strstr(what, "c->h.") != NULL && strstr(msg, "is NULL") == NULL &&
+      strstr(msg, "not a live") == NULL && strstr(msg, ", not a ") == NULL) {
     ++c->failures;
     fprintf(stderr, "[rank %d] %s (line %d): %s: message '%s' does not name the rank of its handle\n", c->rank,
             c->entry, line, what, msg);
@@ -176,6 +178,16 @@ void succeeded(Ctx* c, const char* what, kvcommResult_t r, int line) {
 void sync(Ctx* c) {
   (void)c;
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* ---- the table: g_entries, then g_arenaEntries ------------------------------------------------------------------ */
+
+static const Entry* s_table[512];
+static size_t s_numTable = 0;
+
+static void makeTable(void) {
+  for (size_t e = 0; e < g_numEntries && s_numTable < 512; ++e) s_table[s_numTable++] = &g_entries[e];
+  for (size_t e = 0; e < g_numArenaEntries && s_numTable < 512; ++e) s_table[s_numTable++] = &g_arenaEntries[e];
 }
 
 /* ---- the header: every function it declares ------------------------------------------------------------------- */
@@ -303,9 +315,21 @@ static void makeHandles(Ctx* c, unsigned types, Handles* out) {
     FIXTURE_OK(kvcommFetchStart(f, &q, 1, NULL, NULL, &out->op));
     FIXTURE_OK(waitDone(out->op));
   }
+  /* Arenas: an import gets an arena of its own (so that the fixture arena's lease count stays 1). */
+  if (types & (kHArena | kHImport)) out->arena = arenaMake(c);
+  if (types & kHPin)
+    FIXTURE_OK(kvcommArenaPinCreate(out->arena ? out->arena : c->h.arena, kArenaPinOffset, kArenaPinBytes, &out->pin));
+  if (types & kHServer) FIXTURE_OK(kvcommArenaServerListen(NULL, NULL, &out->server));
+  if (types & kHSession) out->session = arenaConnect(c, out->server ? out->server : c->h.server);
+  if (types & kHImport) out->import = arenaImportOf(c, out->arena, out->session ? out->session : c->h.session);
 }
 
 static void destroyHandles(Ctx* c, Handles* h) {
+  FIXTURE_OK(kvcommArenaPinDestroy(h->pin));
+  FIXTURE_OK(kvcommArenaImportDestroy(h->import));
+  FIXTURE_OK(kvcommArenaSessionDestroy(h->session));
+  FIXTURE_OK(kvcommArenaServerDestroy(h->server));
+  FIXTURE_OK(kvcommArenaDestroy(h->arena));
   FIXTURE_OK(kvcommFetchOperationDestroy(h->op));
   FIXTURE_OK(kvcommFetchPlanDestroy(h->plan));
   FIXTURE_OK(kvcommFetcherDestroy(h->fetcher));
@@ -326,9 +350,15 @@ static void setUp(Ctx* c) {
   c->region.numBlocks = kFetchBlocks;
   Handles made;
   memset(&made, 0, sizeof(made));
-  makeHandles(c, kHLayout | kHBuffer | kHPublisher | kHBarrier | kHFetcher | kHPlan | kHOp, &made);
+  makeHandles(c, kHLayout | kHBuffer | kHPublisher | kHBarrier | kHFetcher | kHPlan | kHOp | kHArena | kHServer, &made);
   made.comm = c->h.comm;
   c->h = made;
+  /* The arena fixture: a session to this process's own server (its other end accepted), an import of the fixture
+   * arena over it, and a pin of the arena. */
+  c->h.session = arenaConnect(c, c->h.server);
+  FIXTURE_OK(kvcommArenaServerAccept(c->h.server, 10000, &c->peerSession));
+  c->h.import = arenaImportOf(c, c->h.arena, c->h.session);
+  FIXTURE_OK(kvcommArenaPinCreate(c->h.arena, kArenaPinOffset, kArenaPinBytes, &c->h.pin));
   void* local = NULL;
   FIXTURE_OK(kvcommBufferLocal(c->h.buffer, &local));
   for (size_t i = 0; i < kMapped; ++i) ((unsigned char*)local)[i] = (unsigned char)(i * 13 + (size_t)c->rank * 101);
@@ -358,6 +388,16 @@ static kvcommComm_t* slotOf(Handles* h, unsigned type) {
       return (kvcommComm_t*)(void*)&h->fetcher;
     case kHPlan:
       return (kvcommComm_t*)(void*)&h->plan;
+    case kHArena:
+      return (kvcommComm_t*)(void*)&h->arena;
+    case kHPin:
+      return (kvcommComm_t*)(void*)&h->pin;
+    case kHImport:
+      return (kvcommComm_t*)(void*)&h->import;
+    case kHSession:
+      return (kvcommComm_t*)(void*)&h->session;
+    case kHServer:
+      return (kvcommComm_t*)(void*)&h->server;
     default:
       return (kvcommComm_t*)(void*)&h->op;
   }
@@ -379,6 +419,16 @@ static const char* typeName(unsigned type) {
       return "kvcommFetcher_t";
     case kHPlan:
       return "kvcommFetchPlan_t";
+    case kHArena:
+      return "kvcommArena_t";
+    case kHPin:
+      return "kvcommArenaPin_t";
+    case kHImport:
+      return "kvcommArenaImport_t";
+    case kHSession:
+      return "kvcommArenaSession_t";
+    case kHServer:
+      return "kvcommArenaServer_t";
     default:
       return "kvcommFetchOperation_t";
   }
@@ -408,8 +458,8 @@ static void handlePhase(Ctx* c, unsigned type) {
     const char* word;
   } cases[4] = {{NULL, "is NULL"}, {dead, notLive}, {zeroed, notLive}, {other, otherName}};
   sync(c);
-  for (size_t e = 0; e < g_numEntries; ++e) {
-    const Entry* en = &g_entries[e];
+  for (size_t e = 0; e < s_numTable; ++e) {
+    const Entry* en = s_table[e];
     if (!(en->handles & type) || !en->call) continue;
     c->entry = en->name;
     c->watchBuffer = en->writesMemory;
@@ -446,6 +496,7 @@ int main(int argc, char** argv) {
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   makeValues();
+  makeTable();
   c->entry = "table";
 
   /* 1. The table against the header: every declared function has an entry, every entry a declared function. */
@@ -458,19 +509,19 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < numDeclared; ++i) {
     int found = 0;
-    for (size_t e = 0; e < g_numEntries && !found; ++e) found = strcmp(g_entries[e].name, declared[i]) == 0;
+    for (size_t e = 0; e < s_numTable && !found; ++e) found = strcmp(s_table[e]->name, declared[i]) == 0;
     if (!found) {
       fprintf(stderr, "[rank %d] %s is declared in kvcomm.h but has no entry in the property table\n", c->rank,
               declared[i]);
       ++c->failures;
     }
   }
-  for (size_t e = 0; e < g_numEntries; ++e) {
+  for (size_t e = 0; e < s_numTable; ++e) {
     int found = 0;
-    for (size_t i = 0; i < numDeclared && !found; ++i) found = strcmp(g_entries[e].name, declared[i]) == 0;
+    for (size_t i = 0; i < numDeclared && !found; ++i) found = strcmp(s_table[e]->name, declared[i]) == 0;
     if (!found) {
       fprintf(stderr, "[rank %d] the property table has %s, which kvcomm.h does not declare\n", c->rank,
-              g_entries[e].name);
+              s_table[e]->name);
       ++c->failures;
     }
   }
@@ -481,12 +532,12 @@ int main(int argc, char** argv) {
 
   /* 3. Every entry's generated arguments. */
   long total = 0;
-  for (size_t e = 0; e < g_numEntries; ++e) {
-    c->entry = g_entries[e].name;
+  for (size_t e = 0; e < s_numTable; ++e) {
+    c->entry = s_table[e]->name;
     c->cases = 0;
     c->watchBuffer = 0;
     sync(c);
-    g_entries[e].props(c);
+    s_table[e]->props(c);
     c->watchBuffer = 0;
     sync(c);
     if (c->cases == 0) {
@@ -496,6 +547,7 @@ int main(int argc, char** argv) {
     total += c->cases;
   }
 
+  FIXTURE_OK(kvcommArenaSessionDestroy(c->peerSession));
   destroyHandles(c, &c->h);
   free(c->scratch);
   free(c->image);
@@ -507,7 +559,7 @@ int main(int argc, char** argv) {
     printf(
         "capi props: %s: %zu functions declared, %zu entries, %ld generated calls per rank, %d ranks, %.1f s "
         "(%ld failed checks)\n",
-        failures ? "FAILED" : "passed", numDeclared, g_numEntries, total, c->size,
+        failures ? "FAILED" : "passed", numDeclared, s_numTable, total, c->size,
         (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), failures);
   MPI_Finalize();
   return failures ? 1 : 0;

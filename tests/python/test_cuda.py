@@ -490,3 +490,77 @@ def test_cuda_array_properties(world):
     torch.cuda.synchronize()
     world.barrier()
     assert not failures, f"{len(failures)} calls broke the property:\n" + "\n".join(failures[:40])
+
+
+# ---- arenas: CUDA VMM memory shared between the two processes, both directions ---------------------------------------
+
+
+def test_arena_cuda_both_directions(world):
+    """Rank 0 serves, rank 1 connects. Server-owned: rank 0's CUDA arena (filled from host memory), imported by rank 1
+    on its own GPU, read through a torch view and written back from a CUDA tensor; client-owned: rank 1's arena
+    imported by rank 0. Every byte checked against test_arena's oracle; free is Busy while leased."""
+    import test_arena as ta
+
+    address = [f"@kvcomm-cuda-arena-{os.getpid()}" if world.rank == 0 else None]
+    dist.broadcast_object_list(address, src=0)
+    half = ta.BLOCKS * ta.STRIDE
+    if world.rank == 0:
+        with kvcomm.ArenaServer(address[0]) as server:
+            dist.barrier()
+            arena = kvcomm.Arena(ta.LAYOUT, kind="cuda", capacity=ta.CAPACITY, version=7)
+            assert arena.kind == kvcomm.MemoryKind.Cuda and arena.handle_type == "posix_fd"
+            assert arena.device == torch.cuda.current_device()
+            arena.write(0, ta.pattern(1, ta.EXTENT))  # host -> device
+            view = arena.view()
+            assert isinstance(view, torch.Tensor) and view.is_cuda and view.data_ptr() == arena.data_ptr
+            s = server.accept(ta.TIMEOUT_MS)
+            s.send(s.offer(arena))
+            ta._tag(s, b"written")
+            assert arena.leases == 1
+            np.testing.assert_array_equal(view[ta.REGION1:ta.REGION1 + half].cpu().numpy(), ta.pattern(2, half))
+            np.testing.assert_array_equal(arena.read(0, ta.REGION1), ta.pattern(1, ta.EXTENT)[:ta.REGION1])
+            with pytest.raises(kvcomm.BusyError, match="busy"):
+                arena.free()
+            s.send(b"checked")
+            ta._tag(s, b"closed")
+            del view
+            arena.free(5000)
+            arena.close()
+            # Client-owned: rank 1's arena, imported here.
+            with s.import_(s.receive(ta.TIMEOUT_MS)) as kv:
+                assert kv.kind == kvcomm.MemoryKind.Cuda and kv.owner_pid == s.peer_pid
+                got = kv.view(nbytes=ta.EXTENT)
+                assert got.is_cuda and got.device.index == torch.cuda.current_device()
+                np.testing.assert_array_equal(got.cpu().numpy(), ta.pattern(4, ta.EXTENT))
+                del got
+            s.send(b"released")
+            ta._tag(s, b"bye")
+            s.close()
+    else:
+        dist.barrier()
+        with kvcomm.ArenaSession.connect(address[0], timeout_ms=ta.TIMEOUT_MS) as s:
+            kv = s.import_(s.receive(ta.TIMEOUT_MS))
+            assert kv.kind == kvcomm.MemoryKind.Cuda and kv.bytes >= ta.EXTENT and kv.layout == ta.LAYOUT
+            view = kv.view()
+            assert isinstance(view, torch.Tensor) and view.is_cuda and view.device.index == torch.cuda.current_device()
+            np.testing.assert_array_equal(view[:ta.EXTENT].cpu().numpy(), ta.pattern(1, ta.EXTENT))
+            mine = ta.pattern(2, half)
+            with pytest.raises(kvcomm.InvalidArgumentError, match="host memory"):
+                kv.write(ta.REGION1, _cuda(mine))  # copies are to and from host memory; device memory: views
+            kv.write(ta.REGION1, mine[:half // 2])  # host -> device
+            view[ta.REGION1 + half // 2:ta.REGION1 + half].copy_(_cuda(mine[half // 2:]))  # device -> device
+            torch.cuda.synchronize()
+            s.send(b"written")
+            ta._tag(s, b"checked")
+            del view
+            kv.close()
+            s.send(b"closed")
+            with kvcomm.Arena(ta.LAYOUT, kind="cuda", version=9) as own:
+                own.view(nbytes=ta.EXTENT).copy_(_cuda(ta.pattern(4, ta.EXTENT)))
+                torch.cuda.synchronize()
+                s.send(s.offer(own))
+                ta._tag(s, b"released")
+                assert own.leases == 0
+                own.free()
+            s.send(b"bye")
+    dist.barrier()

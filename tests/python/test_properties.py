@@ -1059,16 +1059,264 @@ def _fetcher_queries(c: Ctx) -> None:
     c.check("Fetcher.check_errors()", f.check_errors, OK)
 
 
+# -- arenas: one process, which imports its own arenas over a session to its own server
+
+
+ARENA_LAYOUT = [(0, 4096, 0, 8)]
+ARENA_CAPACITY = 1 << 20
+MS = int_domain(I64_MIN, I64_MAX)
+TTL = int_domain(1, 86400000)
+# A request's bound: below a second a live peer may or may not answer in time (TimeoutError); < 0 is the default.
+REQUEST_MS = [(v, ANY if e.ok and 0 <= int(v) < 1000 else e) for v, e in MS]
+
+
+class Arenas:
+    """The objects the arena entries call: a server, a session to it and its accepted end, an arena and its import."""
+
+    def __init__(self) -> None:
+        self.server = kvcomm.ArenaServer()
+        self.session = kvcomm.ArenaSession.connect(self.server.address)
+        self.peer = self.server.accept(10000)
+        self.arena = kvcomm.Arena(ARENA_LAYOUT, kind="host", capacity=ARENA_CAPACITY)
+        self.imp = self.session.import_(self.session.offer(self.arena))
+        self.pending: List[Any] = []
+
+    def fresh_cap(self) -> Lazy:
+        return Lazy(lambda: self.session.offer(self.arena), "<fresh capability>")
+
+    def fresh_arena(self) -> kvcomm.Arena:
+        return kvcomm.Arena(ARENA_LAYOUT, kind="host", capacity=ARENA_CAPACITY)
+
+    def fresh_import(self) -> kvcomm.ArenaImport:
+        self.pending.append(self.fresh_arena())  # the owner's object lives as long as the test
+        return self.session.import_(self.session.offer(self.pending[-1]))
+
+
+_ARENAS: List[Arenas] = []
+
+
+def _arenas() -> Arenas:
+    if not _ARENAS:
+        _ARENAS.append(Arenas())
+    return _ARENAS[0]
+
+
+def _layouts() -> List[Tuple[Any, Expect]]:
+    many = [(i * 8192, 4096, 0, 1) for i in range(L.MAX_ARENA_REGIONS + 1)]
+    return [(ARENA_LAYOUT, OK), ([kvcomm.KvRegion(0, 4096, 0, 8)], OK), (kvcomm.KvRegion(0, 4096, 0, 8), OK),
+            ([], BAD), ([(0, 0, 0, 1)], BAD), ([(0, 4096, 0, 4), (4096, 4096, 0, 4)], BAD), ("x", BAD), (None, BAD),
+            ([(0, 4096, 0)], BAD), ([(0, "4096", 0, 1)], BAD), (many, bad(match="MAX_ARENA_REGIONS"))]
+
+
+@entry("Arena", "Arena.create")
+def _arena_create(c: Ctx) -> None:
+    for fn, label in ((kvcomm.Arena, "Arena"), (kvcomm.Arena.create, "Arena.create")):
+        c.vary(label, lambda **kw: fn(**kw).close(), {"layout": ARENA_LAYOUT, "kind": "host"},
+               {"layout": _layouts(), "kind": KIND, "capacity": int_domain(0, U64_MAX, inside=ANY),
+                "legacy_ipc": [(False, OK), (True, BAD), (1, BAD), (None, BAD), ("yes", BAD)],
+                "version": int_domain(0, U64_MAX)})
+    a = kvcomm.Arena(ARENA_LAYOUT, kind="host", capacity=ARENA_CAPACITY, version=5)
+    c.check("Arena layout and sizes", lambda: (a.layout == [kvcomm.KvRegion(0, 4096, 0, 8)] and a.layout_version == 5
+                                               and a.capacity >= ARENA_CAPACITY and a.bytes >= 8 * 4096) or 1 / 0, OK)
+    a.close()
+
+
+@entry("Arena.offer", "Arena.revoke_capabilities", "Arena.ipc_handle")
+def _arena_offer(c: Ctx) -> None:
+    a = _arenas().fresh_arena()
+    c.vary("Arena.offer", a.offer, {"pid": 1234}, {"pid": int_domain(1, I32_MAX), "uid": with_none(
+        int_domain(0, (1 << 32) - 1)), "ttl_ms": TTL})
+    c.check("Arena.revoke_capabilities()", lambda: (a.revoke_capabilities(), a.live_capabilities == 0 or 1 / 0), OK)
+    c.check("Arena.ipc_handle() (host)", a.ipc_handle, bad(match="legacyIpc"))
+    a.close()
+
+
+@entry("Arena.grow", "Arena.grow_layout", "Arena.shrink", "Arena.shrink_layout", "Arena.free", "Arena.close")
+def _arena_changes(c: Ctx) -> None:
+    A = _arenas()
+    c.vary("Arena.grow", lambda **kw: A.fresh_arena().grow(**kw), {"new_bytes": ARENA_CAPACITY},
+           {"new_bytes": int_domain(8 * 4096, ARENA_CAPACITY, values=set(INT_EDGES) | {U64_MAX}),
+            "timeout_ms": MS})
+    c.check("Arena.grow(capacity)", lambda: A.fresh_arena().grow(ARENA_CAPACITY) == kvcomm.ArenaGrowth(2, 0) or 1 / 0,
+            OK)
+    c.vary("Arena.grow_layout", lambda **kw: A.fresh_arena().grow_layout(**kw), {"layout": [(0, 4096, 0, 16)]},
+           {"layout": _layouts(), "version": int_domain(0, U64_MAX), "timeout_ms": MS})
+    c.vary("Arena.shrink", lambda **kw: A.fresh_arena().shrink(**kw), {"new_bytes": 8 * 4096},
+           {"new_bytes": int_domain(0, U64_MAX, inside=ANY), "wait_ms": MS})
+    c.vary("Arena.shrink_layout", lambda **kw: A.fresh_arena().shrink_layout(**kw), {"layout": [(0, 4096, 0, 4)]},
+           {"layout": _layouts(), "version": int_domain(0, U64_MAX), "wait_ms": MS})
+    c.vary("Arena.free", lambda **kw: A.fresh_arena().free(**kw), {}, {"wait_ms": MS})
+    c.check("Arena.free() (leased)", lambda: A.arena.free(), bad(kvcomm.BusyError, "busy"))
+    c.check("Arena.shrink() (leased)", lambda: A.arena.shrink(A.arena.bytes), bad(kvcomm.BusyError, "busy"))
+    a = A.fresh_arena()
+    c.check("Arena.close()", lambda: (a.close(), a.close()), OK)
+    c.check("Arena.offer() (closed)", lambda: a.offer(1234), bad(match="empty"))
+
+
+def _memory_entries(c: Ctx, label: str, m: Any) -> None:
+    """write/read/read_into/pin/view of an Arena or ArenaImport: ranges against the mapped bytes, arrays, dtypes."""
+    n = m.bytes
+    data = [(np.zeros(8, np.uint8), OK), (b"12345678", OK), (bytearray(8), OK), (np.zeros(1, np.int64), OK),
+            (np.zeros(16, np.uint8)[::2], BAD), ("12345678", BAD), (None, BAD), (3, BAD), ([1, 2], BAD)]
+    c.vary(f"{label}.write", m.write, {"offset": 0, "data": np.zeros(8, np.uint8)},
+           {"offset": int_domain(0, n - 8, values=set(INT_EDGES) | {n - 8, n, U64_MAX}), "data": data})
+    c.vary(f"{label}.read", m.read, {"offset": 0, "nbytes": 8},
+           {"offset": int_domain(0, n - 8, values=set(INT_EDGES) | {n - 8, n, U64_MAX}),
+            "nbytes": int_domain(0, n, values=set(INT_EDGES) | {n, U64_MAX})})
+    c.check(f"{label}.write/read round trip", lambda: (m.write(100, bytes(range(8))),
+                                                       m.read(100, 8).tobytes() == bytes(range(8)) or 1 / 0), OK)
+    outs = [(np.zeros(8, np.uint8), OK), (bytearray(8), OK), (b"12345678", BAD),
+            (np.zeros(8, np.uint8)[::2], BAD), (None, BAD), ("x", BAD)]
+    ro = np.zeros(8, np.uint8)
+    ro.setflags(write=False)
+    outs.append((ro, BAD))
+    c.vary(f"{label}.read_into", m.read_into, {"offset": 0, "out": np.zeros(8, np.uint8)},
+           {"offset": int_domain(0, n - 8, values=set(INT_EDGES) | {n - 8, n}), "out": outs})
+    c.vary(f"{label}.pin", lambda **kw: m.pin(**kw).release(), {"offset": 0, "nbytes": 8},
+           {"offset": int_domain(0, n - 8, values=set(INT_EDGES) | {n - 8, n}),
+            "nbytes": int_domain(1, n, values=set(INT_EDGES) | {n, n + 1})})
+    c.vary(f"{label}.view", m.view, {},
+           {"offset": int_domain(0, n - 1, values=set(INT_EDGES) | {n - 1, n}),
+            "nbytes": with_none(int_domain(1, n, values=set(INT_EDGES) | {n, n + 1})),
+            "dtype": [(None, OK), (np.uint32, OK), ("float64", OK), (np.dtype("V3"), BAD), (object, BAD),
+                      ("nope", BAD)],
+            "framework": [(None, OK), ("numpy", OK), ("dlpack", OK), ("cupy", BAD), (3, BAD)]})
+
+
+@entry("Arena.write", "Arena.read", "Arena.read_into", "Arena.pin", "Arena.view", "ArenaPin", "ArenaPin.release")
+def _arena_memory(c: Ctx) -> None:
+    A = _arenas()
+    _memory_entries(c, "Arena", A.arena)
+    for v in NOT_OBJECTS:
+        c.check(f"ArenaPin({v!r})", lambda v=v: kvcomm.ArenaPin(v), BAD)
+    p = A.arena.pin(8, 8)
+    c.check("ArenaPin.release()", lambda: (p.release(), p.release(), (p.bytes, p.offset) == (0, 0) or 1 / 0), OK)
+
+
+@entry("ArenaImport", "ArenaImport.open_ipc", "ArenaImport.write", "ArenaImport.read", "ArenaImport.read_into",
+       "ArenaImport.pin", "ArenaImport.view", "ArenaImport.check", "ArenaImport.close")
+def _arena_import(c: Ctx) -> None:
+    A = _arenas()
+    _memory_entries(c, "ArenaImport", A.imp)
+    for v in NOT_OBJECTS:
+        c.check(f"ArenaImport({v!r})", lambda v=v: kvcomm.ArenaImport(v), BAD)
+    c.vary("ArenaImport.open_ipc", kvcomm.ArenaImport.open_ipc, {"handle": bytes(64), "layout": ARENA_LAYOUT},
+           {"handle": [(bytes(64), ANY), (bytes(63), BAD), ("x" * 64, BAD), (None, BAD), (3, BAD)],
+            "layout": [(v, ANY if e.ok else e) for v, e in _layouts()], "version": [(0, ANY), (-1, BAD), ("1", BAD)]},
+           base=ANY)
+    c.check("ArenaImport.check()", A.imp.check, OK)
+    c.vary("ArenaImport.close", lambda **kw: A.fresh_import().close(**kw), {}, {"timeout_ms": MS})
+    i = A.fresh_import()
+    c.check("ArenaImport.close() twice", lambda: (i.close(), i.close(), i.closed or 1 / 0), OK)
+    c.check("ArenaImport.check() (closed)", i.check, bad(match="closed"))
+
+
+@entry("ArenaSession", "ArenaSession.connect", "ArenaSession.offer", "ArenaSession.import_", "ArenaSession.send",
+       "ArenaSession.receive", "ArenaSession.close")
+def _arena_session(c: Ctx) -> None:
+    A = _arenas()
+    for v in NOT_OBJECTS:
+        c.check(f"ArenaSession({v!r})", lambda v=v: kvcomm.ArenaSession(v), BAD)
+    nobody = f"@kvcomm-props-nobody-{id(c)}"
+    c.vary("ArenaSession.connect", lambda **kw: kvcomm.ArenaSession.connect(**kw).close(),
+           {"address": A.server.address, "timeout_ms": 5000},
+           {"address": [(A.server.address, OK), ("", BAD), (None, BAD), (3, BAD), (b"@x", BAD),
+                        (nobody, bad(kvcomm.Error))],
+            "timeout_ms": REQUEST_MS})
+    while True:  # the server's ends of those sessions
+        try:
+            A.server.accept(0).close()
+        except kvcomm.TimeoutError:
+            break
+    imp_or_not = [(A.imp, BAD)] + [(v, BAD) for v in NOT_OBJECTS]
+    c.vary("ArenaSession.offer", A.session.offer, {"arena": A.arena},
+           {"arena": [(A.arena, OK)] + imp_or_not, "ttl_ms": TTL})
+    loss = enum_domain(kvcomm.OwnerLoss, {"keep": kvcomm.OwnerLoss.Keep, "release": kvcomm.OwnerLoss.Release})
+    c.vary("ArenaSession.import_", lambda **kw: A.session.import_(**kw).close(), {"capability": A.fresh_cap()},
+           {"capability": [(A.fresh_cap(), OK), (bytes(48), BAD), (bytes(47), BAD), ("x" * 48, BAD), (None, BAD),
+                           (3, BAD)],
+            "on_owner_loss": loss, "timeout_ms": REQUEST_MS})
+    cap = A.session.offer(A.arena)
+    c.check("ArenaSession.import_(used)", lambda: (A.session.import_(cap).close(), A.session.import_(cap)),
+            bad(match="already used"))
+    big = L and kvcomm.ArenaSession.MAX_MESSAGE_BYTES
+    c.vary("ArenaSession.send", A.session.send, {"data": b"x"},
+           {"data": [(b"", OK), (b"x", OK), (bytes(big), OK), (bytes(big + 1), bad(match="MAX_MESSAGE_BYTES")),
+                     (bytearray(3), OK), (memoryview(b"ab"), OK), (cap, OK), ("x", BAD), (None, BAD), (3, BAD)]})
+
+    def receive(**kw: Any) -> Any:
+        A.peer.send(b"m")
+        return A.session.receive(**kw)
+
+    c.vary("ArenaSession.receive", receive, {}, {"timeout_ms": MS})
+    for s in (A.session, A.peer):  # drain
+        while True:
+            try:
+                s.receive(0)
+            except kvcomm.TimeoutError:
+                break
+    c.check("ArenaSession.receive(0) (empty)", lambda: A.session.receive(0), bad(kvcomm.TimeoutError))
+    s = kvcomm.ArenaSession.connect(A.server.address)
+    c.check("ArenaSession.close()", lambda: (s.close(), s.close(), (not s.alive) or 1 / 0), OK)
+    c.check("ArenaSession.send() (closed)", lambda: s.send(b"x"), bad(kvcomm.NetworkError))
+    while True:
+        try:
+            A.server.accept(0).close()
+        except kvcomm.TimeoutError:
+            break
+
+
+@entry("ArenaServer", "ArenaServer.listen", "ArenaServer.accept", "ArenaServer.close")
+def _arena_server(c: Ctx) -> None:
+    A = _arenas()
+    for fn, label in ((kvcomm.ArenaServer, "ArenaServer"), (kvcomm.ArenaServer.listen, "ArenaServer.listen")):
+        c.vary(label, lambda **kw: fn(**kw).close(), {},
+               {"address": [("", OK), (Lazy(lambda: f"@kvcomm-props-{id(object())}", "<fresh @name>"), OK),
+                            ("/tmp/kvcomm-props.sock", bad(match="/tmp")), (None, BAD), (3, BAD)],
+                "max_sessions": int_domain(0, U64_MAX, inside=ANY), "max_pending_handshakes": int_domain(
+                    0, U64_MAX, inside=ANY), "handshake_timeout_ms": MS, "request_timeout_ms": MS})
+    live: List[Any] = []
+
+    def accept(**kw: Any) -> Any:
+        live.append(kvcomm.ArenaSession.connect(A.server.address))
+        return A.server.accept(**kw)
+
+    c.vary("ArenaServer.accept", accept, {}, {"timeout_ms": MS})
+    for s in live:
+        s.close()
+    while True:
+        try:
+            A.server.accept(0).close()
+        except kvcomm.TimeoutError:
+            break
+    srv = kvcomm.ArenaServer()
+    c.check("ArenaServer.close()", lambda: (srv.close(), srv.close()), OK)
+    c.check("ArenaServer.accept() (closed)", lambda: srv.accept(0), bad(kvcomm.AbortedError))
+
+
+@entry("ArenaCapability", "ArenaCapability.to_bytes", "ArenaCapability.from_bytes", "ArenaGrowth")
+def _arena_records(c: Ctx) -> None:
+    cap = _arenas().session.offer(_arenas().arena)
+    c.check("ArenaCapability.to_bytes()", lambda: (len(cap.to_bytes()) == 48 and bytes(cap) == cap.to_bytes()
+                                                   and kvcomm.ArenaCapability.from_bytes(cap.to_bytes()) == cap)
+            or 1 / 0, OK)
+    c.vary("ArenaCapability.from_bytes", kvcomm.ArenaCapability.from_bytes, {"data": bytes(48)},
+           {"data": [(bytes(48), OK), (bytearray(48), OK), (memoryview(bytes(48)), OK), (bytes(47), BAD),
+                     (bytes(49), BAD), ("x" * 48, BAD), (None, BAD), (3, BAD)]})
+    c.check("ArenaCapability(...)", lambda: kvcomm.ArenaCapability(1, 1, bytes(16), 1, 0, 0), OK)
+    c.check("ArenaGrowth(1, 0)", lambda: kvcomm.ArenaGrowth(1, 0), OK)
+
+
 # -- types without calls of their own to generate: enums, exceptions, native records
 
 
-@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "ErrorCode", "Axis")
+@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "ErrorCode", "Axis", "OwnerLoss")
 def _enums(c: Ctx) -> None:
     """Python enums: lookup by value follows Python's Enum (ValueError for a non-member; kvcomm calls taking an enum
     refuse anything else with InvalidArgumentError, above). Their members are what the docs list."""
     want = {kvcomm.MemoryKind: ["Auto", "Cuda", "Host"], kvcomm.FetchPath: ["Auto", "Kernel", "CopyEngine", "Host"],
             kvcomm.FetchState: ["InProgress", "Done", "Failed"], kvcomm.PublishMode: ["Direct", "Fallback"],
-            kvcomm.Axis: ["TP", "PCP", "PP", "DP"]}
+            kvcomm.Axis: ["TP", "PCP", "PP", "DP"], kvcomm.OwnerLoss: ["Keep", "Release"]}
     for e, names in want.items():
         c.check(f"{e.__name__} members", lambda e=e, names=names: list(e.__members__) == names or 1 / 0, OK)
         values = [int(m.value) for m in e]
