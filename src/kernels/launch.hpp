@@ -7,9 +7,9 @@
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
 #include "kvcomm/device/fetch.hpp"
-#include "kvcomm/limits.hpp"
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/device/symm_device.hpp"
+#include "kvcomm/limits.hpp"
 
 namespace kvcomm::detail {
 

@@ -253,7 +253,7 @@ static void testCollectives(kvcommComm_t world, int rank, int size) {
   OK(kvcommCommDestroy(tcp));
 }
 
-static void testLayout(kvcommComm_t world, int rank) {
+static void testParallelGroups(kvcommComm_t world, int rank) {
   kvcommParallelSpec bad = {3, 1, 1, 1};
   kvcommParallelGroups_t layout = NULL;
   FAILS(kvcommParallelGroupsCreate(world, &bad, &layout), kvcommInvalidArgument, "");
@@ -470,7 +470,7 @@ int main(int argc, char** argv) {
   testBasics();
   kvcommComm_t world = testCallbackBootstrap(rank, size);
   testCollectives(world, rank, size);
-  testLayout(world, rank);
+  testParallelGroups(world, rank);
   testPublish(world, rank, size);
   testBarrier(world, rank, size);
   testFetch(world, rank, size);

@@ -420,12 +420,12 @@ static int* field(kvcommParallelSpec* s, int k) {
   return k == 0 ? &s->tp : k == 1 ? &s->pcp : k == 2 ? &s->pp : &s->dp;
 }
 
-static kvcommResult_t callLayoutCreate(Ctx* c, const Handles* h) {
+static kvcommResult_t callParallelGroupsCreate(Ctx* c, const Handles* h) {
   kvcommParallelSpec spec = {c->size, 1, 1, 1};
   return kvcommParallelGroupsCreate(h->comm, &spec, SCRATCH(kvcommParallelGroups_t*));
 }
 /* Each size through every value, the others 1: valid (a collective create) exactly when it is the world size. */
-static void propsLayoutCreate(Ctx* c) {
+static void propsParallelGroupsCreate(Ctx* c) {
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
       kvcommParallelSpec spec = {1, 1, 1, 1};
       *field(&spec, k) = asInt(x);
@@ -442,11 +442,11 @@ static void propsLayoutCreate(Ctx* c) {
   REFUSED("layout is NULL", kvcommParallelGroupsCreate(c->h.comm, &spec, NULL));
 }
 
-static kvcommResult_t callLayoutDestroy(Ctx* c, const Handles* h) {
+static kvcommResult_t callParallelGroupsDestroy(Ctx* c, const Handles* h) {
   (void)c;
   return kvcommParallelGroupsDestroy(h->layout);
 }
-static void propsLayoutDestroy(Ctx* c) {
+static void propsParallelGroupsDestroy(Ctx* c) {
   SUCCEEDS(kvcommParallelGroupsDestroy(NULL));
   kvcommParallelSpec spec = {c->size, 1, 1, 1};
   kvcommParallelGroups_t l = NULL;
@@ -455,10 +455,10 @@ static void propsLayoutDestroy(Ctx* c) {
   REFUSED("not a live kvcommParallelGroups_t", kvcommParallelGroupsDestroy(l));
 }
 
-static kvcommResult_t callLayoutComm(Ctx* c, const Handles* h) {
+static kvcommResult_t callParallelGroupsComm(Ctx* c, const Handles* h) {
   return kvcommParallelGroupsComm(h->layout, kvcommAxisTP, SCRATCH(kvcommComm_t*));
 }
-static void propsLayoutComm(Ctx* c) {
+static void propsParallelGroupsComm(Ctx* c) {
   unsigned vals[24];
   size_t n = enumValues(4, vals);
   for (size_t i = 0; i < n; ++i) {
@@ -479,20 +479,20 @@ static void propsLayoutComm(Ctx* c) {
   REFUSED("comm is NULL", kvcommParallelGroupsComm(c->h.layout, kvcommAxisTP, NULL));
 }
 
-static kvcommResult_t callLayoutGetSpec(Ctx* c, const Handles* h) {
+static kvcommResult_t callParallelGroupsGetSpec(Ctx* c, const Handles* h) {
   return kvcommParallelGroupsGetSpec(h->layout, SCRATCH(kvcommParallelSpec*));
 }
-static void propsLayoutGetSpec(Ctx* c) {
+static void propsParallelGroupsGetSpec(Ctx* c) {
   REFUSED("spec is NULL", kvcommParallelGroupsGetSpec(c->h.layout, NULL));
   kvcommParallelSpec s;
   SUCCEEDS(kvcommParallelGroupsGetSpec(c->h.layout, &s));
   EXPECT(s.tp == c->size && s.pcp == 1 && s.pp == 1 && s.dp == 1);
 }
 
-static kvcommResult_t callLayoutGetCoord(Ctx* c, const Handles* h) {
+static kvcommResult_t callParallelGroupsGetCoord(Ctx* c, const Handles* h) {
   return kvcommParallelGroupsGetCoord(h->layout, SCRATCH(kvcommParallelCoord*));
 }
-static void propsLayoutGetCoord(Ctx* c) {
+static void propsParallelGroupsGetCoord(Ctx* c) {
   REFUSED("coord is NULL", kvcommParallelGroupsGetCoord(c->h.layout, NULL));
   kvcommParallelCoord k;
   SUCCEEDS(kvcommParallelGroupsGetCoord(c->h.layout, &k));
@@ -510,7 +510,7 @@ static int specValid(const kvcommParallelSpec* s) {
   return p <= INT_MAX;
 }
 
-static void propsLayoutCoordOf(Ctx* c) {
+static void propsParallelCoordOf(Ctx* c) {
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
       kvcommParallelSpec spec = {2, 3, 1, 2};
       *field(&spec, k) = asInt(x);
@@ -530,7 +530,7 @@ static void propsLayoutCoordOf(Ctx* c) {
   REFUSED("coord is NULL", kvcommParallelCoordOf(&spec, 0, NULL));
 }
 
-static void propsLayoutRankOf(Ctx* c) {
+static void propsParallelRankOf(Ctx* c) {
   kvcommParallelSpec spec = {2, 3, 1, 2};
   for (int k = 0; k < 4; ++k) FOR_VALUES(x) {
       kvcommParallelCoord co = {1, 2, 0, 1};
@@ -549,7 +549,7 @@ static void propsLayoutRankOf(Ctx* c) {
 
 /* Axis through its enumerators and neighbours, capacity through every value (at most the group is written; a
  * group of 2^30 members is counted, not materialised), the rank through every value. */
-static void propsLayoutGroupOf(Ctx* c) {
+static void propsParallelGroupOf(Ctx* c) {
   kvcommParallelSpec spec = {2, 3, 1, 2};
   unsigned vals[24];
   size_t n = enumValues(4, vals);
@@ -1884,14 +1884,14 @@ const Entry g_entries[] = {
     ENTRY(CommSameHost, kHComm, 0),
     ENTRY(CommCanAccessPeer, kHComm, 0),
     ENTRY(CommTopologyString, kHComm, 0),
-    ENTRY(LayoutCreate, kHComm, 0),
-    ENTRY(LayoutDestroy, kHLayout, 0),
-    ENTRY(LayoutComm, kHLayout, 0),
-    ENTRY(LayoutGetSpec, kHLayout, 0),
-    ENTRY(LayoutGetCoord, kHLayout, 0),
-    PURE(LayoutCoordOf),
-    PURE(LayoutRankOf),
-    PURE(LayoutGroupOf),
+    ENTRY(ParallelGroupsCreate, kHComm, 0),
+    ENTRY(ParallelGroupsDestroy, kHLayout, 0),
+    ENTRY(ParallelGroupsComm, kHLayout, 0),
+    ENTRY(ParallelGroupsGetSpec, kHLayout, 0),
+    ENTRY(ParallelGroupsGetCoord, kHLayout, 0),
+    PURE(ParallelCoordOf),
+    PURE(ParallelRankOf),
+    PURE(ParallelGroupOf),
     ENTRY(BufferCreate, kHComm, 0),
     ENTRY(BufferAdopt, kHComm, 0),
     ENTRY(BufferDestroy, kHBuffer, 1),

@@ -7,8 +7,8 @@
 #include <type_traits>
 
 #include "kvcomm/device/macros.hpp"
-#include "kvcomm/device/vector.hpp"
 #include "kvcomm/device/symm_device.hpp"
+#include "kvcomm/device/vector.hpp"
 
 namespace kvcomm {
 
