@@ -44,8 +44,8 @@ set(KVCOMM_SOURCES
     src/arena/arena_memory.cpp
     src/arena/session.cpp
     src/arena/reactor.cpp
-    src/arena/arena_core.cpp
-    src/arena/import_core.cpp
+    src/arena/owned_arena.cpp
+    src/arena/imported_arena.cpp
     src/arena/arena.cpp
     src/arena/arena_import.cpp
     src/arena/arena_server.cpp

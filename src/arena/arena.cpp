@@ -1,16 +1,16 @@
-// The public Arena and ArenaPin over the owner's core (arena/arena_core.hpp).
+// The public Arena and ArenaPin over the owner's core (arena/owned_arena.hpp).
 #include "kvcomm/arena.hpp"
 
-#include "arena/arena_core.hpp"
+#include "arena/owned_arena.hpp"
 #include "arena/pin.hpp"
 #include "common/check.hpp"
 
 namespace kvcomm {
 
-using detail::arena::ArenaCore;
+using detail::arena::OwnedArena;
 
 struct Arena::Impl {
-  std::shared_ptr<ArenaCore> core;
+  std::shared_ptr<OwnedArena> core;
   ~Impl() {
     if (core) core->release();
   }
@@ -18,7 +18,7 @@ struct Arena::Impl {
 
 namespace {
 
-ArenaCore& coreOf(const std::shared_ptr<Arena::Impl>& impl, const char* call) {
+OwnedArena& coreOf(const std::shared_ptr<Arena::Impl>& impl, const char* call) {
   KVCOMM_CHECK_ARG(impl != nullptr, call, "the arena is empty (moved from, or default-constructed)");
   return *impl->core;
 }
@@ -65,7 +65,7 @@ Arena& Arena::operator=(Arena&&) noexcept = default;
 
 Arena Arena::create(const KvLayout& layout, const ArenaOptions& options) {
   auto impl = std::make_shared<Impl>();
-  impl->core = ArenaCore::create(layout, options);
+  impl->core = OwnedArena::create(layout, options);
   return Arena(std::move(impl));
 }
 

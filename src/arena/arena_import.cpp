@@ -1,17 +1,17 @@
-// The public ArenaImport over the importer's core (arena/import_core.hpp), and legacy IPC opens.
-#include "arena/arena_core.hpp"
+// The public ArenaImport over the importer's core (arena/imported_arena.hpp), and legacy IPC opens.
 #include "arena/cuda_support.hpp"
-#include "arena/import_core.hpp"
+#include "arena/imported_arena.hpp"
+#include "arena/owned_arena.hpp"
 #include "common/check.hpp"
 #include "kvcomm/arena.hpp"
 
 namespace kvcomm {
 
-using detail::arena::ImportCore;
+using detail::arena::ImportedArena;
 
 namespace {
 
-ImportCore& coreOf(const std::shared_ptr<ArenaImport::Impl>& impl, const char* call) {
+ImportedArena& coreOf(const std::shared_ptr<ArenaImport::Impl>& impl, const char* call) {
   KVCOMM_CHECK_ARG(impl != nullptr, call, "the import is empty (moved from, or default-constructed)");
   return *impl->core;
 }
@@ -37,7 +37,7 @@ ArenaImport ArenaImport::openIpc(const ArenaIpcHandle& handle, const KvLayout& l
   std::vector<detail::Fd> noFds;
   mem->map(none, noFds, extent);
   auto impl = std::make_shared<Impl>();
-  impl->core = std::make_shared<ImportCore>(std::move(mem), layout, ctx);
+  impl->core = std::make_shared<ImportedArena>(std::move(mem), layout, ctx);
   return ArenaImport(std::move(impl));
 }
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "arena/import_core.hpp"
+#include "arena/imported_arena.hpp"
 #include "arena/reactor.hpp"
 #include "arena/session.hpp"
 #include "common/check.hpp"

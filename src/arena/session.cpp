@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "arena/arena_core.hpp"
 #include "arena/cuda_support.hpp"
-#include "arena/import_core.hpp"
+#include "arena/imported_arena.hpp"
+#include "arena/owned_arena.hpp"
 #include "arena/reactor.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
@@ -102,8 +102,8 @@ bool Session::enqueue(std::vector<OutMessage> ms) {
   return true;
 }
 
-std::shared_ptr<ImportCore> Session::import(const ArenaCapability& cap, const ImportOptions& options,
-                                            const std::shared_ptr<SessionLink>& link) {
+std::shared_ptr<ImportedArena> Session::import(const ArenaCapability& cap, const ImportOptions& options,
+                                               const std::shared_ptr<SessionLink>& link) {
   const char* call = "ArenaSession::import";
   std::unique_lock<std::mutex> lock(mu_);
   if (lost_) throwLost(call);
@@ -201,7 +201,7 @@ void Session::requestClose(const std::string& reason) {
   cv_.wait_for(lock, std::chrono::seconds(2), [&] { return lost_; });
 }
 
-void Session::addLease(uint64_t arenaId, uint64_t leaseId, std::weak_ptr<ArenaCore> arena) {
+void Session::addLease(uint64_t arenaId, uint64_t leaseId, std::weak_ptr<OwnedArena> arena) {
   std::lock_guard<std::mutex> lock(mu_);
   leases_[{arenaId, leaseId}] = std::move(arena);
 }
@@ -288,7 +288,7 @@ void Session::dispatch(Message& m, std::vector<Fd>& fds) {
     case MsgType::Refused:
       return protocolError(cat("an unexpected ", msgTypeName(m.type), " after the handshake"));
     case MsgType::Import: {
-      std::shared_ptr<ArenaCore> arena = ArenaCore::find(m.import.arenaId);
+      std::shared_ptr<OwnedArena> arena = OwnedArena::find(m.import.arenaId);
       if (arena) return arena->admit(shared_from_this(), m);
       Message d;
       d.type = MsgType::Deny;
@@ -344,12 +344,12 @@ void Session::dispatch(Message& m, std::vector<Fd>& fds) {
       return;
     }
     case MsgType::GrowAck: {
-      if (auto arena = ArenaCore::find(m.growAck.arenaId))
+      if (auto arena = OwnedArena::find(m.growAck.arenaId))
         arena->onGrowAck(m.growAck.leaseId, m.growAck.generation, m.growAck.ok == 1, printable(m.reason), this);
       return;
     }
     case MsgType::Close: {
-      if (auto arena = ArenaCore::find(m.lease.arenaId))
+      if (auto arena = OwnedArena::find(m.lease.arenaId))
         arena->dropLease(m.lease.leaseId, cat("closed by the importer (", peerName(), ")"), this);
       removeLease(m.lease.arenaId, m.lease.leaseId);
       enqueue(outMessage(leaseMessage(MsgType::CloseAck, m.seq, m.lease.arenaId, m.lease.leaseId)));
@@ -365,7 +365,7 @@ void Session::dispatch(Message& m, std::vector<Fd>& fds) {
       return;
     }
     case MsgType::Revoked: {
-      std::shared_ptr<ImportCore> imp;
+      std::shared_ptr<ImportedArena> imp;
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = imports_.find({m.revoked.arenaId, m.revoked.leaseId});
@@ -408,7 +408,7 @@ void Session::finishGrant(Collecting& c) {
     }
   }
   std::shared_ptr<SessionLink> link = want.link.lock();
-  std::shared_ptr<ImportCore> core;
+  std::shared_ptr<ImportedArena> core;
   std::string error;
   ErrorCode code = ErrorCode::InternalError;
   if (waiting && link) {
@@ -422,8 +422,8 @@ void Session::finishGrant(Collecting& c) {
               ? std::make_unique<ImportedMemory>(c.grant.ipcHandle, c.grant.capacity)
               : std::make_unique<ImportedMemory>(handles, c.grant.capacity, c.grant.granularity);
       mem->map(c.metas, c.fds, c.grant.bytes);
-      core = std::make_shared<ImportCore>(link, c.grant, std::move(layout), std::move(mem), want.options.onOwnerLoss,
-                                          want.ctx, peerPid_);
+      core = std::make_shared<ImportedArena>(link, c.grant, std::move(layout), std::move(mem), want.options.onOwnerLoss,
+                                             want.ctx, peerPid_);
     } catch (const Error& e) {
       error = e.what();
       code = e.code();
@@ -453,7 +453,7 @@ void Session::finishGrant(Collecting& c) {
 }
 
 void Session::finishGrown(Collecting& c) {
-  std::shared_ptr<ImportCore> imp;
+  std::shared_ptr<ImportedArena> imp;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = imports_.find({c.arenaId, c.leaseId});
@@ -515,8 +515,8 @@ void Session::service() {
 }
 
 void Session::lose(const std::string& reason) {
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ArenaCore>> leases;
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportCore>> imports;
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<OwnedArena>> leases;
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportedArena>> imports;
   std::deque<OutMessage> dropped;
   // The descriptors close before anyone is told the session ended: whoever waited for that sees them gone.
   sock_.reset();

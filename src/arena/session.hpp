@@ -26,8 +26,8 @@ namespace kvcomm::detail::arena {
 
 using Clock = std::chrono::steady_clock;
 
-class ArenaCore;
-class ImportCore;
+class OwnedArena;
+class ImportedArena;
 class Reactor;
 class ReactorThread;
 class Session;
@@ -74,8 +74,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- application threads ----
   /// Presents `cap` to the peer (the owner) and waits for the arena to be mapped here.
-  std::shared_ptr<ImportCore> import(const ArenaCapability& cap, const ImportOptions& options,
-                                     const std::shared_ptr<SessionLink>& link);
+  std::shared_ptr<ImportedArena> import(const ArenaCapability& cap, const ImportOptions& options,
+                                        const std::shared_ptr<SessionLink>& link);
   /// Tells the owner that lease (arenaId, leaseId) ended and waits for its acknowledgement until `deadline` (an
   /// owner already gone is not waited for).
   void closeLease(uint64_t arenaId, uint64_t leaseId, Clock::time_point deadline);
@@ -86,7 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void requestClose(const std::string& reason);
 
   // ---- owner-side bookkeeping (arenas call these with their lock held) ----
-  void addLease(uint64_t arenaId, uint64_t leaseId, std::weak_ptr<ArenaCore> arena);
+  void addLease(uint64_t arenaId, uint64_t leaseId, std::weak_ptr<OwnedArena> arena);
   void removeLease(uint64_t arenaId, uint64_t leaseId);
   /// Importer side: forget an import (closed).
   void removeImport(uint64_t arenaId, uint64_t leaseId);
@@ -116,7 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
     bool done = false;
     std::string error;
     ErrorCode code = ErrorCode::NetworkError;
-    std::shared_ptr<ImportCore> result;
+    std::shared_ptr<ImportedArena> result;
     ImportOptions options;
     void* ctx = nullptr;
     std::weak_ptr<SessionLink> link;
@@ -163,9 +163,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::vector<uint8_t>> inbox_;
   uint32_t nextSeq_ = 1;
   std::map<uint32_t, PendingImport> pendingImports_;
-  std::map<uint32_t, bool> pendingCloses_;                                      // seq -> acknowledged
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ArenaCore>> leases_;    // owner side: (arena, lease)
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportCore>> imports_;  // importer side
+  std::map<uint32_t, bool> pendingCloses_;                                         // seq -> acknowledged
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<OwnedArena>> leases_;      // owner side: (arena, lease)
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<ImportedArena>> imports_;  // importer side
 };
 
 }  // namespace kvcomm::detail::arena

@@ -28,12 +28,12 @@ KvLayout fromWire(const std::vector<WireRegion>& regions, uint64_t version);
 /// malformed layout (validated like a fetch layout) or one ending beyond `limit`.
 size_t layoutExtent(const KvLayout& layout, size_t limit, const char* call);
 
-class ArenaCore : public PinHost, public std::enable_shared_from_this<ArenaCore> {
+class OwnedArena : public PinHost, public std::enable_shared_from_this<OwnedArena> {
  public:
-  static std::shared_ptr<ArenaCore> create(const KvLayout& layout, const ArenaOptions& options);
+  static std::shared_ptr<OwnedArena> create(const KvLayout& layout, const ArenaOptions& options);
   /// The live arena with this id in this process, or nullptr.
-  static std::shared_ptr<ArenaCore> find(uint64_t id);
-  ~ArenaCore() override;
+  static std::shared_ptr<OwnedArena> find(uint64_t id);
+  ~OwnedArena() override;
 
   // ---- owner (application threads) ----
   uint64_t id() const { return id_; }
@@ -73,7 +73,7 @@ class ArenaCore : public PinHost, public std::enable_shared_from_this<ArenaCore>
   void onGrowAck(uint64_t leaseId, uint64_t generation, bool ok, const std::string& reason, const Session* from);
 
  private:
-  ArenaCore() = default;
+  OwnedArena() = default;
   struct Lease {
     std::weak_ptr<Session> session;
     int pid = 0;

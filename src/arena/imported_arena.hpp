@@ -18,14 +18,14 @@
 
 namespace kvcomm::detail::arena {
 
-class ImportCore : public PinHost, public std::enable_shared_from_this<ImportCore> {
+class ImportedArena : public PinHost, public std::enable_shared_from_this<ImportedArena> {
  public:
   /// An import over a session (made on the session thread once the owner's pieces are mapped).
-  ImportCore(std::shared_ptr<SessionLink> link, const GrantBody& grant, KvLayout layout,
-             std::unique_ptr<ImportedMemory> mem, OwnerLoss policy, void* ctx, int ownerPid);
+  ImportedArena(std::shared_ptr<SessionLink> link, const GrantBody& grant, KvLayout layout,
+                std::unique_ptr<ImportedMemory> mem, OwnerLoss policy, void* ctx, int ownerPid);
   /// A legacy IPC handle opened without a session.
-  ImportCore(std::unique_ptr<ImportedMemory> mem, KvLayout layout, void* ctx);
-  ~ImportCore() override;
+  ImportedArena(std::unique_ptr<ImportedMemory> mem, KvLayout layout, void* ctx);
+  ~ImportedArena() override;
 
   // ---- application threads ----
   void* data() const;
@@ -94,7 +94,7 @@ namespace kvcomm {
 
 /// The handle's share of an import: letting go of it closes the import once no pin is left.
 struct ArenaImport::Impl {
-  std::shared_ptr<detail::arena::ImportCore> core;
+  std::shared_ptr<detail::arena::ImportedArena> core;
   ~Impl() {
     if (core) core->closeWhenIdle();
   }

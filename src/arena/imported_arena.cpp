@@ -1,17 +1,17 @@
-#include "arena/import_core.hpp"
+#include "arena/imported_arena.hpp"
 
 #include <cstring>
 
-#include "arena/arena_core.hpp"
 #include "arena/cuda_support.hpp"
+#include "arena/owned_arena.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 
 namespace kvcomm::detail::arena {
 
-ImportCore::ImportCore(std::shared_ptr<SessionLink> link, const GrantBody& grant, KvLayout layout,
-                       std::unique_ptr<ImportedMemory> mem, OwnerLoss policy, void* ctx, int ownerPid)
+ImportedArena::ImportedArena(std::shared_ptr<SessionLink> link, const GrantBody& grant, KvLayout layout,
+                             std::unique_ptr<ImportedMemory> mem, OwnerLoss policy, void* ctx, int ownerPid)
     : link_(std::move(link)),
       mem_(std::move(mem)),
       arenaId_(grant.arenaId),
@@ -26,7 +26,7 @@ ImportCore::ImportCore(std::shared_ptr<SessionLink> link, const GrantBody& grant
       generation_(grant.generation),
       bytes_(mem_->mapped()) {}
 
-ImportCore::ImportCore(std::unique_ptr<ImportedMemory> mem, KvLayout layout, void* ctx)
+ImportedArena::ImportedArena(std::unique_ptr<ImportedMemory> mem, KvLayout layout, void* ctx)
     : mem_(std::move(mem)),
       ctx_(ctx),
       kind_(mem_->kind()),
@@ -37,7 +37,7 @@ ImportCore::ImportCore(std::unique_ptr<ImportedMemory> mem, KvLayout layout, voi
       bytes_(mem_->mapped()),
       ownerNotified_(true) {}
 
-ImportCore::~ImportCore() {
+ImportedArena::~ImportedArena() {
   std::shared_ptr<SessionLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -47,7 +47,7 @@ ImportCore::~ImportCore() {
   if (link && link->session) link->session->removeImport(arenaId_, leaseId_);
 }
 
-std::shared_ptr<SessionLink> ImportCore::finishLocked(bool notify) noexcept {
+std::shared_ptr<SessionLink> ImportedArena::finishLocked(bool notify) noexcept {
   try {
     CudaContextScope scope(ctx_);
     mem_->release();
@@ -71,49 +71,49 @@ std::shared_ptr<SessionLink> ImportCore::finishLocked(bool notify) noexcept {
   return std::move(link_);
 }
 
-void* ImportCore::data() const {
+void* ImportedArena::data() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->base();
 }
-size_t ImportCore::bytes() const {
+size_t ImportedArena::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->base() ? bytes_ : 0;
 }
-size_t ImportCore::capacity() const {
+size_t ImportedArena::capacity() const {
   return capacity_;
 }
-MemoryKind ImportCore::kind() const {
+MemoryKind ImportedArena::kind() const {
   return kind_;
 }
-std::string ImportCore::handleType() const {
+std::string ImportedArena::handleType() const {
   return handleKindName(handles_);
 }
-uint64_t ImportCore::generation() const {
+uint64_t ImportedArena::generation() const {
   std::lock_guard<std::mutex> lock(mu_);
   return generation_;
 }
-KvLayout ImportCore::layout() const {
+KvLayout ImportedArena::layout() const {
   std::lock_guard<std::mutex> lock(mu_);
   return layout_;
 }
-bool ImportCore::ownerAlive() const {
+bool ImportedArena::ownerAlive() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !ownerGone_;
 }
-std::string ImportCore::ownerLostReason() const {
+std::string ImportedArena::ownerLostReason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lostReason_;
 }
-bool ImportCore::closed() const {
+bool ImportedArena::closed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_ == State::Closed;
 }
-size_t ImportCore::operations() const {
+size_t ImportedArena::operations() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pins_.size();
 }
 
-void ImportCore::check(const char* call) const {
+void ImportedArena::check(const char* call) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (ownerGone_)
     KVCOMM_THROW(NetworkError, call, "arena ", arenaName(arenaId_), ": ", lostReason_,
@@ -121,7 +121,7 @@ void ImportCore::check(const char* call) const {
   KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", arenaName(arenaId_), " is closed");
 }
 
-std::unique_ptr<ArenaPin::Impl> ImportCore::pin(size_t offset, size_t bytes, const char* call) {
+std::unique_ptr<ArenaPin::Impl> ImportedArena::pin(size_t offset, size_t bytes, const char* call) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ownerGone_) KVCOMM_THROW(NetworkError, call, "arena ", arenaName(arenaId_), ": ", lostReason_);
   KVCOMM_CHECK_ARG(state_ != State::Closed, call, "the import of arena ", arenaName(arenaId_), " is closed");
@@ -139,7 +139,7 @@ std::unique_ptr<ArenaPin::Impl> ImportCore::pin(size_t offset, size_t bytes, con
   return p;
 }
 
-void ImportCore::unpin(uint64_t id) noexcept {
+void ImportedArena::unpin(uint64_t id) noexcept {
   std::shared_ptr<SessionLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -155,7 +155,7 @@ void ImportCore::unpin(uint64_t id) noexcept {
   if (link && link->session) link->session->removeImport(arenaId_, leaseId_);
 }
 
-void ImportCore::copyIn(size_t offset, const void* src, size_t bytes) {
+void ImportedArena::copyIn(size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
   PinGuard g{pin(offset, bytes, "ArenaImport::write")};
   if (kind_ == MemoryKind::Host)
@@ -164,7 +164,7 @@ void ImportCore::copyIn(size_t offset, const void* src, size_t bytes) {
     copyToDevice(ctx_, g.pin->data, src, bytes);
 }
 
-void ImportCore::copyOut(size_t offset, void* dst, size_t bytes) {
+void ImportedArena::copyOut(size_t offset, void* dst, size_t bytes) {
   if (bytes == 0) return;
   PinGuard g{pin(offset, bytes, "ArenaImport::read")};
   if (kind_ == MemoryKind::Host)
@@ -173,7 +173,7 @@ void ImportCore::copyOut(size_t offset, void* dst, size_t bytes) {
     copyFromDevice(ctx_, dst, g.pin->data, bytes);
 }
 
-void ImportCore::close(int64_t timeoutMs) {
+void ImportedArena::close(int64_t timeoutMs) {
   const char* call = "ArenaImport::close";
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ != State::Closed) {
@@ -198,7 +198,7 @@ void ImportCore::close(int64_t timeoutMs) {
   }
 }
 
-void ImportCore::closeWhenIdle() noexcept {
+void ImportedArena::closeWhenIdle() noexcept {
   std::shared_ptr<SessionLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -213,8 +213,8 @@ void ImportCore::closeWhenIdle() noexcept {
   if (link && link->session) link->session->removeImport(arenaId_, leaseId_);
 }
 
-Message ImportCore::applyGrowth(const GrownBody& grown, const std::vector<WireRegion>& regions,
-                                const std::vector<PieceMeta>& metas, std::vector<Fd>& fds) {
+Message ImportedArena::applyGrowth(const GrownBody& grown, const std::vector<WireRegion>& regions,
+                                   const std::vector<PieceMeta>& metas, std::vector<Fd>& fds) {
   Message ack;
   ack.type = MsgType::GrowAck;
   ack.growAck = GrowAckBody{arenaId_, leaseId_, grown.generation, 0, 0};
@@ -240,7 +240,7 @@ Message ImportCore::applyGrowth(const GrownBody& grown, const std::vector<WireRe
   return ack;
 }
 
-void ImportCore::ownerLost(const std::string& why) {
+void ImportedArena::ownerLost(const std::string& why) {
   std::shared_ptr<SessionLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);

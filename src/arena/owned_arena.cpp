@@ -1,4 +1,4 @@
-#include "arena/arena_core.hpp"
+#include "arena/owned_arena.hpp"
 
 #include <unistd.h>
 
@@ -21,7 +21,7 @@ namespace {
 // destruction.
 struct Registry {
   std::mutex mu;
-  std::map<uint64_t, std::weak_ptr<ArenaCore>> arenas;
+  std::map<uint64_t, std::weak_ptr<OwnedArena>> arenas;
 };
 Registry& registry() {
   static Registry* r = new Registry;
@@ -81,14 +81,14 @@ size_t layoutExtent(const KvLayout& layout, size_t limit, const char* call) {
   return static_cast<size_t>(end);
 }
 
-std::shared_ptr<ArenaCore> ArenaCore::create(const KvLayout& layout, const ArenaOptions& options) {
+std::shared_ptr<OwnedArena> OwnedArena::create(const KvLayout& layout, const ArenaOptions& options) {
   const char* call = "Arena::create";
   KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   size_t extent = layoutExtent(layout, kMaxCapacity, call);
   KVCOMM_CHECK_ARG(options.capacity == 0 || options.capacity >= extent, call, "capacity ", options.capacity,
                    " is smaller than the layout's extent ", extent);
   MemoryKind kind = resolveKind(options.kind);
-  std::shared_ptr<ArenaCore> core(new ArenaCore);
+  std::shared_ptr<OwnedArena> core(new OwnedArena);
   core->mem_ = std::make_unique<OwnerMemory>(kind, options.legacyIpc, options.capacity, extent);
   core->layout_ = layout;
   Registry& r = registry();
@@ -100,14 +100,14 @@ std::shared_ptr<ArenaCore> ArenaCore::create(const KvLayout& layout, const Arena
   return core;
 }
 
-std::shared_ptr<ArenaCore> ArenaCore::find(uint64_t id) {
+std::shared_ptr<OwnedArena> OwnedArena::find(uint64_t id) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.arenas.find(id);
   return it == r.arenas.end() ? nullptr : it->second.lock();
 }
 
-ArenaCore::~ArenaCore() {
+OwnedArena::~OwnedArena() {
   unregister(id_);
   try {
     CudaContextScope scope(mem_ ? mem_->context() : nullptr);
@@ -118,82 +118,82 @@ ArenaCore::~ArenaCore() {
   }
 }
 
-void ArenaCore::checkUsable(const char* call) const {
+void OwnedArena::checkUsable(const char* call) const {
   KVCOMM_CHECK_ARG(!freed_, call, "arena ", arenaName(id_), " was freed");
 }
 
-void* ArenaCore::data() const {
+void* OwnedArena::data() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->base();
 }
-size_t ArenaCore::bytes() const {
+size_t OwnedArena::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->bytes();
 }
-size_t ArenaCore::capacity() const {
+size_t OwnedArena::capacity() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->capacity();
 }
-size_t ArenaCore::granularity() const {
+size_t OwnedArena::granularity() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->granularity();
 }
-MemoryKind ArenaCore::kind() const {
+MemoryKind OwnedArena::kind() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->kind();
 }
-std::string ArenaCore::handleType() const {
+std::string OwnedArena::handleType() const {
   std::lock_guard<std::mutex> lock(mu_);
   return handleKindName(mem_->handles());
 }
-int ArenaCore::device() const {
+int OwnedArena::device() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->device();
 }
-uint64_t ArenaCore::generation() const {
+uint64_t OwnedArena::generation() const {
   std::lock_guard<std::mutex> lock(mu_);
   return generation_;
 }
-KvLayout ArenaCore::layout() const {
+KvLayout OwnedArena::layout() const {
   std::lock_guard<std::mutex> lock(mu_);
   return layout_;
 }
-size_t ArenaCore::leases() const {
+size_t OwnedArena::leases() const {
   std::lock_guard<std::mutex> lock(mu_);
   return leases_.size();
 }
-size_t ArenaCore::operations() const {
+size_t OwnedArena::operations() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pins_.size();
 }
-std::vector<int> ArenaCore::importers() const {
+std::vector<int> OwnedArena::importers() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int> out;
   for (const auto& kv : leases_) out.push_back(kv.second.pid);
   return out;
 }
-size_t ArenaCore::liveCapabilities() const {
+size_t OwnedArena::liveCapabilities() const {
   std::lock_guard<std::mutex> lock(mu_);
   return caps_.live();
 }
-bool ArenaCore::freed() const {
+bool OwnedArena::freed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return freed_;
 }
 
-ArenaCapability ArenaCore::offer(int pid, uint32_t uid, int64_t ttlMs) {
+ArenaCapability OwnedArena::offer(int pid, uint32_t uid, int64_t ttlMs) {
   std::lock_guard<std::mutex> lock(mu_);
   checkUsable("Arena::offer");
   return caps_.issue(id_, generation_, pid, uid, ttlMs);
 }
 
-void ArenaCore::revokeCapabilities() {
+void OwnedArena::revokeCapabilities() {
   std::lock_guard<std::mutex> lock(mu_);
   caps_.revokeAll("revoked by the owner");
 }
 
 template <typename Pred>
-bool ArenaCore::waitFor(std::unique_lock<std::mutex>& lock, int64_t waitMs, Pred done) {
+bool OwnedArena::waitFor(std::unique_lock<std::mutex>& lock, int64_t waitMs, Pred done) {
   if (waitMs < 0 || waitMs > env::kMaxTimeoutMs) {  // wait_for(huge) would wrap into the past
     cv_.wait(lock, done);
     return true;
@@ -201,7 +201,7 @@ bool ArenaCore::waitFor(std::unique_lock<std::mutex>& lock, int64_t waitMs, Pred
   return cv_.wait_for(lock, std::chrono::milliseconds(waitMs), done);
 }
 
-std::string ArenaCore::busyReason() const {
+std::string OwnedArena::busyReason() const {
   std::string pids;
   for (const auto& kv : leases_) pids += cat(pids.empty() ? "" : ", ", kv.second.pid);
   return cat("arena ", arenaName(id_), " is busy: ", plural(leases_.size(), "lease"),
@@ -210,7 +210,7 @@ std::string ArenaCore::busyReason() const {
              "(or pass a wait bound) before its memory can be released");
 }
 
-ArenaGrowth ArenaCore::grow(size_t newBytes, const KvLayout* layout, int64_t timeoutMs) {
+ArenaGrowth OwnedArena::grow(size_t newBytes, const KvLayout* layout, int64_t timeoutMs) {
   const char* call = "Arena::grow";
   std::unique_lock<std::mutex> lock(mu_);
   checkUsable(call);
@@ -282,7 +282,7 @@ ArenaGrowth ArenaCore::grow(size_t newBytes, const KvLayout* layout, int64_t tim
   return out;
 }
 
-void ArenaCore::shrink(size_t newBytes, const KvLayout* layout, int64_t waitMs) {
+void OwnedArena::shrink(size_t newBytes, const KvLayout* layout, int64_t waitMs) {
   const char* call = "Arena::shrink";
   std::unique_lock<std::mutex> lock(mu_);
   checkUsable(call);
@@ -313,7 +313,7 @@ void ArenaCore::shrink(size_t newBytes, const KvLayout* layout, int64_t waitMs) 
   caps_.revokeAll(cat("issued before the arena shrank to generation ", generation_, "; ask the owner for a new one"));
 }
 
-void ArenaCore::free(int64_t waitMs) {
+void OwnedArena::free(int64_t waitMs) {
   std::unique_lock<std::mutex> lock(mu_);
   if (freed_) return;
   if (!waitFor(lock, waitMs, [&] { return leases_.empty() && pins_.empty(); }))
@@ -330,7 +330,7 @@ void ArenaCore::free(int64_t waitMs) {
   }
 }
 
-std::unique_ptr<ArenaPin::Impl> ArenaCore::pin(size_t offset, size_t bytes, const char* call) {
+std::unique_ptr<ArenaPin::Impl> OwnedArena::pin(size_t offset, size_t bytes, const char* call) {
   std::lock_guard<std::mutex> lock(mu_);
   checkUsable(call);
   size_t end = 0;
@@ -346,13 +346,13 @@ std::unique_ptr<ArenaPin::Impl> ArenaCore::pin(size_t offset, size_t bytes, cons
   return p;
 }
 
-void ArenaCore::unpin(uint64_t id) noexcept {
+void OwnedArena::unpin(uint64_t id) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   pins_.erase(id);
   cv_.notify_all();
 }
 
-void ArenaCore::copyIn(size_t offset, const void* src, size_t bytes) {
+void OwnedArena::copyIn(size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
   PinGuard g{pin(offset, bytes, "Arena::write")};
   if (kind() == MemoryKind::Host)
@@ -361,7 +361,7 @@ void ArenaCore::copyIn(size_t offset, const void* src, size_t bytes) {
     copyToDevice(mem_->context(), g.pin->data, src, bytes);
 }
 
-void ArenaCore::copyOut(size_t offset, void* dst, size_t bytes) {
+void OwnedArena::copyOut(size_t offset, void* dst, size_t bytes) {
   if (bytes == 0) return;
   PinGuard g{pin(offset, bytes, "Arena::read")};
   if (kind() == MemoryKind::Host)
@@ -370,7 +370,7 @@ void ArenaCore::copyOut(size_t offset, void* dst, size_t bytes) {
     copyFromDevice(mem_->context(), dst, g.pin->data, bytes);
 }
 
-ArenaIpcHandle ArenaCore::ipcHandle() const {
+ArenaIpcHandle OwnedArena::ipcHandle() const {
   std::lock_guard<std::mutex> lock(mu_);
   checkUsable("Arena::ipcHandle");
   ArenaIpcHandle h;
@@ -379,7 +379,7 @@ ArenaIpcHandle ArenaCore::ipcHandle() const {
   return h;
 }
 
-void ArenaCore::release() noexcept {
+void OwnedArena::release() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   if (freed_ || released_) return;
   released_ = true;
@@ -404,7 +404,7 @@ void ArenaCore::release() noexcept {
   leases_.clear();
 }
 
-void ArenaCore::admit(const std::shared_ptr<Session>& session, const Message& request) {
+void OwnedArena::admit(const std::shared_ptr<Session>& session, const Message& request) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string why;
   if (freed_ || released_)
@@ -463,7 +463,7 @@ void ArenaCore::admit(const std::shared_ptr<Session>& session, const Message& re
   }
 }
 
-void ArenaCore::dropLease(uint64_t leaseId, const std::string& why, const Session* from) {
+void OwnedArena::dropLease(uint64_t leaseId, const std::string& why, const Session* from) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(leaseId);
   if (it == leases_.end()) return;
@@ -474,8 +474,8 @@ void ArenaCore::dropLease(uint64_t leaseId, const std::string& why, const Sessio
   cv_.notify_all();
 }
 
-void ArenaCore::onGrowAck(uint64_t leaseId, uint64_t generation, bool ok, const std::string& reason,
-                          const Session* from) {
+void OwnedArena::onGrowAck(uint64_t leaseId, uint64_t generation, bool ok, const std::string& reason,
+                           const Session* from) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(leaseId);
   if (it == leases_.end() || it->second.session.lock().get() != from) return;
