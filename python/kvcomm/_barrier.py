@@ -15,8 +15,8 @@ class Barrier:
     P2P between the GPUs).
 
     ``signal(lane)`` releases everything the stream did before (stores into peers' memory included); ``wait(lane)``
-    returns, in stream order, once every member signalled the same epoch on that lane (acquire); ``barrier(lane)``
-    is both in one launch. Per lane the calls alternate signal, wait (barrier counts as both). On CUDA memory the
+    returns, in stream order, once every member signalled the same epoch on that lane (acquire); ``sync(lane)``
+    is both in one launch. Per lane the calls alternate signal, wait (sync counts as both). On CUDA memory the
     calls enqueue kernels on a stream (default: torch's current stream) and can be captured in a CUDA graph; waits
     are bounded, and ``check_errors()`` raises a timeout the device recorded. On host memory the calls run on the
     calling thread (streams are ignored) and raise ``kvcomm.TimeoutError`` themselves.
@@ -37,6 +37,13 @@ class Barrier:
         self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind, "Barrier", comm.rank))
 
     @classmethod
+    def _borrowed(cls, native: "_kvcomm.Barrier") -> "Barrier":
+        """A Barrier on a native one another object owns (a Publisher's barrier)."""
+        b = cls.__new__(cls)
+        b._native = native
+        return b
+
+    @classmethod
     def create(cls, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
                kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> "Barrier":
         """Same as ``Barrier(comm, ...)``."""
@@ -45,10 +52,10 @@ class Barrier:
     def _stream(self, stream: Any, call: str) -> int:
         return stream_handle(stream, self.kind == MemoryKind.Cuda, self._native.device, self.communicator.rank, call)
 
-    def barrier(self, stream: Any = None, lane: int = 0) -> None:
+    def sync(self, stream: Any = None, lane: int = 0) -> None:
         """signal() and wait() in one launch."""
-        call = "Barrier.barrier"
-        self._native.barrier(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
+        call = "Barrier.sync"
+        self._native.sync(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
 
     def signal(self, stream: Any = None, lane: int = 0) -> None:
         """Announces this rank's next epoch on `lane` to every member (release of the stream's earlier work)."""

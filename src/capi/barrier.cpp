@@ -49,7 +49,7 @@ kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier) {
 }
 
 kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
-  return guard("kvcommBarrierSync", [&] { get(barrier, "kvcommBarrierSync").barrier(stream, lane); });
+  return guard("kvcommBarrierSync", [&] { get(barrier, "kvcommBarrierSync").sync(stream, lane); });
 }
 
 kvcommResult_t kvcommBarrierSignal(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {

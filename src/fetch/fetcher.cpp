@@ -13,6 +13,8 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
+#include "device/device_errors.hpp"
+#include "device/device_memory.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "fetch/layout_registry.hpp"
 #include "fetch/negotiation.hpp"
@@ -25,8 +27,6 @@
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/limits.hpp"
-#include "device/device_errors.hpp"
-#include "device/device_memory.hpp"
 #include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 
@@ -655,12 +655,12 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
   } catch (...) {
     planned = detail::Outcome::fromCurrentException();
   }
-  impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
+  impl_->barrier.sync(stream, 0);  // every source's earlier writes are visible
   if (planned.ok()) {
     detail::BufferUse use(impl_->buf, call);
     impl_->submitLocked(plan, stream);
   }
-  impl_->barrier.barrier(stream, 0);  // nobody overwrites a source block a peer still reads
+  impl_->barrier.sync(stream, 0);  // nobody overwrites a source block a peer still reads
   planned.rethrow();
   return plan.info;
 }
