@@ -89,13 +89,7 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
     KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   });
   // Lanes must agree: a lane that exists on one member only would never be answered there.
-  std::vector<int32_t> lanes(static_cast<size_t>(comm.size()));
-  lanes[static_cast<size_t>(comm.rank())] = options.lanes;
-  comm.allgather(lanes.data(), sizeof(int32_t));
-  for (int r = 1; r < comm.size(); ++r)
-    KVCOMM_CHECK_ARG(lanes[static_cast<size_t>(r)] == lanes[0], call,
-                     "lanes must be the same on every member: world rank ", comm.worldRank(r), " has ",
-                     lanes[static_cast<size_t>(r)], ", world rank ", comm.worldRank(0), " has ", lanes[0]);
+  detail::agreeOn<int32_t>(comm, options.lanes, call, "lanes");
   auto impl = std::make_unique<Impl>();
   impl->comm = comm;
   impl->lanes = options.lanes;

@@ -305,16 +305,15 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   if (!why.empty()) mine.directOk = 0;
   std::snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
   comm.allgather(votes.data(), sizeof(ModeVote));
+  detail::requireSame(
+      votes, [](const ModeVote& v) { return v.requested; }, "Publisher::create", "KVCOMM_DIRECT",
+      [](int32_t m) { return env::directModeText(static_cast<env::DirectMode>(m)); }, detail::worldRanksOf(comm));
+  detail::requireSame(
+      votes, [](const ModeVote& v) { return v.packMaxBytes; }, "Publisher::create", "KVCOMM_FALLBACK_PACK_MAX_BYTES",
+      detail::asPrinted, detail::worldRanksOf(comm));
   bool allOk = true;
   for (int r = 0; r < comm.size(); ++r) {
     const ModeVote& v = votes[static_cast<size_t>(r)];
-    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create",
-                     "KVCOMM_DIRECT must be the same on every member: world rank ", comm.worldRank(r), " has ",
-                     env::directModeText(static_cast<env::DirectMode>(v.requested)), ", world rank ", comm.worldRank(0),
-                     " has ", env::directModeText(static_cast<env::DirectMode>(votes[0].requested)));
-    KVCOMM_CHECK_ARG(v.packMaxBytes == votes[0].packMaxBytes, "Publisher::create",
-                     "KVCOMM_FALLBACK_PACK_MAX_BYTES must be the same on every member: world rank ", comm.worldRank(r),
-                     " has ", v.packMaxBytes, ", world rank ", comm.worldRank(0), " has ", votes[0].packMaxBytes);
     if (!v.directOk && allOk) {
       allOk = false;
       why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
