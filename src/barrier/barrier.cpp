@@ -3,6 +3,7 @@
 #include "kvcomm/barrier.hpp"
 
 #include "barrier/barrier_factory.hpp"
+#include "barrier/device_errors_of.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -173,16 +174,15 @@ BarrierDeviceHandle Barrier::deviceHandle() const {
 DeviceError Barrier::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Barrier::pollError", "empty barrier");
   detail::RankScope scope(impl_->comm.rank());
-  if (impl_->collective) return {};  // a collective records nothing on the device: its failures throw at the call
-  return detail::readDeviceError(kind(), impl_->handle.error);
+  // A collective records nothing on the device: its failures throw at the call.
+  return detail::pollDeviceErrors(impl_->kind, impl_->collective ? nullptr : impl_->handle.error, nullptr);
 }
 
 void Barrier::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Barrier::checkErrors", "empty barrier");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->comm.rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::explainPeerFailed(impl_->comm, e.peer, "barrier (device)");
-  detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);
+  detail::throwDeviceErrors(e, impl_->comm, impl_->handle.timeoutNs / 1000000);
 }
 
 namespace detail {
@@ -201,6 +201,17 @@ Barrier BarrierFactory::collective(Communicator comm, int lanes, MemoryKind kind
 void BarrierFactory::ownedBy(Barrier& barrier, std::function<void(const char*)> check) {
   KVCOMM_CHECK_ARG(barrier.impl_, "BarrierFactory::ownedBy", "empty barrier");
   barrier.impl_->owner = std::move(check);
+}
+
+DeviceError pollDeviceErrors(MemoryKind kind, DeviceErrorRecord* record, Barrier* barrier) {
+  DeviceError e = record ? readDeviceError(kind, record) : DeviceError{};
+  if (!e && barrier && barrier->valid()) e = barrier->pollError();
+  return e;
+}
+
+void throwDeviceErrors(const DeviceError& e, Communicator& comm, uint64_t timeoutMs) {
+  if (e.kind == DeviceErrorKind::PeerFailed) explainPeerFailed(comm, e.peer, "barrier (device)");
+  throwDeviceError(e, timeoutMs);
 }
 
 }  // namespace detail

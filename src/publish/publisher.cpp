@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "barrier/barrier_factory.hpp"
+#include "barrier/device_errors_of.hpp"
 #include "comm/agreement.hpp"
 #include "comm/health.hpp"
 #include "common/check.hpp"
@@ -413,18 +414,14 @@ const std::string& Publisher::modeReason() const {
 DeviceError Publisher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::pollError", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  DeviceError e = detail::readDeviceError(impl_->kind, impl_->error);
-  if (!e && impl_->barrier.valid()) e = impl_->barrier.pollError();
-  return e;
+  return detail::pollDeviceErrors(impl_->kind, impl_->error, &impl_->barrier);
 }
 
 void Publisher::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::checkErrors", "empty publisher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::PeerFailed)
-    detail::explainPeerFailed(impl_->buf.communicator(), e.peer, "barrier (device)");
-  detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);
+  detail::throwDeviceErrors(e, impl_->buf.communicator(), impl_->bar.timeoutNs / 1000000);
 }
 
 }  // namespace kvcomm
