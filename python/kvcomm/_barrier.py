@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from . import _kvcomm, limits
+from ._device_errors import DeviceErrors
 from ._errors import I32, check_count, check_int, invalid
 from ._stream import stream_handle
 from ._symm import Communicator, MemoryKind, _kind
 
 
-class Barrier:
+class Barrier(DeviceErrors):
     """A release/acquire barrier among the members of a communicator (every member must map every other: one host,
     P2P between the GPUs).
 
@@ -84,16 +85,6 @@ class Barrier:
         """The bytes of a kvcomm::BarrierDeviceHandle (kvcomm/device/barrier.hpp), for custom CUDA kernels that fuse
         the barrier; valid while this object lives."""
         return self._native.device_handle()
-
-    def poll_error(self) -> Optional[dict]:
-        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
-        return self._native.poll_error()
-
-    def check_errors(self) -> None:
-        """Raises a recorded device error, if any: a wait that expired as kvcomm.TimeoutError naming rank, peer and
-        lane; a wait stopped by an abort or a member's death as the communicator's own error (kvcomm.AbortedError,
-        or kvcomm.NetworkError naming the rank that is gone)."""
-        self._native.check_errors()
 
     def __repr__(self) -> str:
         c = self.communicator

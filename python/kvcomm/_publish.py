@@ -12,6 +12,7 @@ from typing import Any, List, Optional, Sequence, Union
 from . import _kvcomm, limits
 from ._arrays import SLOT_TYPES, ArrayView, int64_list, is_int_list, require
 from ._barrier import Barrier
+from ._device_errors import DeviceErrors
 from ._errors import I32, check_count, check_int, count_of, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
@@ -53,7 +54,7 @@ def _stream_handle(stream: Any, buffer: SymmetricBuffer, call: str) -> int:
     return stream_handle(stream, buffer.kind == MemoryKind.Cuda, buffer.device, buffer.rank, call)
 
 
-class Publisher:
+class Publisher(DeviceErrors):
     """Publication into a SymmetricBuffer's replicas, and its barrier.
 
     Call order: ``Publisher(buffer)`` once, collectively. Per step, on every member: ``publish()`` for each layer, the
@@ -188,15 +189,6 @@ class Publisher:
         s = _stream_handle(stream, self._buffer, call)
         self._native._publish(raw, slots, slot64, count, n, s, how, lane)
         del keep
-
-    def poll_error(self) -> Optional[dict]:
-        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
-        return self._native.poll_error()
-
-    def check_errors(self) -> None:
-        """Raises the recorded device error, if any: InvalidArgumentError for a slot out of range, TimeoutError for
-        a barrier."""
-        self._native.check_errors()
 
     def __repr__(self) -> str:
         return f"kvcomm.Publisher(mode={self.mode.name}, buffer={self._buffer!r})"

@@ -131,15 +131,13 @@ kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char
 }
 
 kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDeviceError* error) {
-  return guard("kvcommPublisherPollError", [&] {
-    auto& p = get(publisher, "kvcommPublisherPollError");
-    requireNonNull(error, "kvcommPublisherPollError", "error");
-    kvcomm::capi::toC(p.pollError(), error);
-  });
+  return kvcomm::capi::pollDeviceError(
+      "kvcommPublisherPollError", error, [&](const char* call) -> auto& { return get(publisher, call); });
 }
 
 kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher) {
-  return guard("kvcommPublisherCheckErrors", [&] { get(publisher, "kvcommPublisherCheckErrors").checkErrors(); });
+  return kvcomm::capi::checkDeviceErrors(
+      "kvcommPublisherCheckErrors", [&](const char* call) -> auto& { return get(publisher, call); });
 }
 
 kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed) {
