@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
   mainKv.rowBytes = kRowBytes;
   mainKv.blockSize = kBlockSize;
   mainKv.srcBytes = (size_t)(kTokensPerRank + 1) * kRowBytes;
-  kvcommSlotMapping slots = {slotMapping, kvcommSlotInt64, kTokensPerRank + 1};
+  kvcommSlotMapping mapping = {slotMapping, kvcommSlotInt64, kTokensPerRank + 1};
   /* the rows, then the barrier (one kernel in Direct mode on CUDA): every member's rows are in every replica */
-  CHECK_KV(kvcommPublish(pub, &mainKv, 1, &slots, kTokensPerRank + 1, NULL, kvcommPublishThenBarrier, 0));
+  CHECK_KV(kvcommPublish(pub, &mainKv, 1, &mapping, kTokensPerRank + 1, NULL, kvcommPublishThenBarrier, 0));
   CHECK_KV(kvcommPublisherCheckErrors(pub));
 
   /* Every member's rows are now in this rank's replica. */
