@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "device/device_memory.hpp"  // the transports' device buffers
 #include "kvcomm/comm.hpp"
 #include "kvcomm/publish.hpp"
-#include "device/device_memory.hpp"  // the transports' device buffers
 
 namespace kvcomm::detail {
 

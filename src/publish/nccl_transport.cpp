@@ -4,9 +4,9 @@
 #include "comm/agreement.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
-#include "publish/fallback_transport.hpp"
 #include "platform/cuda_driver.hpp"
 #include "platform/nccl.hpp"
+#include "publish/fallback_transport.hpp"
 
 namespace kvcomm::detail {
 
