@@ -70,6 +70,7 @@ set(KVCOMM_CUDA_SOURCES
     src/fetch/device_copy.cpp
     src/fetch/gpu_direct.cpp
     src/device/device_memory.cpp
+    src/device/launch_limits.cpp
     src/arena/cuda_support.cpp)
 
 # CUDA builds with nccl.h: the fallback's NCCL transport.

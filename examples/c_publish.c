@@ -86,8 +86,10 @@ int main(int argc, char** argv) {
   mainKv.src = rows;
   mainKv.rowBytes = kRowBytes;
   mainKv.blockSize = kBlockSize;
-  CHECK_KV(kvcommPublish(pub, &mainKv, 1, slotMapping, kvcommSlotInt64, kTokensPerRank + 1, NULL));
-  CHECK_KV(kvcommPublisherBarrier(pub, NULL, 0));
+  mainKv.srcBytes = (size_t)(kTokensPerRank + 1) * kRowBytes;
+  kvcommSlotMapping mapping = {slotMapping, kvcommSlotInt64, kTokensPerRank + 1};
+  /* the rows, then the barrier (one kernel in Direct mode on CUDA): every member's rows are in every replica */
+  CHECK_KV(kvcommPublish(pub, &mainKv, 1, &mapping, kTokensPerRank + 1, NULL, kvcommPublishThenBarrier, 0));
   CHECK_KV(kvcommPublisherCheckErrors(pub));
 
   /* Every member's rows are now in this rank's replica. */

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceSynchronize());  // zeroed before any peer can store into it
     world.barrier();
 
-    cacheStoreAndPublish<<<32, kWarps * 32>>>(dKeys, dSlots, tokens, cache.deviceHandle(), pub.barrierHandle(),
+    cacheStoreAndPublish<<<32, kWarps * 32>>>(dKeys, dSlots, tokens, cache.deviceHandle(), pub.barrier().deviceHandle(),
                                               layerOffset);
     CHECK(cudaGetLastError());
     CHECK(cudaDeviceSynchronize());

@@ -673,31 +673,37 @@ static void op(In* in) {
     case 65:
     case 66: {
       static Publish p;
-      const int which = code == 61 ? 0 : code == 65 ? 1 : 2;
       publishArgs(in, &p);
       kvcommPublisher_t pub = (kvcommPublisher_t)PICK(publisher);
-      int n = ivalOr(in, 1), lane = ival(in);
-      const void* slots = SOME(in) ? (const void*)p.slots : NULL;
-      kvcommSlotType_t type = (kvcommSlotType_t)val(in);
+      size_t n = (size_t)valOr(in, 1);
+      int lane = ival(in);
+      /* the slot mapping's count never claims more than the array holds: numTokens past it is refused */
+      kvcommSlotMapping m = {SOME(in) ? (const void*)p.slots : NULL, (kvcommSlotType_t)val(in),
+                             (size_t)valOr(in, kSlots)};
+      if (m.count > kSlots) m.count = kSlots;
       size_t tokens = count(in, kSlots, (size_t)INT64_MAX, 8);
       const kvcommCacheTensor* t = SOME(in) ? p.t : NULL;
-      if (which == 0)
-        CALL(1, kvcommPublish(pub, t, n, slots, type, tokens, NULL));
-      else if (which == 1)
-        CALL(1, kvcommPublishAndBarrier(pub, t, n, slots, type, tokens, NULL, lane));
-      else
-        CALL(1, kvcommPublishAndSignal(pub, t, n, slots, type, tokens, NULL, lane));
+      kvcommPublishThen_t then = (kvcommPublishThen_t)(code == 61 ? val(in) : code == 65 ? 1 : 2);
+      CALL(1, kvcommPublish(pub, t, n, SOME(in) ? &m : NULL, tokens, NULL, then, lane));
       break;
     }
     case 62:
-      CALL(0, kvcommPublisherBarrier(PICK(publisher), NULL, ival(in)));
+      CALL_HANDLE(kvcommBarrier_t, kvcommBarrierDestroy, kvcommPublisherBarrier(PICK(publisher), OUT(kvcommBarrier_t*)),
+                  g_scratch);
       break;
     case 63:
-      CALL(0, kvcommPublisherSignal(PICK(publisher), NULL, ival(in)));
+    case 64: {
+      /* the publisher's barrier, signalled or waited on, through a handle of its own */
+      kvcommBarrier_t b = NULL;
+      if (kvcommPublisherBarrier((kvcommPublisher_t)PICK(publisher), &b) == kvcommSuccess) {
+        if (code == 63)
+          CALL(0, kvcommBarrierSignal(b, NULL, ival(in)));
+        else
+          CALL(0, kvcommBarrierWait(b, NULL, ival(in)));
+        kvcommBarrierDestroy(b);
+      }
       break;
-    case 64:
-      CALL(0, kvcommPublisherWait(PICK(publisher), NULL, ival(in)));
-      break;
+    }
     case 67:
       CALL(0, kvcommPublisherMode(PICK(publisher), OUT(kvcommPublishMode_t*)));
       break;

@@ -48,13 +48,14 @@ __global__ void barrierProbe(const __grid_constant__ kvcomm::BarrierDeviceHandle
   if (t == 0) b.epochs[lane] = epoch;
 }
 
-// The ladder from the floor of a one-row publishAndBarrier to kvcomm's one-block kernel, one difference added per
-// step. The floor: one block of 64 threads loads the row's slot from memory, stores the row there in the peer (no
-// checks, one replica), then runs kvcomm's barrierBlock (its release orders the row before the flag); launched like
-// kvcomm's kernels (dependent launch where on), so it waits for the kernel before it first. Then 0 = the floor with
-// launch parameters of kvcomm's size (Pad: an unused 1 KB argument, carried by every later step); 1 = 256 threads
-// instead of 64; 2 = the row also into this rank's own replica; 3 = the destination computed the overflow-checked
-// way (slotDestinationChecked, against a limit that does not bound the store: the check's cost, not its effect).
+// The ladder from the floor of a one-row publish with the fused barrier (PublishThen::Barrier) to kvcomm's one-block
+// kernel, one difference added per step. The floor: one block of 64 threads loads the row's slot from memory, stores
+// the row there in the peer (no checks, one replica), then runs kvcomm's barrierBlock (its release orders the row
+// before the flag); launched like kvcomm's kernels (dependent launch where on), so it waits for the kernel before it
+// first. Then 0 = the floor with launch parameters of kvcomm's size (Pad: an unused 1 KB argument, carried by every
+// later step); 1 = 256 threads instead of 64; 2 = the row also into this rank's own replica; 3 = the destination
+// computed the overflow-checked way (slotDestinationChecked, against a limit that does not bound the store: the check's
+// cost, not its effect).
 struct NoPad {};
 struct LadderPad {
   uint64_t word[124];

@@ -30,17 +30,17 @@ void launchSmCopy(void* dst, const void* src, size_t bytes, CUstream_st* stream)
 /// correct barrier); 2 = __threadfence_system() then a relaxed signal (fence instead of a release store).
 void launchBarrierProbe(const kvcomm::BarrierDeviceHandle& b, int lane, int variant, CUstream_st* stream);
 
-/// The floor of a one-row publishAndBarrier: one block loads *slot (device memory), stores `bytes` (a multiple of
-/// 16) from `src` at byte *slot * bytes of `peerDst` with no checks, then runs barrierBlock on `lane` (its own lane:
-/// it shares the Publisher's flags). `dependent`: launched with programmatic dependent launch, as kvcomm's kernels.
+/// The floor of a one-row publish with the fused barrier (PublishThen::Barrier): one block loads *slot (device memory),
+/// stores `bytes` (a multiple of 16) from `src` at byte *slot * bytes of `peerDst` with no checks, then runs
+/// barrierBlock on `lane` (its own lane: it shares the Publisher's flags). `dependent`: launched with programmatic
+/// dependent launch, as kvcomm's kernels.
 void launchStoreThenBarrier(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, const void* src,
                             const int64_t* slot, size_t bytes, bool dependent, CUstream_st* stream);
 
-/// Steps from that floor towards kvcomm's one-block publishAndBarrier (launched dependent; pass `lane` as above):
-/// 0 = the floor with 64 threads (as launchStoreThenBarrier), 1 = 256 threads, 2 = also into `localDst` (the own
-/// replica), 3 = destination computed the overflow-checked way (slotDestinationChecked; kvcomm's kernels
-/// take that path only for slots outside a tensor's safe range); every step carries a 1 KB argument like kvcomm's
-/// launches.
+/// Steps from that floor towards kvcomm's one-block publish with the fused barrier (launched dependent; pass `lane` as
+/// above): 0 = the floor with 64 threads (as launchStoreThenBarrier), 1 = 256 threads, 2 = also into `localDst` (the
+/// own replica), 3 = destination computed the overflow-checked way (slotDestinationChecked; kvcomm's kernels take that
+/// path only for slots outside a tensor's safe range); every step carries a 1 KB argument like kvcomm's launches.
 void launchLadderProbe(const kvcomm::BarrierDeviceHandle& b, int lane, void* peerDst, void* localDst, const void* src,
                        const int64_t* slot, size_t bytes, int step, CUstream_st* stream);
 

@@ -177,20 +177,20 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     rep.row(c);
   };
   noData("empty kernel (launch floor)", timeBoth([](CUstream_st* st) { kvbench::launchEmpty(st); }, repsArg));
-  noData("kvcomm barrier", timeBoth([&](CUstream_st* st) { direct.barrier(st, 0); }, repsArg));
+  noData("kvcomm barrier", timeBoth([&](CUstream_st* st) { direct.barrier().sync(st, 0); }, repsArg));
   // The split barrier's halves: signal alone (every rank signals, nobody waits), and signal then wait; wait alone
   // is their difference (the peers' flags have arrived by then).
-  noData("kvcomm signal alone", timeBoth([&](CUstream_st* st) { direct.signal(st, 0); }, repsArg));
+  noData("kvcomm signal alone", timeBoth([&](CUstream_st* st) { direct.barrier().signal(st, 0); }, repsArg));
   noData("kvcomm signal + wait (two kernels)", timeBoth(
                                                    [&](CUstream_st* st) {
-                                                     direct.signal(st, 0);
-                                                     direct.wait(st, 0);
+                                                     direct.barrier().signal(st, 0);
+                                                     direct.barrier().wait(st, 0);
                                                    },
                                                    repsArg));
   const char* probes[] = {"probe: barrierBlock in a bare kernel", "probe: relaxed signal+wait (no ordering)",
                           "probe: threadfence_system + relaxed signal"};
   for (int v = 0; v < 3; ++v) {
-    auto h = direct.barrierHandle();
+    auto h = direct.barrier().deviceHandle();
     noData(probes[v], timeBoth([&](CUstream_st* st) { kvbench::launchBarrierProbe(h, 1 + v, v, st); }, repsArg));
   }
 
@@ -204,12 +204,15 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     size_t bytes = T * rowBytes;
     auto pb = timeBoth(
         [&](CUstream_st* st) {
-          direct.publish(tensors, slots, SlotType::Int64, T, st);
-          direct.barrier(st, 0);
+          direct.publish(tensors, {slots, SlotType::Int64, T}, T, st);
+          direct.barrier().sync(st, 0);
         },
         reps);
-    auto fused =
-        timeBoth([&](CUstream_st* st) { direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0); }, reps);
+    auto fused = timeBoth(
+        [&](CUstream_st* st) {
+          direct.publish(tensors, {slots, SlotType::Int64, T}, T, st, kvcomm::PublishThen::Barrier);
+        },
+        reps);
     // The same rows with the slots in order (a prefill chunk's usual mapping): destinations are contiguous.
     std::vector<int64_t> seq(T);
     for (size_t i = 0; i < T; ++i) seq[i] = static_cast<int64_t>(me * T + i);
@@ -218,17 +221,23 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     cudaMemcpy(seqSlots, seq.data(), T * 8, cudaMemcpyHostToDevice);
     auto pbSeq = timeBoth(
         [&](CUstream_st* st) {
-          direct.publish(tensors, seqSlots, SlotType::Int64, T, st);
-          direct.barrier(st, 0);
+          direct.publish(tensors, {seqSlots, SlotType::Int64, T}, T, st);
+          direct.barrier().sync(st, 0);
         },
         reps);
     cudaFree(seqSlots);
-    auto fb = timeBoth([&](CUstream_st* st) { fallback.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
-    auto fbInPlace =
-        timeBoth([&](CUstream_st* st) { fallbackInPlace.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
+    auto fb = timeBoth([&](CUstream_st* st) { fallback.publish(tensors, {slots, SlotType::Int64, T}, T, st); }, reps);
+    auto fbInPlace = timeBoth(
+        [&](CUstream_st* st) {
+          fallbackInPlace.publish(tensors, {slots, SlotType::Int64, T}, T, st);
+        },
+        reps);
     std::vector<CacheTensor> stridedTensors{CacheTensor{strided, 2 * rowBytes, rowBytes, 0, 1, rowBytes, rowBytes}};
-    auto fbPack =
-        timeBoth([&](CUstream_st* st) { fallback.publish(stridedTensors, slots, SlotType::Int64, T, st); }, reps);
+    auto fbPack = timeBoth(
+        [&](CUstream_st* st) {
+          fallback.publish(stridedTensors, {slots, SlotType::Int64, T}, T, st);
+        },
+        reps);
     // Baseline record: [int64 slots x T | rows], packed once outside the timing (an engine's rows are contiguous).
     size_t slotPart = (T * 8 + 15) & ~size_t(15);
     size_t record = slotPart + bytes;
@@ -267,13 +276,23 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
           kvbench::launchScatterProbe(peerDst, rows, slots, static_cast<int64_t>(T), rowBytes, st);
         },
         reps);
-    auto publishOnly = timeBoth([&](CUstream_st* st) { direct.publish(tensors, slots, SlotType::Int64, T, st); }, reps);
+    auto publishOnly = timeBoth(
+        [&](CUstream_st* st) {
+          direct.publish(tensors, {slots, SlotType::Int64, T}, T, st);
+        },
+        reps);
     std::vector<CacheTensor> withIndex{
         t, CacheTensor{indexRows, kIndexRowBytes, kIndexRowBytes, idxOffset, 1, 0, 0, idxLimit, 0}};
-    auto publishTwo =
-        timeBoth([&](CUstream_st* st) { direct.publish(withIndex, slots, SlotType::Int64, T, st); }, reps);
-    auto fusedTwo =
-        timeBoth([&](CUstream_st* st) { direct.publishAndBarrier(withIndex, slots, SlotType::Int64, T, st, 0); }, reps);
+    auto publishTwo = timeBoth(
+        [&](CUstream_st* st) {
+          direct.publish(withIndex, {slots, SlotType::Int64, T}, T, st);
+        },
+        reps);
+    auto fusedTwo = timeBoth(
+        [&](CUstream_st* st) {
+          direct.publish(withIndex, {slots, SlotType::Int64, T}, T, st, kvcomm::PublishThen::Barrier);
+        },
+        reps);
     double cpGBs = bytes / (cp.second.median * 1e3);
     // ratio: against the baseline; bw: bandwidth into the peer and its fraction of the copy engine's.
     auto row = [&](const char* name, std::pair<Stats, Stats> v, bool ratio, bool bw) {
@@ -301,7 +320,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("kvcomm publish alone, + 132 B index keys (two widths)", publishTwo, false, false);
     row("kvcomm publishAndBarrier, + 132 B index keys (two widths)", fusedTwo, false, false);
     if (T == 1) {
-      auto h = direct.barrierHandle();
+      auto h = direct.barrier().deviceHandle();
       for (bool dependent : {false, true})
         row(dependent ? "probe: one block loads the slot, stores the row, barrierBlock (dependent launch)"
                       : "probe: one block loads the slot, stores the row, barrierBlock",
@@ -329,17 +348,17 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
         std::string us = std::to_string(w / 1000);
         auto split = timeBoth(
             [&](CUstream_st* st) {
-              direct.publish(tensors, slots, SlotType::Int64, T, st);
-              direct.signal(st, 0);
+              direct.publish(tensors, {slots, SlotType::Int64, T}, T, st);
+              direct.barrier().signal(st, 0);
               kvbench::launchSpin(w, st);
-              direct.wait(st, 0);
+              direct.barrier().wait(st, 0);
             },
             reps);
         auto fusedSplit = timeBoth(
             [&](CUstream_st* st) {
-              direct.publishAndSignal(tensors, slots, SlotType::Int64, T, st, 0);
+              direct.publish(tensors, {slots, SlotType::Int64, T}, T, st, kvcomm::PublishThen::Signal);
               kvbench::launchSpin(w, st);
-              direct.wait(st, 0);
+              direct.barrier().wait(st, 0);
             },
             reps);
         // The engine's shape: the rows and the signal on a side stream, beside work that does not read them, then
@@ -348,22 +367,22 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
             [&](CUstream_st* st) {
               cudaEventRecord(fork, st);
               cudaStreamWaitEvent(side, fork, 0);
-              direct.publishAndSignal(tensors, slots, SlotType::Int64, T, side, 0);
+              direct.publish(tensors, {slots, SlotType::Int64, T}, T, side, kvcomm::PublishThen::Signal);
               cudaEventRecord(join, side);
               kvbench::launchSpin(w, st);
               cudaStreamWaitEvent(st, join, 0);
-              direct.wait(st, 0);
+              direct.barrier().wait(st, 0);
             },
             reps);
         auto unsynced = timeBoth(
             [&](CUstream_st* st) {
-              direct.publish(tensors, slots, SlotType::Int64, T, st);
+              direct.publish(tensors, {slots, SlotType::Int64, T}, T, st);
               kvbench::launchSpin(w, st);
             },
             reps);
         auto fusedThen = timeBoth(
             [&](CUstream_st* st) {
-              direct.publishAndBarrier(tensors, slots, SlotType::Int64, T, st, 0);
+              direct.publish(tensors, {slots, SlotType::Int64, T}, T, st, kvcomm::PublishThen::Barrier);
               kvbench::launchSpin(w, st);
             },
             reps);
@@ -387,12 +406,12 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     std::vector<double> cpu;
     for (int i = 0; i < 2200; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      direct.publish(tensors, slots, SlotType::Int64, T, s);
+      direct.publish(tensors, {slots, SlotType::Int64, T}, T, s);
       double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       if (i >= 200) cpu.push_back(us);
-      if (i % 100 == 99) direct.barrier(s, 0);
+      if (i % 100 == 99) direct.barrier().sync(s, 0);
     }
-    direct.barrier(s, 0);
+    direct.barrier().sync(s, 0);
     kvbench::syncDevice();
     Stats c = kvbench::maxOverRanks(kvbench::stats(cpu));
     rep.note("Host CPU time per eager publish() call (" + std::to_string(T) +
@@ -463,7 +482,7 @@ void runHost(kvcomm::Communicator& world, const Options& o, const kvbench::Place
   auto cells = [&](const std::string& t, const std::string& b, const std::string& op, const Stats& v) {
     return std::vector<std::string>{t, b, op, std::to_string(v.reps), fmt(v.median), fmt(v.p10), fmt(v.p90)};
   };
-  auto bar = hostTimeUs([&] { direct.barrier(); }, repsArg * 4, warmup);
+  auto bar = hostTimeUs([&] { direct.barrier().sync(); }, repsArg * 4, warmup);
   auto barRow = cells("-", "0", "kvcomm barrier (shared-memory atomics)", bar);
   barRow.insert(barRow.end(), {"-", "-", "-"});
   rep.row(barRow);
@@ -476,11 +495,11 @@ void runHost(kvcomm::Communicator& world, const Options& o, const kvbench::Place
     size_t bytes = T * rowBytes;
     Stats d = hostTimeUs(
         [&] {
-          direct.publish(tensors, slots.data(), SlotType::Int64, T);
-          direct.barrier();
+          direct.publish(tensors, {slots.data(), SlotType::Int64, T}, T);
+          direct.barrier().sync();
         },
         reps, warmup);
-    Stats f = hostTimeUs([&] { fallback.publish(tensors, slots.data(), SlotType::Int64, T); }, reps, warmup);
+    Stats f = hostTimeUs([&] { fallback.publish(tensors, {slots.data(), SlotType::Int64, T}, T); }, reps, warmup);
     // MPI on host memory: MPI_Allgather of [slots | rows], then insert.
     size_t record = T * 8 + bytes;
     std::vector<char> send(record), recv(record * static_cast<size_t>(n));

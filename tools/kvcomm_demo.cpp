@@ -90,9 +90,9 @@ int main(int argc, char** argv) {
     world.barrier();
 
     // The step: Main-KV rows (one tensor), Indexer-K data + scales (two tensors of one call), one barrier.
-    pub.publish({tMain[0]}, sMain, kvcomm::SlotType::Int64, tokens);
-    pub.publish(tIdx, sIdx, kvcomm::SlotType::Int64, tokens);
-    pub.barrier();
+    pub.publish({tMain[0]}, {sMain, kvcomm::SlotType::Int64, tokens}, tokens);
+    pub.publish(tIdx, {sIdx, kvcomm::SlotType::Int64, tokens}, tokens);
+    pub.barrier().sync();
     kvtest::synchronize(kind);
     pub.checkErrors();
 

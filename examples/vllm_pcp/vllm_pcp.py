@@ -180,7 +180,7 @@ class PathC:
 
     def __call__(self) -> None:
         self.pub.publish(self.tensors, self.step.slots)
-        self.pub.barrier()
+        self.pub.barrier.sync()
 
 
 def time_eager(fn, comm, warmup: int, iters: int) -> float:

@@ -1,4 +1,4 @@
-// kvcomm: the system-scope barrier of a group, as its own object: barrier(), and the split signal()/wait() pair that
+// kvcomm: the system-scope barrier of a group, as its own object: sync(), and the split signal()/wait() pair that
 // lets an engine signal right after its stores and wait only before the reads, so the round trip overlaps other work.
 #pragma once
 
@@ -13,6 +13,10 @@
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm {
+
+namespace detail {
+struct BarrierFactory;  // the library's other barrier shapes (a fallback publisher's collective one)
+}  // namespace detail
 
 /// Options of Barrier::create.
 struct BarrierOptions {
@@ -32,13 +36,13 @@ struct BarrierOptions {
 ///
 /// Ordering: signal(lane) is a system-scope release of everything the stream did before it (stores into peers'
 /// memory included); wait(lane) returns (in stream order) once every member signalled the same epoch on that lane,
-/// with acquire semantics. barrier(lane) = signal + wait in one kernel. Each lane is its own sequence of epochs:
+/// with acquire semantics. sync(lane) = signal + wait in one kernel. Each lane is its own sequence of epochs:
 /// signal() advances it, wait() waits for the epoch of this rank's last signal() on that lane, so per lane the calls
-/// alternate signal, wait, signal, wait (barrier() counts as both). Epochs live in the signal area, so every call is
+/// alternate signal, wait, signal, wait (sync() counts as both). Epochs live in the signal area, so every call is
 /// safe to capture in a CUDA graph and to replay. Waits are bounded: on expiry the device records a BarrierTimeout
 /// (rank, peer, lane) that checkErrors() throws, and the barrier's epochs are then out of step (create a new one).
 ///
-/// Call order: create() (collective) -> signal/wait/barrier on every member in the same per-lane order ->
+/// Call order: create() (collective) -> signal/wait/sync on every member in the same per-lane order ->
 /// checkErrors() after synchronising the stream. Host-memory barriers run on the calling thread (stream ignored)
 /// and throw a Timeout directly.
 ///
@@ -46,6 +50,9 @@ struct BarrierOptions {
 /// at once instead of running into the timeout: host waits throw (ErrorCode::Aborted after abort(), NetworkError
 /// naming the dead rank), device waits record a PeerFailed error that checkErrors() throws the same way. Calls made
 /// after the failure throw at once. The epochs are then out of step: the barrier is not usable again.
+///
+/// A Publisher's barrier (Publisher::barrier()) is a Barrier too, borrowed from the publisher; in the publisher's
+/// Fallback mode it synchronises by a collective instead of a signal area (see Publisher::barrier()).
 ///
 /// Threads: one thread at a time per lane; different lanes may be driven from different threads. deviceHandle(),
 /// lanes() and kind() are safe from any thread.
@@ -62,7 +69,7 @@ class KVCOMM_API Barrier {
   bool valid() const { return impl_ != nullptr; }
 
   /// signal() and wait() in one launch.
-  void barrier(Stream stream = nullptr, int lane = 0);
+  void sync(Stream stream = nullptr, int lane = 0);
   /// Announces the next epoch on `lane` to every member (release of this stream's earlier work).
   void signal(Stream stream = nullptr, int lane = 0);
   /// Waits until every member announced this rank's current epoch on `lane` (acquire).
@@ -83,6 +90,7 @@ class KVCOMM_API Barrier {
   struct Impl;
 
  private:
+  friend struct detail::BarrierFactory;
   explicit Barrier(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -10,9 +10,9 @@
  *   kvcommGetUniqueId (rank 0) -> kvcommCommInitTcp (all)   or   kvcommCommInitCallback (all)
  *   -> kvcommCommSplit / kvcommParallelGroupsCreate
  *   -> kvcommBufferCreate / kvcommBufferAdopt -> kvcommPublisherCreate, kvcommBarrierCreate, kvcommFetcherCreate
- *   -> per step: kvcommPublish (per layer) ... kvcommPublisherBarrier (or kvcommPublishAndBarrier, or
- *      kvcommPublisherSignal / kvcommPublishAndSignal ... kvcommPublisherWait); kvcommFetch / kvcommFetchDevice /
- * kvcommFetchStart
+ *   -> per step: kvcommPublish (per layer, the last with kvcommPublishThenBarrier, or then kvcommBarrierSync on the
+ *      publisher's barrier (kvcommPublisherBarrier); or kvcommPublishThenSignal ... kvcommBarrierWait);
+ *      kvcommFetch / kvcommFetchDevice / kvcommFetchStart
  *   -> kvcommFetchOperationDestroy, kvcommFetchPlanDestroy, kvcommFetcherDestroy, kvcommBarrierDestroy,
  *      kvcommPublisherDestroy, kvcommBufferDestroy, kvcommParallelGroupsDestroy, kvcommCommDestroy (local, any order: a
  *      handle keeps what it uses alive).
@@ -326,6 +326,20 @@ kvcommResult_t kvcommBufferBackedBitmap(kvcommBuffer_t buffer, const uint64_t** 
 
 typedef enum KVCOMM_ENUM_BASE { kvcommSlotInt64 = 0, kvcommSlotInt32 = 1 } kvcommSlotType_t;
 typedef enum KVCOMM_ENUM_BASE { kvcommPublishDirect = 0, kvcommPublishFallback = 1 } kvcommPublishMode_t;
+/** What a publish runs on its lane after the rows (fused into the publish kernel in Direct mode on CUDA). */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommPublishThenNothing = 0, /**< the rows only */
+  kvcommPublishThenBarrier = 1, /**< then the whole barrier (kvcommBarrierSync) */
+  kvcommPublishThenSignal = 2   /**< then its first half (kvcommBarrierSignal); kvcommBarrierWait before the reads */
+} kvcommPublishThen_t;
+
+/** A slot mapping with its length: int64 or int32 slots (< 0: padding, skipped; device memory for CUDA buffers). A
+ *  publish of numTokens > count is refused before anything is read. */
+typedef struct {
+  const void* data;
+  kvcommSlotType_t type;
+  size_t count; /**< elements readable at data */
+} kvcommSlotMapping;
 
 /** One cache tensor of a publish call (bytes). Row i of the source lands in every replica at
  *    offset + (slot / blockSize) * blockStride + (slot % blockSize) * rowStride,   slot = slotMapping[i].
@@ -378,28 +392,19 @@ kvcommResult_t kvcommPublisherOptionsInit(kvcommPublisherOptions* options);
 kvcommResult_t kvcommPublisherCreate(kvcommBuffer_t buffer, const kvcommPublisherOptions* options,
                                      kvcommPublisher_t* publisher);
 kvcommResult_t kvcommPublisherDestroy(kvcommPublisher_t publisher);
-/** Stores row i of every tensor at slotMapping[i] (< 0: padding, skipped) in every replica. Validates everything
- *  knowable before launch; a slot beyond the backed range found on the device is reported by
- *  kvcommPublisherCheckErrors. Capture-safe, no host synchronisation (CUDA buffers). */
-kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                             const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                             kvcommStream_t stream);
-/** Returns (in stream order) once every member reached its matching barrier on `lane`. */
-kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
-/** The first half of kvcommPublisherBarrier: releases this rank's earlier stores on `lane` (Fallback mode: the whole
- *  barrier). Per lane, calls alternate Signal, Wait (a Barrier counts as both). */
-kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
-/** The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op). */
-kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane);
-/** kvcommPublish then kvcommPublisherBarrier, as one kernel in Direct mode. */
-kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                                       const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                                       kvcommStream_t stream, int lane);
-/** kvcommPublish then kvcommPublisherSignal, as one kernel in Direct mode; pair it with kvcommPublisherWait just
- *  before the rows are read (Fallback mode: kvcommPublish then the whole barrier). */
-kvcommResult_t kvcommPublishAndSignal(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                                      const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                                      kvcommStream_t stream, int lane);
+/** Stores row i of every tensor at slots->data[i] (< 0: padding, skipped) in every replica, then runs `then` on
+ *  `lane` (in Direct mode on CUDA, fused into the same kernel). Validates everything knowable before launch
+ *  (numTokens <= slots->count, srcBytes where set, offsets and strides); a slot beyond the backed range found on the
+ *  device is reported by kvcommPublisherCheckErrors. Capture-safe, no host synchronisation (CUDA buffers). */
+kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, size_t numTensors,
+                             const kvcommSlotMapping* slots, size_t numTokens, kvcommStream_t stream,
+                             kvcommPublishThen_t then, int lane);
+/** A new handle on the publisher's barrier (free it with kvcommBarrierDestroy; it keeps the publisher's barrier
+ *  alive after kvcommPublisherDestroy): kvcommBarrierSync, kvcommBarrierSignal, kvcommBarrierWait, the device handle
+ *  and device errors. Every call on it refuses a closed buffer. In Fallback mode it is a collective (a small NCCL or
+ *  bootstrap allgather): Sync and Signal run the whole of it, Wait only checks its lane, kvcommBarrierDeviceHandle
+ *  returns kvcommInvalidArgument. */
+kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommBarrier_t* barrier);
 kvcommResult_t kvcommPublisherMode(kvcommPublisher_t publisher, kvcommPublishMode_t* mode);
 /** Why this mode was chosen; valid for the publisher's life. */
 kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char** reason);
@@ -426,7 +431,7 @@ kvcommResult_t kvcommBarrierOptionsInit(kvcommBarrierOptions* options);
 kvcommResult_t kvcommBarrierCreate(kvcommComm_t comm, const kvcommBarrierOptions* options, kvcommBarrier_t* barrier);
 /** Frees this handle (local). NULL is a no-op. */
 kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier);
-/** Signal and wait in one launch (kvcomm::Barrier::barrier): returns, in stream order, once every member reached
+/** Signal and wait in one launch (kvcomm::Barrier::sync): returns, in stream order, once every member reached
  *  the same epoch on `lane`. */
 kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane);
 /** Announces this rank's next epoch on `lane` (system-scope release of everything the stream did before). */

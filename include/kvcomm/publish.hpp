@@ -54,6 +54,13 @@ struct SlotMapping {
   size_t count = 0;                 ///< elements readable at data
 };
 
+/// What a publish runs on its lane after the rows are stored (fused into the publish kernel in Direct mode on CUDA).
+enum class PublishThen {
+  Nothing,  ///< the rows only; synchronise later with barrier().sync(), or signal() and wait()
+  Barrier,  ///< then the whole barrier: every member's rows are visible when it returns (in stream order)
+  Signal,   ///< then the first half of the barrier: release these rows; barrier().wait() before reading peers' rows
+};
+
 /// How a Publisher moves rows.
 enum class PublishMode {
   Direct,    ///< stores into peers' memory through symmetric mappings, then a release/acquire barrier
@@ -77,20 +84,19 @@ struct PublisherOptions {
 ///
 /// Call order: create() once, collectively, after the buffer exists (it picks the mode: KVCOMM_DIRECT=auto uses
 /// Direct where every member is on this host with P2P access, 1 demands it, 0 forces the fallback). Then per step,
-/// on every member: publish() (or publishAndBarrier()) for each layer, barrier() before anyone reads peers' rows —
-/// or signal() right after publishing and wait() just before the kernel that reads the replicas, so the round trip
-/// overlaps the work in between. In Direct mode the publisher owns a Barrier (kvcomm/barrier.hpp) on the buffer's
-/// group; in Fallback mode the gather itself synchronises and the barrier is a small NCCL (or bootstrap) allgather.
-/// Both are capture-safe (CUDA graphs) and do no host synchronisation. After the stream finished, checkErrors()
-/// reports slots found out of range on the device and barrier timeouts. The publisher holds its own handle on the
-/// buffer. Rows are checked on the device against the buffer's backed-granule bitmap, so a publish captured in a
-/// CUDA graph follows later growth and refuses (reports) rows in released ranges. After a barrier timeout the
-/// publisher's epochs are out of step: create a new one.
+/// on every member: publish() for each layer (the last one with PublishThen::Barrier, or barrier().sync() before
+/// anyone reads peers' rows) — or PublishThen::Signal on the last publish and barrier().wait() just before the kernel
+/// that reads the replicas, so the round trip overlaps the work in between. In Direct mode the publisher owns a
+/// Barrier (kvcomm/barrier.hpp) on the buffer's group; in Fallback mode the gather itself synchronises and the
+/// barrier is a small NCCL (or bootstrap) allgather (see barrier()). Both are capture-safe (CUDA graphs) and do no
+/// host synchronisation. After the stream finished, checkErrors() reports slots found out of range on the device and
+/// barrier timeouts. The publisher holds its own handle on the buffer. Rows are checked on the device against the
+/// buffer's backed-granule bitmap, so a publish captured in a CUDA graph follows later growth and refuses (reports)
+/// rows in released ranges. After a barrier timeout the publisher's epochs are out of step: create a new one.
 ///
-/// numTokens contract: the pointer-only publish() reads numTokens slots at slotMapping and numTokens rows at each
-/// tensor's src (row i at src + i * srcStride); it cannot know their sizes, so a numTokens larger than either reads
-/// past them (undefined behaviour, and rows already stored in the replicas stay). The sized form (SlotMapping with
-/// its count, CacheTensor::srcBytes) lets the library check both and refuse the call before reading anything.
+/// numTokens contract: publish() reads numTokens slots at slots.data and numTokens rows at each tensor's src (row i
+/// at src + i * srcStride). It checks numTokens against slots.count, and against CacheTensor::srcBytes where that is
+/// set (0 means the caller guarantees numTokens rows there), and refuses the call before reading anything.
 ///
 /// Failures and lifetimes: every call checks the communicator first — after Communicator::abort() it throws
 /// ErrorCode::Aborted, after a member's death a NetworkError naming it (barrier waits in progress stop the same way,
@@ -113,37 +119,27 @@ class KVCOMM_API Publisher {
   /// InvalidArgumentError.
   bool valid() const { return impl_ != nullptr; }
 
-  /// Stores row i of every tensor at slotMapping[i] (int64 or int32; < 0 = padding, skipped) in every replica.
-  /// Validates before launch everything knowable (offsets and strides inside the backed range, counts); a slot
-  /// beyond the backed range found on the device is not written and is reported by checkErrors(). In Fallback mode
-  /// every member must pass the same numTokens (pad with slot -1).
-  void publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType, size_t numTokens,
-               Stream stream = nullptr);
-  /// publish() with sizes the library checks: numTokens <= slots.count, and for every tensor with srcBytes set,
-  /// numTokens rows within it; otherwise InvalidArgumentError before anything is read or written.
+  /// Stores row i of every tensor at slots.data[i] (int64 or int32; < 0 = padding, skipped) in every replica, then
+  /// runs `then` on `lane` (in Direct mode on CUDA, fused into the same kernel: PublishThen::Barrier is one launch,
+  /// PublishThen::Signal lets the kernel's last block release every block's rows and announce them; pair it with
+  /// barrier().wait() just before the rows are read).
+  ///
+  /// Checked before anything is read or written (InvalidArgumentError): numTokens <= slots.count, and for every
+  /// tensor with srcBytes set, numTokens rows within it; offsets and strides inside the backed range. A slot beyond
+  /// the backed range found on the device is not written and is reported by checkErrors(). In Fallback mode every
+  /// member must pass the same numTokens (pad with slot -1).
   void publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-               Stream stream = nullptr);
-  /// Returns (in stream order) once every member reached its matching barrier on `lane`: release of this rank's
-  /// earlier stores, acquire of the peers'. Bounded by the barrier timeout.
-  void barrier(Stream stream = nullptr, int lane = 0);
-  /// The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback: the whole barrier).
-  void signal(Stream stream = nullptr, int lane = 0);
-  /// The second half: returns (in stream order) once every member signalled on `lane` (Fallback: no-op).
-  void wait(Stream stream = nullptr, int lane = 0);
-  /// publish() then barrier(), as one kernel in Direct mode.
-  void publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
-                         size_t numTokens, Stream stream = nullptr, int lane = 0);
-  /// publishAndBarrier() with checked sizes (see the sized publish()).
-  void publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-                         Stream stream = nullptr, int lane = 0);
-  /// publish() then signal(), as one kernel in Direct mode: the kernel's last block releases every block's rows and
-  /// announces them on `lane`; pair it with wait() just before the rows are read (Fallback: publish() then the whole
-  /// barrier, as signal() does).
-  void publishAndSignal(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
-                        size_t numTokens, Stream stream = nullptr, int lane = 0);
-  /// publishAndSignal() with checked sizes (see the sized publish()).
-  void publishAndSignal(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-                        Stream stream = nullptr, int lane = 0);
+               Stream stream = nullptr, PublishThen then = PublishThen::Nothing, int lane = 0);
+
+  /// The publisher's barrier (kvcomm/barrier.hpp: sync(), the split signal()/wait(), deviceHandle() for kernels that
+  /// fuse it, pollError()/checkErrors()), borrowed: it lives as long as the publisher, and is not to be moved from.
+  /// Every call on it first checks that the publisher's buffer is still open (InvalidArgumentError, "the buffer is
+  /// closed"). In Direct mode it is a Barrier on the buffer's group. In Fallback mode there is no signal area: the
+  /// gather itself synchronises, and the barrier is a collective (a small NCCL or bootstrap allgather): sync() and
+  /// signal() each run the whole collective, wait() only checks its arguments (the signal synchronised), and
+  /// deviceHandle() throws InvalidArgumentError (no kernel can fuse it: mode() says which kind it is).
+  Barrier& barrier();
+  const Barrier& barrier() const;
 
   PublishMode mode() const;
   /// Why this mode was chosen.
@@ -153,9 +149,6 @@ class KVCOMM_API Publisher {
   /// Throws the recorded device error, if any: InvalidArgumentError for a slot out of range (naming the token
   /// index), a Timeout for a barrier (naming rank, peer and lane).
   void checkErrors();
-  /// The barrier for kernels that fuse it (device/barrier.hpp). Direct mode only (InvalidArgumentError otherwise).
-  BarrierDeviceHandle barrierHandle() const;
-
   struct Impl;
 
  private:

@@ -7,8 +7,7 @@ A first program (4 processes on one host, host memory)::
     comm = kvcomm.init_tcp(unique_id, rank, 4)        # unique_id = str(kvcomm.create_unique_id()) on rank 0
     cache = kvcomm.SymmetricBuffer.create(comm, 1 << 20, kind="host")
     pub = kvcomm.Publisher(cache)
-    pub.publish(kvcomm.CacheTensor(rows, offset=0), slots)   # rows: [n, 656] uint8, slots: int64 [n]
-    pub.barrier()
+    pub.publish(kvcomm.CacheTensor(rows, offset=0), slots, then="barrier")  # rows: [n, 656] uint8, slots: int64
     cache.local()                                      # every rank's rows, as a numpy array
 
     fetcher = kvcomm.Fetcher(cache, [kvcomm.KvRegion(0, 4096, 0, 64)])  # one region of 64 blocks of 4 KiB
@@ -71,7 +70,7 @@ from ._fetch import (
     KvRegion,
     layout_hash,
 )
-from ._publish import CacheTensor, PublishMode, Publisher
+from ._publish import CacheTensor, PublishMode, Publisher, PublishThen
 from ._symm import MemoryKind, SymmetricBuffer
 
 ParallelGroups = _kvcomm.ParallelGroups
@@ -108,7 +107,7 @@ __all__ = [
     "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
     "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
     "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError", "OwnerLoss",
-    "PublishMode", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError", "UniqueId",
-    "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
+    "PublishMode", "PublishThen", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError",
+    "UniqueId", "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
     "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",
 ]

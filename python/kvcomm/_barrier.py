@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from . import _kvcomm, limits
+from ._device_errors import DeviceErrors
 from ._errors import I32, check_count, check_int, invalid
 from ._stream import stream_handle
 from ._symm import Communicator, MemoryKind, _kind
 
 
-class Barrier:
+class Barrier(DeviceErrors):
     """A release/acquire barrier among the members of a communicator (every member must map every other: one host,
     P2P between the GPUs).
 
     ``signal(lane)`` releases everything the stream did before (stores into peers' memory included); ``wait(lane)``
-    returns, in stream order, once every member signalled the same epoch on that lane (acquire); ``barrier(lane)``
-    is both in one launch. Per lane the calls alternate signal, wait (barrier counts as both). On CUDA memory the
+    returns, in stream order, once every member signalled the same epoch on that lane (acquire); ``sync(lane)``
+    is both in one launch. Per lane the calls alternate signal, wait (sync counts as both). On CUDA memory the
     calls enqueue kernels on a stream (default: torch's current stream) and can be captured in a CUDA graph; waits
     are bounded, and ``check_errors()`` raises a timeout the device recorded. On host memory the calls run on the
     calling thread (streams are ignored) and raise ``kvcomm.TimeoutError`` themselves.
@@ -37,6 +38,13 @@ class Barrier:
         self._native = _kvcomm.Barrier.create(comm, lanes, timeout_ms, _kind(kind, "Barrier", comm.rank))
 
     @classmethod
+    def _borrowed(cls, native: "_kvcomm.Barrier") -> "Barrier":
+        """A Barrier on a native one another object owns (a Publisher's barrier)."""
+        b = cls.__new__(cls)
+        b._native = native
+        return b
+
+    @classmethod
     def create(cls, comm: Communicator, lanes: int = 2, timeout_ms: int = -1,
                kind: Union[str, "_kvcomm.MemoryKind"] = "auto") -> "Barrier":
         """Same as ``Barrier(comm, ...)``."""
@@ -45,10 +53,10 @@ class Barrier:
     def _stream(self, stream: Any, call: str) -> int:
         return stream_handle(stream, self.kind == MemoryKind.Cuda, self._native.device, self.communicator.rank, call)
 
-    def barrier(self, stream: Any = None, lane: int = 0) -> None:
+    def sync(self, stream: Any = None, lane: int = 0) -> None:
         """signal() and wait() in one launch."""
-        call = "Barrier.barrier"
-        self._native.barrier(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
+        call = "Barrier.sync"
+        self._native.sync(self._stream(stream, call), check_int(lane, "lane", call, self.communicator.rank, I32))
 
     def signal(self, stream: Any = None, lane: int = 0) -> None:
         """Announces this rank's next epoch on `lane` to every member (release of the stream's earlier work)."""
@@ -77,16 +85,6 @@ class Barrier:
         """The bytes of a kvcomm::BarrierDeviceHandle (kvcomm/device/barrier.hpp), for custom CUDA kernels that fuse
         the barrier; valid while this object lives."""
         return self._native.device_handle()
-
-    def poll_error(self) -> Optional[dict]:
-        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
-        return self._native.poll_error()
-
-    def check_errors(self) -> None:
-        """Raises a recorded device error, if any: a wait that expired as kvcomm.TimeoutError naming rank, peer and
-        lane; a wait stopped by an abort or a member's death as the communicator's own error (kvcomm.AbortedError,
-        or kvcomm.NetworkError naming the rank that is gone)."""
-        self._native.check_errors()
 
     def __repr__(self) -> str:
         c = self.communicator

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _kvcomm, limits
 from ._arrays import INT32, INT64, ArrayView, int64_list, is_int_list, require
+from ._device_errors import DeviceErrors
 from ._errors import Error, InvalidArgumentError, check_count, check_int, count_of, invalid, shown
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
@@ -172,7 +173,7 @@ class FetchOperation:
 Requests = Union[FetchRequest, tuple, Sequence[Union[FetchRequest, tuple]]]
 
 
-class Fetcher:
+class Fetcher(DeviceErrors):
     """Fetches of KV blocks between the members of a SymmetricBuffer's group.
 
     Call order:
@@ -409,15 +410,6 @@ class Fetcher:
     def device_handle(self) -> bytes:
         """The bytes of a kvcomm::FetchDeviceHandle (kvcomm/device/fetch.hpp), for custom CUDA kernels."""
         return self._native.device_handle()
-
-    def poll_error(self) -> Optional[dict]:
-        """Reads (and clears) the first device error of fetch_device()/fetch_all() (synchronise the stream first)."""
-        return self._native.poll_error()
-
-    def check_errors(self) -> None:
-        """Raises the recorded device error, if any: InvalidArgumentError for a bad block id (naming the pair),
-        TimeoutError for fetch_all's barrier."""
-        self._native.check_errors()
 
     def __repr__(self) -> str:
         return f"kvcomm.Fetcher(regions={len(self.layout())}, generation={self.generation}, buffer={self._buffer!r})"

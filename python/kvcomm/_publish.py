@@ -11,11 +11,25 @@ from typing import Any, List, Optional, Sequence, Union
 
 from . import _kvcomm, limits
 from ._arrays import SLOT_TYPES, ArrayView, int64_list, is_int_list, require
+from ._barrier import Barrier
+from ._device_errors import DeviceErrors
 from ._errors import I32, check_count, check_int, count_of, invalid
 from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
 PublishMode = _kvcomm.PublishMode
+PublishThen = _kvcomm.PublishThen
+
+# What publish(then=...) accepts: the names, or a PublishThen.
+_THEN = {"none": PublishThen.Nothing, "barrier": PublishThen.Barrier, "signal": PublishThen.Signal}
+
+
+def _then(then: Any, call: str, rank: int) -> "_kvcomm.PublishThen":
+    if isinstance(then, PublishThen):
+        return then
+    if isinstance(then, str) and then in _THEN:
+        return _THEN[then]
+    raise invalid(call, rank, f"then must be 'none', 'barrier' or 'signal' (or a kvcomm.PublishThen), got {then!r}")
 
 
 @dataclass
@@ -40,13 +54,13 @@ def _stream_handle(stream: Any, buffer: SymmetricBuffer, call: str) -> int:
     return stream_handle(stream, buffer.kind == MemoryKind.Cuda, buffer.device, buffer.rank, call)
 
 
-class Publisher:
+class Publisher(DeviceErrors):
     """Publication into a SymmetricBuffer's replicas, and its barrier.
 
-    Call order: ``Publisher(buffer)`` once, collectively. Per step, on every member: ``publish()`` (or
-    ``publish_and_barrier()``) for each layer, then ``barrier()`` before anyone reads peers' rows (or ``signal()``
-    right after publishing and ``wait()`` just before the reads, so the round trip overlaps other work). On CUDA buffers
-    both run on a stream (default: torch's current stream) without host synchronisation and can be captured in a
+    Call order: ``Publisher(buffer)`` once, collectively. Per step, on every member: ``publish()`` for each layer, the
+    last one with ``then="barrier"`` (or ``barrier.sync()`` after it) before anyone reads peers' rows; or
+    ``then="signal"`` and ``barrier.wait()`` just before the reads, so the round trip overlaps other work. On CUDA
+    buffers both run on a stream (default: torch's current stream) without host synchronisation and can be captured in a
     CUDA graph (torch.cuda.graph); source arrays must stay alive until the stream has run. After the stream
     finished, ``check_errors()`` raises slots found out of range on the device and barrier timeouts. On host buffers
     every call is synchronous and a bad slot is refused before anything is written.
@@ -66,6 +80,15 @@ class Publisher:
         self._buffer = buffer
         self._native = _kvcomm.Publisher.create(buffer._native, lanes, barrier_timeout_ms, staging_tokens,
                                                 staging_bytes_per_token)
+        self._barrier = Barrier._borrowed(self._native.barrier)
+
+    @property
+    def barrier(self) -> Barrier:
+        """The publisher's barrier (``sync()``, ``signal()``, ``wait()``, ``device_handle()``, errors), borrowed: it
+        keeps the publisher alive. Every call on it refuses a closed buffer. In Fallback mode it is a collective (a
+        small NCCL or bootstrap allgather): ``sync()`` and ``signal()`` run the whole of it, ``wait()`` only checks
+        its lane, ``device_handle()`` raises InvalidArgumentError."""
+        return self._barrier
 
     @property
     def buffer(self) -> SymmetricBuffer:
@@ -145,67 +168,27 @@ class Publisher:
             if geometry[1] < 1:
                 raise invalid(call, rank, f"tensor {k}: block_size must be at least 1")
             raw.append((v.ptr, src_stride, row_bytes, *geometry))
-        return raw, slots.ptr, slots.itemsize == 8, n, keep
+        return raw, slots.ptr, slots.itemsize == 8, slots.shape[0], n, keep
 
     # ---- operations ----
     def publish(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
-                num_tokens: Optional[int] = None, stream: Any = None) -> None:
-        """Stores row i of every tensor at slot_mapping[i] (< 0: padding, skipped) in every replica.
+                num_tokens: Optional[int] = None, stream: Any = None, then: Any = "none", lane: int = 0) -> None:
+        """Stores row i of every tensor at slot_mapping[i] (< 0: padding, skipped) in every replica, then runs `then`
+        on `lane`: "none", "barrier" (the whole barrier: every member's rows are visible when it returns, in stream
+        order) or "signal" (its first half: pair it with ``barrier.wait()`` just before the rows are read). In Direct
+        mode on CUDA the barrier is fused into the publish kernel.
 
         slot_mapping: 1-D contiguous int64 or int32 array on the buffer's device (host buffers: also a Python list
         of ints, converted to int64); num_tokens defaults to its length, and every src must have at least that many
         rows. stream: an int handle, a torch/CuPy stream, or None for torch's current stream (CUDA buffers only)."""
         call = "Publisher.publish"
-        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
+        rank = self._buffer.rank
+        how = _then(then, call, rank)
+        lane = check_int(lane, "lane", call, rank, I32)
+        raw, slots, slot64, count, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
         s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, 0, 0)
+        self._native._publish(raw, slots, slot64, count, n, s, how, lane)
         del keep
-
-    def publish_and_barrier(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
-                            num_tokens: Optional[int] = None, stream: Any = None, lane: int = 0) -> None:
-        """publish() then barrier(), as one kernel in Direct mode."""
-        call = "Publisher.publish_and_barrier"
-        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
-        s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, 2, check_int(lane, "lane", call, self._buffer.rank, I32))
-        del keep
-
-    def publish_and_signal(self, tensors: Union[CacheTensor, Sequence[CacheTensor]], slot_mapping: Any, *,
-                           num_tokens: Optional[int] = None, stream: Any = None, lane: int = 0) -> None:
-        """publish() then signal(), as one kernel in Direct mode: pair it with wait() just before the rows are read,
-        so the round trip overlaps the work in between (Fallback mode: publish() then the whole barrier)."""
-        call = "Publisher.publish_and_signal"
-        raw, slots, slot64, n, keep = self._prepare(tensors, slot_mapping, num_tokens, call)
-        s = _stream_handle(stream, self._buffer, call)
-        self._native._publish(raw, slots, slot64, n, s, 1, check_int(lane, "lane", call, self._buffer.rank, I32))
-        del keep
-
-    def barrier(self, stream: Any = None, lane: int = 0) -> None:
-        """Returns (in stream order) once every member reached its matching barrier on `lane`: release of this
-        rank's earlier stores, acquire of the peers'."""
-        self._native.barrier(_stream_handle(stream, self._buffer, "Publisher.barrier"),
-                          check_int(lane, "lane", "Publisher.barrier", self._buffer.rank, I32))
-
-    def signal(self, stream: Any = None, lane: int = 0) -> None:
-        """The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback mode: the whole
-        barrier). Call it right after publishing; per lane, calls alternate signal, wait (barrier counts as both)."""
-        self._native.signal(_stream_handle(stream, self._buffer, "Publisher.signal"),
-                          check_int(lane, "lane", "Publisher.signal", self._buffer.rank, I32))
-
-    def wait(self, stream: Any = None, lane: int = 0) -> None:
-        """The second half: returns (in stream order) once every member signalled on `lane` (Fallback mode: no-op).
-        Call it just before the kernel that reads peers' rows."""
-        self._native.wait(_stream_handle(stream, self._buffer, "Publisher.wait"),
-                          check_int(lane, "lane", "Publisher.wait", self._buffer.rank, I32))
-
-    def poll_error(self) -> Optional[dict]:
-        """Reads (and clears) the first device error since the last call (synchronise the stream first)."""
-        return self._native.poll_error()
-
-    def check_errors(self) -> None:
-        """Raises the recorded device error, if any: InvalidArgumentError for a slot out of range, TimeoutError for
-        a barrier."""
-        self._native.check_errors()
 
     def __repr__(self) -> str:
         return f"kvcomm.Publisher(mode={self.mode.name}, buffer={self._buffer!r})"

@@ -20,9 +20,8 @@ void bindBarrier(nb::module_& m) {
           nb::arg("comm"), nb::arg("lanes") = 2, nb::arg("timeout_ms") = -1, nb::arg("kind") = MemoryKind::Auto,
           nb::call_guard<nb::gil_scoped_release>(), "Collective over `comm`: allocates and zeroes the signal area.")
       .def(
-          "barrier", [](Barrier& b, uintptr_t stream, int lane) { b.barrier(toStream(stream), lane); },
-          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
-          "signal() and wait() in one launch.")
+          "sync", [](Barrier& b, uintptr_t stream, int lane) { b.sync(toStream(stream), lane); }, nb::arg("stream") = 0,
+          nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(), "signal() and wait() in one launch.")
       .def(
           "signal", [](Barrier& b, uintptr_t stream, int lane) { b.signal(toStream(stream), lane); },
           nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "kvcomm/barrier.hpp"
 #include "kvcomm/publish.hpp"
 
 namespace kvcomm::py {
@@ -38,6 +39,10 @@ void bindPublish(nb::module_& m) {
   nb::enum_<PublishMode>(m, "PublishMode", "How a Publisher moves rows.")
       .value("Direct", PublishMode::Direct)
       .value("Fallback", PublishMode::Fallback);
+  nb::enum_<PublishThen>(m, "PublishThen", "What a publish runs on its lane after the rows.")
+      .value("Nothing", PublishThen::Nothing)
+      .value("Barrier", PublishThen::Barrier)
+      .value("Signal", PublishThen::Signal);
 
   nb::class_<Publisher>(m, "Publisher", "Publication into a buffer's replicas and its barrier (kvcomm::Publisher).")
       .def_static(
@@ -56,33 +61,20 @@ void bindPublish(nb::module_& m) {
           "Collective over the buffer's group.")
       .def(
           "_publish",
-          [](Publisher& p, const std::vector<RawTensor>& tensors, uintptr_t slots, bool slot64, size_t numTokens,
-             uintptr_t stream, int then, int lane) {
-            auto t = toTensors(tensors);
-            SlotType type = slot64 ? SlotType::Int64 : SlotType::Int32;
-            const void* slotPtr = reinterpret_cast<const void*>(slots);
-            if (then == 2)
-              p.publishAndBarrier(t, slotPtr, type, numTokens, toStream(stream), lane);
-            else if (then == 1)
-              p.publishAndSignal(t, slotPtr, type, numTokens, toStream(stream), lane);
-            else
-              p.publish(t, slotPtr, type, numTokens, toStream(stream));
+          [](Publisher& p, const std::vector<RawTensor>& tensors, uintptr_t slots, bool slot64, size_t slotCount,
+             size_t numTokens, uintptr_t stream, PublishThen then, int lane) {
+            SlotMapping m;
+            m.data = reinterpret_cast<const void*>(slots);
+            m.type = slot64 ? SlotType::Int64 : SlotType::Int32;
+            m.count = slotCount;
+            p.publish(toTensors(tensors), m, numTokens, toStream(stream), then, lane);
           },
-          nb::arg("tensors"), nb::arg("slots"), nb::arg("slot64"), nb::arg("num_tokens"), nb::arg("stream"),
-          nb::arg("then"), nb::arg("lane"), nb::call_guard<nb::gil_scoped_release>(),
-          "Internal: publish, then nothing (0), signal (1) or barrier (2), on raw pointers the package validated.")
-      .def(
-          "barrier", [](Publisher& p, uintptr_t stream, int lane) { p.barrier(toStream(stream), lane); },
-          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
-          "Returns (in stream order) once every member reached its matching barrier on `lane`.")
-      .def(
-          "signal", [](Publisher& p, uintptr_t stream, int lane) { p.signal(toStream(stream), lane); },
-          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
-          "The first half of barrier(): releases this rank's earlier stores on `lane` (Fallback: the whole barrier).")
-      .def(
-          "wait", [](Publisher& p, uintptr_t stream, int lane) { p.wait(toStream(stream), lane); },
-          nb::arg("stream") = 0, nb::arg("lane") = 0, nb::call_guard<nb::gil_scoped_release>(),
-          "The second half: returns (in stream order) once every member signalled on `lane` (Fallback: no-op).")
+          nb::arg("tensors"), nb::arg("slots"), nb::arg("slot64"), nb::arg("slot_count"), nb::arg("num_tokens"),
+          nb::arg("stream"), nb::arg("then"), nb::arg("lane"), nb::call_guard<nb::gil_scoped_release>(),
+          "Internal: publish, then what `then` says, on raw pointers the package validated.")
+      .def_prop_ro(
+          "barrier", [](Publisher& p) -> Barrier& { return p.barrier(); }, nb::rv_policy::reference_internal,
+          "The publisher's barrier (borrowed: it keeps the publisher alive).")
       .def_prop_ro("mode", &Publisher::mode)
       .def_prop_ro("mode_reason", &Publisher::modeReason)
       .def(

@@ -2,8 +2,13 @@
 // arrivals of fused kernels and the device error record), and the launches of kernels/barrier.cu or their CPU twin.
 #include "kvcomm/barrier.hpp"
 
+#include "barrier/barrier_factory.hpp"
+#include "barrier/device_errors_of.hpp"
+
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/agreement.hpp"
@@ -31,15 +36,25 @@ constexpr size_t kSignalBytes = kErrorAt + sizeof(DeviceErrorRecord);
 
 struct Barrier::Impl {
   Communicator comm;
-  SymmetricBuffer signals;
+  SymmetricBuffer signals;  // empty for a collective barrier
+  MemoryKind kind = MemoryKind::Host;
   int lanes = 2;
   BarrierDeviceHandle handle{};
+  // A collective barrier (a fallback publisher's): sync() and signal() run it, wait() has nothing left to wait for.
+  std::function<void(Stream)> collective;
+  std::string noHandleWhy;                 // why a collective barrier has no device handle
+  std::function<void(const char*)> owner;  // the owner's check before every call (a publisher: its buffer is open)
 
   void launch(Stream stream, int lane, detail::BarrierStep step, const char* call) {
     detail::RankScope scope(comm.rank());
+    if (owner) owner(call);
     KVCOMM_CHECK_ARG(lane >= 0 && lane < lanes, call, "lane ", lane, " outside [0, ", lanes, ")");
     detail::checkHealthy(comm, call);  // aborted, or a member known dead: no wait could end
-    if (signals.kind() == MemoryKind::Cuda) {
+    if (collective) {
+      if (step != detail::BarrierStep::Wait) collective(stream);
+      return;
+    }
+    if (kind == MemoryKind::Cuda) {
       detail::launchBarrier(handle, lane, step, stream);
       return;
     }
@@ -75,18 +90,13 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
     KVCOMM_CHECK_ENUM(options.kind, MemoryKind::Host, call, "options.kind");
   });
   // Lanes must agree: a lane that exists on one member only would never be answered there.
-  std::vector<int32_t> lanes(static_cast<size_t>(comm.size()));
-  lanes[static_cast<size_t>(comm.rank())] = options.lanes;
-  comm.allgather(lanes.data(), sizeof(int32_t));
-  for (int r = 1; r < comm.size(); ++r)
-    KVCOMM_CHECK_ARG(lanes[static_cast<size_t>(r)] == lanes[0], call,
-                     "lanes must be the same on every member: world rank ", comm.worldRank(r), " has ",
-                     lanes[static_cast<size_t>(r)], ", world rank ", comm.worldRank(0), " has ", lanes[0]);
+  detail::agreeOn<int32_t>(comm, options.lanes, call, "lanes");
   auto impl = std::make_unique<Impl>();
   impl->comm = comm;
   impl->lanes = options.lanes;
   impl->signals = SymmetricBuffer::create(comm, kSignalBytes, kSignalBytes, options.kind);
   SymmetricBuffer& sig = impl->signals;
+  impl->kind = sig.kind();
   detail::Outcome reach;
   for (int r = 0; r < comm.size() && reach.ok(); ++r)
     if (!sig.isMapped(r))
@@ -130,9 +140,9 @@ Barrier Barrier::create(Communicator comm, const BarrierOptions& options) {
   return Barrier(std::move(impl));
 }
 
-void Barrier::barrier(Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Barrier::barrier", "empty barrier");
-  impl_->launch(stream, lane, detail::BarrierStep::Both, "Barrier::barrier");
+void Barrier::sync(Stream stream, int lane) {
+  KVCOMM_CHECK_ARG(impl_, "Barrier::sync", "empty barrier");
+  impl_->launch(stream, lane, detail::BarrierStep::Both, "Barrier::sync");
 }
 void Barrier::signal(Stream stream, int lane) {
   KVCOMM_CHECK_ARG(impl_, "Barrier::signal", "empty barrier");
@@ -149,7 +159,7 @@ int Barrier::lanes() const {
 }
 MemoryKind Barrier::kind() const {
   KVCOMM_CHECK_ARG(impl_, "Barrier::kind", "empty barrier");
-  return impl_->signals.kind();
+  return impl_->kind;
 }
 Communicator& Barrier::communicator() const {
   KVCOMM_CHECK_ARG(impl_, "Barrier::communicator", "empty barrier");
@@ -157,21 +167,53 @@ Communicator& Barrier::communicator() const {
 }
 BarrierDeviceHandle Barrier::deviceHandle() const {
   KVCOMM_CHECK_ARG(impl_, "Barrier::deviceHandle", "empty barrier");
+  KVCOMM_CHECK_ARG(!impl_->collective, "Barrier::deviceHandle", impl_->noHandleWhy);
   return impl_->handle;
 }
 
 DeviceError Barrier::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Barrier::pollError", "empty barrier");
   detail::RankScope scope(impl_->comm.rank());
-  return detail::readDeviceError(kind(), impl_->handle.error);
+  // A collective records nothing on the device: its failures throw at the call.
+  return detail::pollDeviceErrors(impl_->kind, impl_->collective ? nullptr : impl_->handle.error, nullptr);
 }
 
 void Barrier::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Barrier::checkErrors", "empty barrier");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->comm.rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::explainPeerFailed(impl_->comm, e.peer, "barrier (device)");
-  detail::throwDeviceError(e, impl_->handle.timeoutNs / 1000000);
+  detail::throwDeviceErrors(e, impl_->comm, impl_->handle.timeoutNs / 1000000);
 }
+
+namespace detail {
+
+Barrier BarrierFactory::collective(Communicator comm, int lanes, MemoryKind kind, std::function<void(Stream)> run,
+                                   std::string noHandleWhy) {
+  auto impl = std::make_unique<Barrier::Impl>();
+  impl->comm = std::move(comm);
+  impl->lanes = lanes;
+  impl->kind = kind;
+  impl->collective = std::move(run);
+  impl->noHandleWhy = std::move(noHandleWhy);
+  return Barrier(std::move(impl));
+}
+
+void BarrierFactory::ownedBy(Barrier& barrier, std::function<void(const char*)> check) {
+  KVCOMM_CHECK_ARG(barrier.impl_, "BarrierFactory::ownedBy", "empty barrier");
+  barrier.impl_->owner = std::move(check);
+}
+
+DeviceError pollDeviceErrors(MemoryKind kind, DeviceErrorRecord* record, Barrier* barrier) {
+  DeviceError e = record ? readDeviceError(kind, record) : DeviceError{};
+  if (!e && barrier && barrier->valid()) e = barrier->pollError();
+  return e;
+}
+
+void throwDeviceErrors(const DeviceError& e, Communicator& comm, uint64_t timeoutMs) {
+  if (e.kind == DeviceErrorKind::PeerFailed) explainPeerFailed(comm, e.peer, "barrier (device)");
+  throwDeviceError(e, timeoutMs);
+}
+
+}  // namespace detail
 
 }  // namespace kvcomm

@@ -49,7 +49,7 @@ kvcommResult_t kvcommBarrierDestroy(kvcommBarrier_t barrier) {
 }
 
 kvcommResult_t kvcommBarrierSync(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
-  return guard("kvcommBarrierSync", [&] { get(barrier, "kvcommBarrierSync").barrier(stream, lane); });
+  return guard("kvcommBarrierSync", [&] { get(barrier, "kvcommBarrierSync").sync(stream, lane); });
 }
 
 kvcommResult_t kvcommBarrierSignal(kvcommBarrier_t barrier, kvcommStream_t stream, int lane) {
@@ -82,15 +82,13 @@ kvcommResult_t kvcommBarrierDeviceHandle(kvcommBarrier_t barrier, void* handle, 
 }
 
 kvcommResult_t kvcommBarrierPollError(kvcommBarrier_t barrier, kvcommDeviceError* error) {
-  return guard("kvcommBarrierPollError", [&] {
-    auto& b = get(barrier, "kvcommBarrierPollError");
-    requireNonNull(error, "kvcommBarrierPollError", "error");
-    kvcomm::capi::toC(b.pollError(), error);
-  });
+  return kvcomm::capi::pollDeviceError(
+      "kvcommBarrierPollError", error, [&](const char* call) -> auto& { return get(barrier, call); });
 }
 
 kvcommResult_t kvcommBarrierCheckErrors(kvcommBarrier_t barrier) {
-  return guard("kvcommBarrierCheckErrors", [&] { get(barrier, "kvcommBarrierCheckErrors").checkErrors(); });
+  return kvcomm::capi::checkDeviceErrors(
+      "kvcommBarrierCheckErrors", [&](const char* call) -> auto& { return get(barrier, call); });
 }
 
 }  // extern "C"

@@ -85,4 +85,20 @@ void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, si
 /// The C form of a device error.
 void toC(const DeviceError& e, kvcommDeviceError* out);
 
+/// kvcomm*PollError of an object with device errors (publisher, barrier, fetcher): `object(call)` looks it up (and
+/// refuses a bad handle), then its first error is read, cleared and copied into *error.
+template <typename Object>
+kvcommResult_t pollDeviceError(const char* call, kvcommDeviceError* error, Object&& object) noexcept {
+  return guard(call, [&] {
+    auto& o = object(call);
+    requireNonNull(error, call, "error");
+    toC(o.pollError(), error);
+  });
+}
+/// kvcomm*CheckErrors of the same objects: the recorded error, if any, as the call's result and message.
+template <typename Object>
+kvcommResult_t checkDeviceErrors(const char* call, Object&& object) noexcept {
+  return guard(call, [&] { object(call).checkErrors(); });
+}
+
 }  // namespace kvcomm::capi

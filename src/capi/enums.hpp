@@ -77,6 +77,15 @@ struct CEnum<kvcommSlotType_t> {
 };
 
 template <>
+struct CEnum<kvcommPublishThen_t> {
+  static constexpr const char* name = "kvcommPublishThen_t";
+  static constexpr EnumEntry<kvcommPublishThen_t, PublishThen> entries[] = {
+      {kvcommPublishThenNothing, "kvcommPublishThenNothing", PublishThen::Nothing},
+      {kvcommPublishThenBarrier, "kvcommPublishThenBarrier", PublishThen::Barrier},
+      {kvcommPublishThenSignal, "kvcommPublishThenSignal", PublishThen::Signal}};
+};
+
+template <>
 struct CEnum<kvcommPublishMode_t> {
   static constexpr const char* name = "kvcommPublishMode_t";
   static constexpr EnumEntry<kvcommPublishMode_t, PublishMode> entries[] = {

@@ -344,15 +344,13 @@ kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, 
 }
 
 kvcommResult_t kvcommFetcherPollError(kvcommFetcher_t fetcher, kvcommDeviceError* error) {
-  return guard("kvcommFetcherPollError", [&] {
-    auto& f = get(fetcher, "kvcommFetcherPollError");
-    requireNonNull(error, "kvcommFetcherPollError", "error");
-    kvcomm::capi::toC(f.pollError(), error);
-  });
+  return kvcomm::capi::pollDeviceError(
+      "kvcommFetcherPollError", error, [&](const char* call) -> auto& { return get(fetcher, call); });
 }
 
 kvcommResult_t kvcommFetcherCheckErrors(kvcommFetcher_t fetcher) {
-  return guard("kvcommFetcherCheckErrors", [&] { get(fetcher, "kvcommFetcherCheckErrors").checkErrors(); });
+  return kvcomm::capi::checkDeviceErrors(
+      "kvcommFetcherCheckErrors", [&](const char* call) -> auto& { return get(fetcher, call); });
 }
 
 }  // extern "C"

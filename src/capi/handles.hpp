@@ -40,13 +40,22 @@ struct kvcommBuffer {
   int rank;
 };
 struct kvcommPublisher {
-  kvcommPublisher(kvcomm::Publisher p, int r) : publisher(std::move(p)), rank(r) {}
-  kvcomm::Publisher publisher;
+  kvcommPublisher(kvcomm::Publisher p, int r)
+      : owned(std::make_shared<kvcomm::Publisher>(std::move(p))), publisher(*owned), rank(r) {}
+  std::shared_ptr<kvcomm::Publisher> owned;  // shared with the handles on its barrier (kvcommPublisherBarrier)
+  kvcomm::Publisher& publisher;
   int rank;
 };
 struct kvcommBarrier {
-  explicit kvcommBarrier(kvcomm::Barrier b) : barrier(std::move(b)), rank(barrier.communicator().rank()) {}
-  kvcomm::Barrier barrier;
+  explicit kvcommBarrier(kvcomm::Barrier b)
+      : owner(std::make_shared<kvcomm::Barrier>(std::move(b))),
+        barrier(*static_cast<kvcomm::Barrier*>(owner.get())),
+        rank(barrier.communicator().rank()) {}
+  /// A publisher's barrier: the handle keeps the publisher (which owns the barrier) alive.
+  explicit kvcommBarrier(std::shared_ptr<kvcomm::Publisher> p)
+      : owner(p), barrier(p->barrier()), rank(barrier.communicator().rank()) {}
+  std::shared_ptr<void> owner;  // what owns `barrier`: the barrier itself, or its publisher
+  kvcomm::Barrier& barrier;
   int rank;
 };
 struct kvcommFetcher {

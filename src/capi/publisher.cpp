@@ -1,4 +1,5 @@
-// C ABI: Publisher (publish, barrier and its split signal/wait, fused, device errors) and the capability probes.
+// C ABI: Publisher (publish with what runs fused after it, its barrier as a kvcommBarrier_t, device errors) and the
+// capability probes.
 #include <vector>
 
 #include "capi/capi.hpp"
@@ -16,13 +17,12 @@ kvcomm::Publisher& get(kvcommPublisher_t publisher, const char* call) {
   return use(publisher, call, "publisher").publisher;
 }
 
-std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, int n, const char* call) {
+std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, size_t n, const char* call) {
   KVCOMM_CHECK_ARG(n > 0 && tensors != nullptr, call, "numTensors ", n, " (tensors ", tensors ? "given" : "NULL",
                    "): at least one tensor is needed");
-  kvcomm::capi::checkCount(static_cast<size_t>(n), kvcomm::limits::kMaxPublishTensors, call, "numTensors",
-                           "KVCOMM_MAX_PUBLISH_TENSORS");
-  std::vector<kvcomm::CacheTensor> out(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
+  kvcomm::capi::checkCount(n, kvcomm::limits::kMaxPublishTensors, call, "numTensors", "KVCOMM_MAX_PUBLISH_TENSORS");
+  std::vector<kvcomm::CacheTensor> out(n);
+  for (size_t k = 0; k < n; ++k) {
     const kvcommCacheTensor& t = tensors[k];
     kvcomm::CacheTensor& c = out[static_cast<size_t>(k)];
     c.src = t.src;
@@ -36,6 +36,15 @@ std::vector<kvcomm::CacheTensor> tensorsOf(const kvcommCacheTensor* tensors, int
     c.srcBytes = t.srcBytes;
   }
   return out;
+}
+
+kvcomm::SlotMapping slotsOf(const kvcommSlotMapping* slots, const char* call) {
+  requireNonNull(slots, call, "slots");
+  kvcomm::SlotMapping s;
+  s.data = slots->data;
+  s.type = kvcomm::capi::fromC(slots->type, call, "slots->type");
+  s.count = slots->count;
+  return s;
 }
 
 }  // namespace
@@ -92,45 +101,22 @@ kvcommResult_t kvcommPublisherDestroy(kvcommPublisher_t publisher) {
                [&] { kvcomm::capi::retire(publisher, "kvcommPublisherDestroy", "publisher"); });
 }
 
-kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                             const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                             kvcommStream_t stream) {
+kvcommResult_t kvcommPublish(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, size_t numTensors,
+                             const kvcommSlotMapping* slots, size_t numTokens, kvcommStream_t stream,
+                             kvcommPublishThen_t then, int lane) {
   return guard("kvcommPublish", [&] {
-    auto& p = get(publisher, "kvcommPublish");
-    p.publish(tensorsOf(tensors, numTensors, "kvcommPublish"), slotMapping,
-              kvcomm::capi::fromC(slotType, "kvcommPublish", "slotType"), numTokens, stream);
+    const char* call = "kvcommPublish";
+    auto& p = get(publisher, call);
+    p.publish(tensorsOf(tensors, numTensors, call), slotsOf(slots, call), numTokens, stream,
+              kvcomm::capi::fromC(then, call, "then"), lane);
   });
 }
 
-kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
-  return guard("kvcommPublisherBarrier", [&] { get(publisher, "kvcommPublisherBarrier").barrier(stream, lane); });
-}
-
-kvcommResult_t kvcommPublisherSignal(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
-  return guard("kvcommPublisherSignal", [&] { get(publisher, "kvcommPublisherSignal").signal(stream, lane); });
-}
-
-kvcommResult_t kvcommPublisherWait(kvcommPublisher_t publisher, kvcommStream_t stream, int lane) {
-  return guard("kvcommPublisherWait", [&] { get(publisher, "kvcommPublisherWait").wait(stream, lane); });
-}
-
-kvcommResult_t kvcommPublishAndBarrier(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                                       const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                                       kvcommStream_t stream, int lane) {
-  return guard("kvcommPublishAndBarrier", [&] {
-    auto& p = get(publisher, "kvcommPublishAndBarrier");
-    p.publishAndBarrier(tensorsOf(tensors, numTensors, "kvcommPublishAndBarrier"), slotMapping,
-                        kvcomm::capi::fromC(slotType, "kvcommPublishAndBarrier", "slotType"), numTokens, stream, lane);
-  });
-}
-
-kvcommResult_t kvcommPublishAndSignal(kvcommPublisher_t publisher, const kvcommCacheTensor* tensors, int numTensors,
-                                      const void* slotMapping, kvcommSlotType_t slotType, size_t numTokens,
-                                      kvcommStream_t stream, int lane) {
-  return guard("kvcommPublishAndSignal", [&] {
-    auto& p = get(publisher, "kvcommPublishAndSignal");
-    p.publishAndSignal(tensorsOf(tensors, numTensors, "kvcommPublishAndSignal"), slotMapping,
-                       kvcomm::capi::fromC(slotType, "kvcommPublishAndSignal", "slotType"), numTokens, stream, lane);
+kvcommResult_t kvcommPublisherBarrier(kvcommPublisher_t publisher, kvcommBarrier_t* barrier) {
+  return guard("kvcommPublisherBarrier", [&] {
+    auto& p = use(publisher, "kvcommPublisherBarrier", "publisher");
+    requireNonNull(barrier, "kvcommPublisherBarrier", "barrier");
+    *barrier = kvcomm::capi::adopt<kvcommBarrier>(p.owned);
   });
 }
 
@@ -145,15 +131,13 @@ kvcommResult_t kvcommPublisherModeReason(kvcommPublisher_t publisher, const char
 }
 
 kvcommResult_t kvcommPublisherPollError(kvcommPublisher_t publisher, kvcommDeviceError* error) {
-  return guard("kvcommPublisherPollError", [&] {
-    auto& p = get(publisher, "kvcommPublisherPollError");
-    requireNonNull(error, "kvcommPublisherPollError", "error");
-    kvcomm::capi::toC(p.pollError(), error);
-  });
+  return kvcomm::capi::pollDeviceError(
+      "kvcommPublisherPollError", error, [&](const char* call) -> auto& { return get(publisher, call); });
 }
 
 kvcommResult_t kvcommPublisherCheckErrors(kvcommPublisher_t publisher) {
-  return guard("kvcommPublisherCheckErrors", [&] { get(publisher, "kvcommPublisherCheckErrors").checkErrors(); });
+  return kvcomm::capi::checkDeviceErrors(
+      "kvcommPublisherCheckErrors", [&](const char* call) -> auto& { return get(publisher, call); });
 }
 
 kvcommResult_t kvcommCapabilitiesString(char* text, size_t textBytes, size_t* needed) {

@@ -9,6 +9,14 @@
 
 namespace kvcomm::detail {
 
+MemberName worldRanksOf(const Communicator& comm) {
+  return [comm](size_t r) { return cat("world rank ", comm.worldRank(static_cast<int>(r))); };
+}
+
+std::string groupRank(size_t r) {
+  return cat("rank ", r);
+}
+
 Outcome Outcome::fromCurrentException() noexcept {
   Outcome o;
   try {

@@ -4,10 +4,15 @@
 // rank is left waiting for a peer that has already given up.
 #pragma once
 
+#include <cstddef>
 #include <exception>
+#include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "common/check.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 
@@ -58,6 +63,41 @@ void allSucceedOrUndo(Communicator& comm, const char* step, Work&& work, Undo&& 
     std::forward<Undo>(undo)();
     throw;
   }
+}
+
+/// How an agreement error names member r: worldRanksOf(comm) gives "world rank W", the default "rank r" (values
+/// checked without a communicator).
+using MemberName = std::function<std::string(size_t r)>;
+MemberName worldRanksOf(const Communicator& comm);
+std::string groupRank(size_t r);
+
+/// "This value must agree on every member", on values already gathered (all[r] is member r's): when the value
+/// `get(all[r])` of some member differs from member 0's, throws InvalidArgumentError naming `call`:
+///   "<what> must be the same on every member: world rank 3 has <show(its)>, world rank 0 has <show(0's)>[ (<why>)]"
+/// Every member checks the same data, so every member throws the same error (no vote needed).
+template <typename T, typename Get, typename Show>
+void requireSame(const std::vector<T>& all, Get&& get, const char* call, const std::string& what, Show&& show,
+                 const MemberName& name = groupRank, const std::string& why = {}) {
+  for (size_t r = 1; r < all.size(); ++r)
+    if (!(get(all[r]) == get(all[0])))
+      KVCOMM_THROW(InvalidArgument, call, what, " must be the same on every member: ", name(r), " has ",
+                   show(get(all[r])), ", ", name(0), " has ", show(get(all[0])), why.empty() ? "" : " (", why,
+                   why.empty() ? "" : ")");
+}
+/// The `show` of requireSame() for values shown as they print.
+inline constexpr auto asPrinted = [](const auto& v) { return v; };
+
+/// Collective: allgathers `mine` (a plain value) and requires it to be the same on every member (requireSame(), world
+/// ranks named). Returns every member's value.
+template <typename T>
+std::vector<T> agreeOn(Communicator& comm, const T& mine, const char* call, const std::string& what,
+                       const std::string& why = {}) {
+  static_assert(std::is_trivially_copyable_v<T>, "agreeOn gathers the bytes of the value");
+  std::vector<T> all(static_cast<size_t>(comm.size()));
+  all[static_cast<size_t>(comm.rank())] = mine;
+  comm.allgather(all.data(), sizeof(T));
+  requireSame(all, asPrinted, call, what, asPrinted, worldRanksOf(comm), why);
+  return all;
 }
 
 }  // namespace kvcomm::detail

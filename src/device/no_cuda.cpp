@@ -2,6 +2,7 @@
 // does.
 #include "common/check.hpp"
 #include "device/device_memory.hpp"
+#include "device/launch_limits.hpp"
 
 namespace kvcomm::detail {
 
@@ -20,6 +21,9 @@ void hostToDevice(void*, const void*, size_t) {
 }
 bool streamCapturing(Stream) {
   return false;
+}
+int currentDeviceSmCount() {
+  KVCOMM_THROW(Unsupported, "currentDeviceSmCount", "libkvcomm was built without CUDA");
 }
 
 }  // namespace kvcomm::detail

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "barrier/device_errors_of.hpp"
 #include "comm/agreement.hpp"
 #include "comm/health.hpp"
 #include "common/check.hpp"
@@ -655,12 +656,12 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
   } catch (...) {
     planned = detail::Outcome::fromCurrentException();
   }
-  impl_->barrier.barrier(stream, 0);  // every source's earlier writes are visible
+  impl_->barrier.sync(stream, 0);  // every source's earlier writes are visible
   if (planned.ok()) {
     detail::BufferUse use(impl_->buf, call);
     impl_->submitLocked(plan, stream);
   }
-  impl_->barrier.barrier(stream, 0);  // nobody overwrites a source block a peer still reads
+  impl_->barrier.sync(stream, 0);  // nobody overwrites a source block a peer still reads
   planned.rethrow();
   return plan.info;
 }
@@ -858,18 +859,15 @@ TcpServer::Stats FetcherInternals::serverStats(const Fetcher& f) {
 DeviceError Fetcher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::pollError", "empty fetcher");
   detail::RankScope scope(impl_->rank());
-  DeviceError e = detail::readDeviceError(impl_->kind, impl_->errors->get());
-  if (!e && impl_->barrier.valid()) e = impl_->barrier.pollError();
-  return e;
+  return detail::pollDeviceErrors(impl_->kind, impl_->errors->get(), &impl_->barrier);
 }
 
 void Fetcher::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::checkErrors", "empty fetcher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::PeerFailed) detail::explainPeerFailed(impl_->comm, e.peer, "barrier (device)");
   uint64_t ms = impl_->barrier.valid() ? impl_->barrier.deviceHandle().timeoutNs / 1000000 : 0;
-  detail::throwDeviceError(e, ms);
+  detail::throwDeviceErrors(e, impl_->comm, ms);
 }
 
 }  // namespace kvcomm

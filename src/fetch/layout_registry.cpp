@@ -33,10 +33,9 @@ LayoutTable exchangeLayouts(Communicator& comm, const KvLayout& mine) {
   // Every rank runs the same checks on the same data: the same error everywhere, no vote needed.
   LayoutTable t;
   t.numRegions = heads[0].regions;
-  for (int r = 0; r < n; ++r)
-    KVCOMM_CHECK_ARG(heads[static_cast<size_t>(r)].regions == t.numRegions, call, "rank ", r, " registered ",
-                     heads[static_cast<size_t>(r)].regions, " regions but rank 0 registered ", t.numRegions,
-                     " (every member's layout needs the same regions)");
+  requireSame(
+      heads, [](const Head& h) { return h.regions; }, call, "the number of regions", asPrinted, worldRanksOf(comm),
+      "every member's layout needs the same regions");
   t.views.resize(static_cast<size_t>(n) * t.numRegions);
   t.layouts.resize(static_cast<size_t>(n));
   t.hashes.resize(static_cast<size_t>(n));

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/check.hpp"
+#include "device/launch_limits.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/error_record.hpp"
 #include "kvcomm/device/fetch.hpp"
@@ -61,15 +62,9 @@ __global__ void __launch_bounds__(kThreads) fetchKernel(const __grid_constant__ 
   }
 }
 
+// Blocks resident at once (2048 threads per SM): the grid-stride loop runs without waves.
 int maxBlocks() {
-  static thread_local int cached = 0;
-  if (cached == 0) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cached = (sms > 0 ? sms : 132) * (2048 / kThreads);
-  }
-  return cached;
+  return currentDeviceSmCount() * (2048 / kThreads);
 }
 
 }  // namespace

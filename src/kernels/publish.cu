@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.hpp"
+#include "device/launch_limits.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/barrier.hpp"
@@ -24,14 +25,7 @@ void checkLaunch(const char* what, cudaError_t e = cudaGetLastError()) {
 
 // Blocks resident at once (4 per SM for the specialised publish kernels): the grid-stride loops run without waves.
 int maxBlocks() {
-  static thread_local int cached = 0;
-  if (cached == 0) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cached = (sms > 0 ? sms : 132) * 4;
-  }
-  return cached;
+  return currentDeviceSmCount() * 4;
 }
 
 __device__ __forceinline__ int64_t loadSlot(const PublishLaunch& p, int source, int64_t i) {

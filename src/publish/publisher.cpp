@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "barrier/barrier_factory.hpp"
+#include "barrier/device_errors_of.hpp"
 #include "comm/agreement.hpp"
 #include "comm/health.hpp"
 #include "common/check.hpp"
@@ -39,8 +41,8 @@ struct Publisher::Impl {
   int lanes = 2;
   SymmDeviceHandle replicas{};   // every member (Direct)
   SymmDeviceHandle localOnly{};  // this rank's replica (Fallback insert)
-  Barrier barrier;               // Direct mode
-  BarrierDeviceHandle bar{};
+  Barrier barrier;               // Direct: a Barrier on the group; Fallback: the transport's collective
+  BarrierDeviceHandle bar{};     // Direct mode
   std::unique_ptr<detail::ErrorRecordMemory> errors;  // slots found out of range on the device
   DeviceErrorRecord* error = nullptr;
   std::unique_ptr<detail::FallbackTransport> transport;
@@ -135,13 +137,11 @@ struct Publisher::Impl {
     return p;
   }
 
-  // What a publish runs after its rows, in the same kernel in Direct mode on CUDA.
-  enum class Then { Nothing, Signal, Barrier };
-
-  // publish(), publishAndSignal() and publishAndBarrier(): the buffer is held steady (and checked open) only while
-  // rows go into it.
+  // publish(): the buffer is held steady (and checked open) only while rows go into it; `then` runs after the rows,
+  // in the same kernel in Direct mode on CUDA.
   void run(const std::vector<CacheTensor>& tensors, const void* slots, SlotType type, size_t numTokens, Stream stream,
-           Then then, int lane, const char* call) {
+           PublishThen then, int lane, const char* call) {
+    using Then = PublishThen;
     detail::checkHealthy(buf.communicator(), call);
     if (then != Then::Nothing) checkLane(lane, call);
     if (mode == PublishMode::Direct) {
@@ -155,7 +155,7 @@ struct Publisher::Impl {
         }
         detail::hostPublish(p);
       }
-      if (then == Then::Barrier) barrier.barrier(stream, lane);
+      if (then == Then::Barrier) barrier.sync(stream, lane);
       if (then == Then::Signal) barrier.signal(stream, lane);
       return;
     }
@@ -166,17 +166,6 @@ struct Publisher::Impl {
     }
     publishFallback(p, stream, call);
     if (then != Then::Nothing) transport->barrier(stream);  // the fallback's signal is the whole barrier
-  }
-
-  // Every publish entry point (publish, publishAndSignal, publishAndBarrier; plain and sized): refuses an empty
-  // publisher, checks a sized call's count, then run().
-  static void enter(Impl* impl, const char* call, const std::vector<CacheTensor>& tensors, const void* slots,
-                    SlotType type, size_t numTokens, const SlotMapping* sized, Stream stream, Then then, int lane) {
-    KVCOMM_CHECK_ARG(impl, call, "empty publisher");
-    detail::RankScope scope(impl->rank());
-    KVCOMM_CHECK_ENUM(type, SlotType::Int32, call, sized ? "slots.type" : "slotType");
-    if (sized) checkSlots(*sized, numTokens, call);
-    impl->run(tensors, slots, type, numTokens, stream, then, lane, call);
   }
 
   // Sized calls: the counts the caller states are checked before anything is read.
@@ -317,16 +306,15 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   if (!why.empty()) mine.directOk = 0;
   std::snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
   comm.allgather(votes.data(), sizeof(ModeVote));
+  detail::requireSame(
+      votes, [](const ModeVote& v) { return v.requested; }, "Publisher::create", "KVCOMM_DIRECT",
+      [](int32_t m) { return env::directModeText(static_cast<env::DirectMode>(m)); }, detail::worldRanksOf(comm));
+  detail::requireSame(
+      votes, [](const ModeVote& v) { return v.packMaxBytes; }, "Publisher::create", "KVCOMM_FALLBACK_PACK_MAX_BYTES",
+      detail::asPrinted, detail::worldRanksOf(comm));
   bool allOk = true;
   for (int r = 0; r < comm.size(); ++r) {
     const ModeVote& v = votes[static_cast<size_t>(r)];
-    KVCOMM_CHECK_ARG(v.requested == votes[0].requested, "Publisher::create",
-                     "KVCOMM_DIRECT must be the same on every member: world rank ", comm.worldRank(r), " has ",
-                     env::directModeText(static_cast<env::DirectMode>(v.requested)), ", world rank ", comm.worldRank(0),
-                     " has ", env::directModeText(static_cast<env::DirectMode>(votes[0].requested)));
-    KVCOMM_CHECK_ARG(v.packMaxBytes == votes[0].packMaxBytes, "Publisher::create",
-                     "KVCOMM_FALLBACK_PACK_MAX_BYTES must be the same on every member: world rank ", comm.worldRank(r),
-                     " has ", v.packMaxBytes, ", world rank ", comm.worldRank(0), " has ", votes[0].packMaxBytes);
     if (!v.directOk && allOk) {
       allOk = false;
       why = cat("rank ", r, ": ", std::string(v.why, strnlen(v.why, sizeof(v.why))));
@@ -383,71 +371,36 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
     } else {
       impl->transport = detail::makeHostTransport(comm);
     }
+    detail::FallbackTransport* transport = impl->transport.get();
+    impl->barrier = detail::BarrierFactory::collective(
+        comm, options.lanes, impl->kind, [transport](Stream stream) { transport->barrier(stream); },
+        cat("a Fallback-mode publisher's barrier is a collective and has no device handle (", impl->reason, ")"));
   }
+  Impl* self = impl.get();  // the barrier lives in *impl: the pointer outlives every call on it
+  detail::BarrierFactory::ownedBy(impl->barrier, [self](const char* call) { self->checkOpen(call); });
   comm.barrier();
   return Publisher(std::move(impl));
 }
 
-void Publisher::publish(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
-                        size_t numTokens, Stream stream) {
-  Impl::enter(impl_.get(), "Publisher::publish", tensors, slotMapping, slotType, numTokens, nullptr, stream,
-              Impl::Then::Nothing, 0);
-}
-
 void Publisher::publish(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-                        Stream stream) {
-  Impl::enter(impl_.get(), "Publisher::publish", tensors, slots.data, slots.type, numTokens, &slots, stream,
-              Impl::Then::Nothing, 0);
+                        Stream stream, PublishThen then, int lane) {
+  const char* call = "Publisher::publish";
+  KVCOMM_CHECK_ARG(impl_, call, "empty publisher");
+  detail::RankScope scope(impl_->rank());
+  KVCOMM_CHECK_ENUM(slots.type, SlotType::Int32, call, "slots.type");
+  KVCOMM_CHECK_ENUM(then, PublishThen::Signal, call, "then");
+  Impl::checkSlots(slots, numTokens, call);
+  impl_->run(tensors, slots.data, slots.type, numTokens, stream, then, lane, call);
 }
 
-void Publisher::barrier(Stream stream, int lane) {
+Barrier& Publisher::barrier() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->checkOpen("Publisher::barrier");
-  impl_->checkLane(lane, "Publisher::barrier");  // before the Barrier's own check, which would name itself
-  if (impl_->mode == PublishMode::Direct) return impl_->barrier.barrier(stream, lane);
-  impl_->transport->barrier(stream);
+  return impl_->barrier;
 }
 
-void Publisher::signal(Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::signal", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->checkOpen("Publisher::signal");
-  impl_->checkLane(lane, "Publisher::signal");
-  if (impl_->mode == PublishMode::Direct) return impl_->barrier.signal(stream, lane);
-  impl_->transport->barrier(stream);
-}
-
-void Publisher::wait(Stream stream, int lane) {
-  KVCOMM_CHECK_ARG(impl_, "Publisher::wait", "empty publisher");
-  detail::RankScope scope(impl_->rank());
-  impl_->checkOpen("Publisher::wait");
-  impl_->checkLane(lane, "Publisher::wait");
-  if (impl_->mode == PublishMode::Direct) return impl_->barrier.wait(stream, lane);  // the fallback's signal() synced
-}
-
-void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
-                                  size_t numTokens, Stream stream, int lane) {
-  Impl::enter(impl_.get(), "Publisher::publishAndBarrier", tensors, slotMapping, slotType, numTokens, nullptr, stream,
-              Impl::Then::Barrier, lane);
-}
-
-void Publisher::publishAndBarrier(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-                                  Stream stream, int lane) {
-  Impl::enter(impl_.get(), "Publisher::publishAndBarrier", tensors, slots.data, slots.type, numTokens, &slots, stream,
-              Impl::Then::Barrier, lane);
-}
-
-void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const void* slotMapping, SlotType slotType,
-                                 size_t numTokens, Stream stream, int lane) {
-  Impl::enter(impl_.get(), "Publisher::publishAndSignal", tensors, slotMapping, slotType, numTokens, nullptr, stream,
-              Impl::Then::Signal, lane);
-}
-
-void Publisher::publishAndSignal(const std::vector<CacheTensor>& tensors, const SlotMapping& slots, size_t numTokens,
-                                 Stream stream, int lane) {
-  Impl::enter(impl_.get(), "Publisher::publishAndSignal", tensors, slots.data, slots.type, numTokens, &slots, stream,
-              Impl::Then::Signal, lane);
+const Barrier& Publisher::barrier() const {
+  KVCOMM_CHECK_ARG(impl_, "Publisher::barrier", "empty publisher");
+  return impl_->barrier;
 }
 
 PublishMode Publisher::mode() const {
@@ -458,28 +411,17 @@ const std::string& Publisher::modeReason() const {
   KVCOMM_CHECK_ARG(impl_, "Publisher::modeReason", "empty publisher");
   return impl_->reason;
 }
-BarrierDeviceHandle Publisher::barrierHandle() const {
-  KVCOMM_CHECK_ARG(impl_ && impl_->mode == PublishMode::Direct, "Publisher::barrierHandle",
-                   "only a Direct-mode publisher has a device barrier (", impl_ ? impl_->reason : "empty publisher",
-                   ")");
-  return impl_->bar;
-}
-
 DeviceError Publisher::pollError() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::pollError", "empty publisher");
   detail::RankScope scope(impl_->rank());
-  DeviceError e = detail::readDeviceError(impl_->kind, impl_->error);
-  if (!e && impl_->barrier.valid()) e = impl_->barrier.pollError();
-  return e;
+  return detail::pollDeviceErrors(impl_->kind, impl_->error, &impl_->barrier);
 }
 
 void Publisher::checkErrors() {
   KVCOMM_CHECK_ARG(impl_, "Publisher::checkErrors", "empty publisher");
   DeviceError e = pollError();
   detail::RankScope scope(impl_->rank());
-  if (e.kind == DeviceErrorKind::PeerFailed)
-    detail::explainPeerFailed(impl_->buf.communicator(), e.peer, "barrier (device)");
-  detail::throwDeviceError(e, impl_->bar.timeoutNs / 1000000);
+  detail::throwDeviceErrors(e, impl_->buf.communicator(), impl_->bar.timeoutNs / 1000000);
 }
 
 }  // namespace kvcomm

@@ -44,49 +44,41 @@ std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine) {
   std::vector<SymmRequest> all(static_cast<size_t>(comm.size()));
   all[static_cast<size_t>(comm.rank())] = mine;
   comm.allgather(all.data(), sizeof(SymmRequest));
-  checkRequests(all);
+  checkRequests(all, worldRanksOf(comm));
   return all;
 }
 
-void checkRequests(std::vector<SymmRequest>& all) {
+void checkRequests(std::vector<SymmRequest>& all, const MemberName& name) {
   // Names travel as fixed-size text from other processes: terminate them before anyone reads them as strings.
   for (SymmRequest& x : all) x.socketName[sizeof(x.socketName) - 1] = '\0';
   if (all.empty()) return;
-  const SymmRequest& ref = all[0];
-  const char* op = symmOpName(static_cast<SymmOp>(ref.op));
-  for (size_t r = 0; r < all.size(); ++r) {
-    const SymmRequest& x = all[r];
-    std::string call = cat("SymmetricBuffer ", op, " rendezvous");
-    auto differs = [&](const char* what, uint64_t got, uint64_t want) {
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " passed ", what, " ", got, " but rank 0 passed ", want,
-                   " (every member must make the same call)");
-    };
-    if (x.version != ref.version) differs("protocol version", x.version, ref.version);
-    if (x.op != ref.op)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " is in ", symmOpName(static_cast<SymmOp>(x.op)),
-                   " while rank 0 is in ", op, " (collectives called in a different order)");
-    // The kind and handle type before the sizes: they decide the granularity (and with it the rounded capacity), so a
-    // member on another kind would otherwise be reported as a granularity or capacity mismatch.
-    if (x.memKind != ref.memKind)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " uses ", memoryKindName(static_cast<MemoryKind>(x.memKind)),
-                   " memory but rank 0 uses ", memoryKindName(static_cast<MemoryKind>(ref.memKind)));
-    if (x.handleKind != ref.handleKind)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " exports ",
-                   handleKindName(static_cast<HandleKind>(x.handleKind)), " handles but rank 0 exports ",
-                   handleKindName(static_cast<HandleKind>(ref.handleKind)), " (KVCOMM_HANDLE_TYPE differs?)");
-    if (x.generation != ref.generation) differs("generation", x.generation, ref.generation);
-    if (x.capacity != ref.capacity) differs("capacity", x.capacity, ref.capacity);
-    if (x.opBytes != ref.opBytes) {
-      const char* what = x.op == static_cast<uint32_t>(SymmOp::Grow)    ? "newBytes"
-                         : x.op == static_cast<uint32_t>(SymmOp::Adopt) ? "reservedBytes"
-                                                                        : "initialBytes";
-      differs(what, x.opBytes, ref.opBytes);
-    }
-    if (x.numRanges != ref.numRanges) differs("a range count of", x.numRanges, ref.numRanges);
-    if (x.rangesHash != ref.rangesHash)
-      KVCOMM_THROW(InvalidArgument, call, "rank ", r, " announced different ranges than rank 0");
-    if (x.granularity != ref.granularity) differs("granularity", x.granularity, ref.granularity);
-  }
+  const std::string call = cat("SymmetricBuffer ", symmOpName(static_cast<SymmOp>(all[0].op)), " rendezvous");
+  const std::string same = "every member must make the same call";
+  auto field = [&](const char* what, auto get) { requireSame(all, get, call.c_str(), what, asPrinted, name, same); };
+  field("the protocol version", [](const SymmRequest& x) { return x.version; });
+  requireSame(
+      all, [](const SymmRequest& x) { return x.op; }, call.c_str(), "the collective",
+      [](uint32_t op) { return symmOpName(static_cast<SymmOp>(op)); }, name, "collectives called in a different order");
+  // The kind and handle type before the sizes: they decide the granularity (and with it the rounded capacity), so a
+  // member on another kind would otherwise be reported as a granularity or capacity mismatch.
+  requireSame(
+      all, [](const SymmRequest& x) { return x.memKind; }, call.c_str(), "the memory kind",
+      [](uint32_t k) { return memoryKindName(static_cast<MemoryKind>(k)); }, name);
+  requireSame(
+      all, [](const SymmRequest& x) { return x.handleKind; }, call.c_str(), "the handle type",
+      [](uint32_t k) { return handleKindName(static_cast<HandleKind>(k)); }, name, "KVCOMM_HANDLE_TYPE differs?");
+  field("generation", [](const SymmRequest& x) { return x.generation; });
+  field("capacity", [](const SymmRequest& x) { return x.capacity; });
+  const uint32_t op = all[0].op;  // the same on every member by now
+  field(op == static_cast<uint32_t>(SymmOp::Grow)    ? "newBytes"
+        : op == static_cast<uint32_t>(SymmOp::Adopt) ? "reservedBytes"
+                                                     : "initialBytes",
+        [](const SymmRequest& x) { return x.opBytes; });
+  field("the range count", [](const SymmRequest& x) { return x.numRanges; });
+  requireSame(
+      all, [](const SymmRequest& x) { return x.rangesHash; }, call.c_str(), "the announced ranges",
+      [](uint64_t h) { return cat("hash ", h); }, name, same);
+  field("granularity", [](const SymmRequest& x) { return x.granularity; });
 }
 
 std::vector<ExportSet> exchange(Communicator& comm, const std::vector<SymmRequest>& reqs,

@@ -46,9 +46,11 @@ struct SymmRequest {
 /// Phase 1 (collective). Returns every member's request; throws InvalidArgumentError naming the first member whose
 /// request differs from rank 0's (the same error on every rank).
 std::vector<SymmRequest> agree(Communicator& comm, const SymmRequest& mine);
-/// agree()'s validation of the gathered requests (bytes from other processes): terminates every socket name, then
-/// throws InvalidArgumentError naming the first member whose request differs from the first one.
-void checkRequests(std::vector<SymmRequest>& all);
+/// agree()'s validation of the gathered requests (bytes from other processes): terminates every socket name, then,
+/// field by field (the collective, the memory kind and handle type, then the sizes), requireSame(): throws
+/// InvalidArgumentError naming the field, a member whose value differs from the first one's (`name`: world ranks from
+/// agree()), and both values.
+void checkRequests(std::vector<SymmRequest>& all, const MemberName& name = groupRank);
 
 /// Phase 3 (collective): offers `mine` to every member in `fetchFrom` that maps this rank, fetches each member in
 /// `fetchFrom`'s pieces, and returns them (index = rank; empty for others). Tokens are retired before returning,

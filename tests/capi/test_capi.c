@@ -355,6 +355,9 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   opts.barrierTimeoutMs = 60000;
   kvcommPublisher_t pub = NULL;
   OK(kvcommPublisherCreate(buf, &opts, &pub));
+  kvcommBarrier_t pbar = NULL; /* the publisher's barrier: a new handle, destroyed on its own */
+  OK(kvcommPublisherBarrier(pub, &pbar));
+  FAILS(kvcommPublisherBarrier(pub, NULL), kvcommInvalidArgument, "barrier");
   kvcommPublishMode_t mode;
   const char* reason = NULL;
   OK(kvcommPublisherMode(pub, &mode));
@@ -373,8 +376,9 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   for (int i = 0; i < kTokens; ++i) slots64[i] = slotOf(0, rank, i);
   makeSources(0, rank, mainSrc, keys, scales);
   describe(t, mainSrc, keys, scales);
-  OK(kvcommPublish(pub, t, 3, slots64, kvcommSlotInt64, kTokens, NULL));
-  OK(kvcommPublisherBarrier(pub, NULL, 0));
+  OK(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                   kvcommPublishThenNothing, 0));
+  OK(kvcommBarrierSync(pbar, NULL, 0));
   oracleApply(image, 0);
   checkReplicas(buf, image, mapped, "round 0 (int64, publish + barrier)");
   OK(kvcommCommBarrier(world)); /* everyone read before round 1 overwrites */
@@ -384,18 +388,20 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   for (int i = 0; i < kTokens; ++i) slots32[i] = (int32_t)slotOf(1, rank, i);
   makeSources(1, rank, mainSrc, keys, scales);
   describe(t, mainSrc, keys, scales);
-  OK(kvcommPublishAndBarrier(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 1));
+  OK(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots32, kvcommSlotInt32, kTokens}, kTokens, NULL,
+                   kvcommPublishThenBarrier, 1));
   oracleApply(image, 1);
-  checkReplicas(buf, image, mapped, "round 1 (int32, publishAndBarrier)");
+  checkReplicas(buf, image, mapped, "round 1 (int32, publish then barrier, fused)");
   OK(kvcommCommBarrier(world));
 
   /* Round 3: int64 slots, publish then the split barrier (signal right after the stores, wait before the reads). */
   for (int i = 0; i < kTokens; ++i) slots64[i] = slotOf(3, rank, i);
   makeSources(3, rank, mainSrc, keys, scales);
   describe(t, mainSrc, keys, scales);
-  OK(kvcommPublish(pub, t, 3, slots64, kvcommSlotInt64, kTokens, NULL));
-  OK(kvcommPublisherSignal(pub, NULL, 0));
-  OK(kvcommPublisherWait(pub, NULL, 0));
+  OK(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                   kvcommPublishThenNothing, 0));
+  OK(kvcommBarrierSignal(pbar, NULL, 0));
+  OK(kvcommBarrierWait(pbar, NULL, 0));
   oracleApply(image, 3);
   checkReplicas(buf, image, mapped, "round 3 (publish + signal/wait)");
   OK(kvcommCommBarrier(world));
@@ -404,13 +410,17 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   for (int i = 0; i < kTokens; ++i) slots32[i] = (int32_t)slotOf(4, rank, i);
   makeSources(4, rank, mainSrc, keys, scales);
   describe(t, mainSrc, keys, scales);
-  OK(kvcommPublishAndSignal(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 1));
-  OK(kvcommPublisherWait(pub, NULL, 1));
+  OK(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots32, kvcommSlotInt32, kTokens}, kTokens, NULL,
+                   kvcommPublishThenSignal, 1));
+  OK(kvcommBarrierWait(pbar, NULL, 1));
   oracleApply(image, 4);
-  checkReplicas(buf, image, mapped, "round 4 (int32, publishAndSignal + wait)");
-  FAILS(kvcommPublishAndSignal(pub, t, 3, slots32, kvcommSlotInt32, kTokens, NULL, 7), kvcommInvalidArgument, "lane");
-  FAILS(kvcommPublisherSignal(pub, NULL, 2), kvcommInvalidArgument, "lane");
-  FAILS(kvcommPublisherWait(NULL, NULL, 0), kvcommInvalidArgument, "publisher");
+  checkReplicas(buf, image, mapped, "round 4 (int32, publish then signal, fused, + wait)");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots32, kvcommSlotInt32, kTokens}, kTokens, NULL,
+                      kvcommPublishThenSignal, 7),
+        kvcommInvalidArgument, "lane");
+  FAILS(kvcommBarrierSignal(pbar, NULL, 2), kvcommInvalidArgument, "lane");
+  FAILS(kvcommBarrierWait(NULL, NULL, 0), kvcommInvalidArgument, "barrier");
+  FAILS(kvcommPublisherBarrier(NULL, &pbar), kvcommInvalidArgument, "publisher");
   kvcommDeviceError derr;
   OK(kvcommPublisherPollError(pub, &derr));
   CHECK(derr.kind == kvcommDeviceErrorNone, "device error %d", (int)derr.kind);
@@ -423,21 +433,44 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   int64_t badSlots[kTokens];
   for (int i = 0; i < kTokens; ++i) badSlots[i] = slotOf(2, rank, i);
   badSlots[kTokens - 1] = (int64_t)1 << 40; /* the last token lands far outside the buffer */
-  FAILS(kvcommPublish(pub, t, 3, badSlots, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "slot");
-  FAILS(kvcommPublish(pub, t, 3, slots64, (kvcommSlotType_t)9, kTokens, NULL), kvcommInvalidArgument, "slotType 9");
-  FAILS(kvcommPublish(pub, NULL, 0, slots64, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "numTensors");
-  FAILS(kvcommPublish(pub, t, 3, NULL, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "slotMapping");
-  FAILS(kvcommPublisherBarrier(pub, NULL, 5), kvcommInvalidArgument, "lane");
-  FAILS(kvcommPublishAndBarrier(pub, t, 3, slots64, kvcommSlotInt64, kTokens, NULL, -1), kvcommInvalidArgument, "lane");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){badSlots, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "slot");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, (kvcommSlotType_t)9, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "slots->type 9");
+  FAILS(kvcommPublish(pub, NULL, 0, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "numTensors");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){NULL, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "slotMapping");
+  FAILS(kvcommPublish(pub, t, 3, NULL, kTokens, NULL, kvcommPublishThenNothing, 0), kvcommInvalidArgument, "slots");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens - 1}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "exceeds the slot mapping");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      (kvcommPublishThen_t)5, 0),
+        kvcommInvalidArgument, "then 5");
+  FAILS(kvcommBarrierSync(pbar, NULL, 5), kvcommInvalidArgument, "lane");
+  FAILS(kvcommPublish(pub, t, 3, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenBarrier, -1),
+        kvcommInvalidArgument, "lane");
   kvcommCacheTensor broken = t[0];
   broken.rowBytes = 0;
-  FAILS(kvcommPublish(pub, &broken, 1, slots64, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "rowBytes");
+  FAILS(kvcommPublish(pub, &broken, 1, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "rowBytes");
   broken = t[0];
   broken.offset = mapped; /* beyond the backed range */
-  FAILS(kvcommPublish(pub, &broken, 1, slots64, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "backed");
+  FAILS(kvcommPublish(pub, &broken, 1, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "backed");
   broken = t[0];
   broken.blockSize = 0;
-  FAILS(kvcommPublish(pub, &broken, 1, slots64, kvcommSlotInt64, kTokens, NULL), kvcommInvalidArgument, "blockSize");
+  FAILS(kvcommPublish(pub, &broken, 1, &(kvcommSlotMapping){slots64, kvcommSlotInt64, kTokens}, kTokens, NULL,
+                      kvcommPublishThenNothing, 0),
+        kvcommInvalidArgument, "blockSize");
   FAILS(kvcommPublisherCreate(NULL, NULL, &pub), kvcommInvalidArgument, "buffer");
   OK(kvcommCommBarrier(world));
   checkReplicas(buf, image, mapped, "after refused calls");
@@ -450,8 +483,10 @@ static void testPublish(kvcommComm_t world, int rank, int size) {
   CHECK(gs == size, "buffer group size %d", gs);
   OK(kvcommCommDestroy(group));
   OK(kvcommBufferDestroy(buf));
-  OK(kvcommPublisherBarrier(pub, NULL, 0));
+  OK(kvcommBarrierSync(pbar, NULL, 0));
   OK(kvcommPublisherDestroy(pub));
+  OK(kvcommBarrierSync(pbar, NULL, 0)); /* the barrier's handle keeps the publisher's barrier */
+  OK(kvcommBarrierDestroy(pbar));
   free(mainSrc);
   free(image);
 }

@@ -942,57 +942,57 @@ static void publishArgs(Ctx* c, PublishArgs* a, int round) {
   }
 }
 
-/* Publish calls: 0 plain, 1 with the barrier, 2 with the signal (then a wait). */
-static kvcommResult_t publishCall(Ctx* c, kvcommPublisher_t p, int which, const kvcommCacheTensor* t, int n,
+/* Publish calls: `then` 0 nothing, 1 the barrier, 2 the signal (then a wait on the publisher's barrier). The slot
+ * mapping states its true length, kTokens. */
+static kvcommResult_t publishCall(Ctx* c, kvcommPublisher_t p, int which, const kvcommCacheTensor* t, size_t n,
                                   const void* slots, kvcommSlotType_t type, size_t tokens, int lane) {
   (void)c;
-  switch (which) {
-    case 0:
-      return kvcommPublish(p, t, n, slots, type, tokens, NULL);
-    case 1:
-      return kvcommPublishAndBarrier(p, t, n, slots, type, tokens, NULL, lane);
-    default: {
-      kvcommResult_t r = kvcommPublishAndSignal(p, t, n, slots, type, tokens, NULL, lane);
-      if (r == kvcommSuccess) r = kvcommPublisherWait(p, NULL, lane);
-      return r;
-    }
+  kvcommSlotMapping m = {slots, type, kTokens};
+  kvcommResult_t r = kvcommPublish(p, t, n, &m, tokens, NULL, (kvcommPublishThen_t)which, lane);
+  if (r == kvcommSuccess && which == 2) {
+    kvcommBarrier_t b = NULL;
+    r = kvcommPublisherBarrier(p, &b);
+    if (r == kvcommSuccess) r = kvcommBarrierWait(b, NULL, lane);
+    if (b) kvcommBarrierDestroy(b);
   }
+  return r;
 }
 
 /* Refused first (nothing lands in any replica): numTensors past KVCOMM_MAX_PUBLISH_TENSORS or below 1, the slot type
- * through its neighbours, numTokens whose rows pass srcBytes, a lane outside [0, lanes), NULL arrays. Then valid
- * calls for every numTensors, slot type and lane, compared with the rows in every replica. */
+ * and `then` through their neighbours, numTokens past the slot mapping's count, a lane outside [0, lanes), NULL
+ * arrays. Then valid calls for every numTensors, slot type and lane, compared with the rows in every replica. */
 static void publishProps(Ctx* c, int which) {
   PublishArgs a;
   publishArgs(c, &a, which);
-  const char* name = which == 0 ? "kvcommPublish" : which == 1 ? "kvcommPublishAndBarrier" : "kvcommPublishAndSignal";
-  (void)name;
   c->watchBuffer = 1;
   kvcommPublisher_t p = c->h.publisher;
   FOR_VALUES(x) {
-    int n = asInt(x);
-    if (n < 1 || n > KVCOMM_MAX_PUBLISH_TENSORS)
-      REFUSED("numTensors", publishCall(c, p, which, a.t, n, a.slots64, kvcommSlotInt64, kTokens, 0));
-    if ((size_t)x > kTokens) REFUSED("", publishCall(c, p, which, a.t, 1, a.slots64, kvcommSlotInt64, (size_t)x, 0));
-    if (which != 0 && (n < 0 || n >= 2))
-      REFUSED("lane", publishCall(c, p, which, a.t, 1, a.slots64, kvcommSlotInt64, kTokens, n));
+    if (x < 1 || x > KVCOMM_MAX_PUBLISH_TENSORS)
+      REFUSED("numTensors", publishCall(c, p, which, a.t, (size_t)x, a.slots64, kvcommSlotInt64, kTokens, 0));
+    if ((size_t)x > kTokens)
+      REFUSED("exceeds the slot mapping", publishCall(c, p, which, a.t, 1, a.slots64, kvcommSlotInt64, (size_t)x, 0));
+    int lane = asInt(x);
+    if (which != 0 && (lane < 0 || lane >= 2))
+      REFUSED("lane", publishCall(c, p, which, a.t, 1, a.slots64, kvcommSlotInt64, kTokens, lane));
   }
   unsigned vals[24];
   size_t nv = enumValues(2, vals);
   for (size_t i = 2; i < nv; ++i) {
     char word[48];
-    snprintf(word, sizeof(word), "slotType %u", vals[i]);
+    snprintf(word, sizeof(word), "slots->type %u", vals[i]);
     REFUSED(word, publishCall(c, p, which, a.t, 1, a.slots64, (kvcommSlotType_t)vals[i], kTokens, 0));
   }
   REFUSED("numTensors", publishCall(c, p, which, NULL, 1, a.slots64, kvcommSlotInt64, kTokens, 0));
   REFUSED("slotMapping", publishCall(c, p, which, a.t, 1, NULL, kvcommSlotInt64, kTokens, 0));
   c->watchBuffer = 0;
   sync(c);
+  kvcommBarrier_t bar = NULL;
+  SUCCEEDS(kvcommPublisherBarrier(p, &bar));
   for (int n = 1; n <= KVCOMM_MAX_PUBLISH_TENSORS; ++n)
     for (int type = 0; type < 2; ++type) {
       const void* slots = type ? (const void*)a.slots32 : (const void*)a.slots64;
-      SUCCEEDS(publishCall(c, p, which, a.t, n, slots, (kvcommSlotType_t)type, kTokens, n % 2));
-      if (which == 0) SUCCEEDS(kvcommPublisherBarrier(p, NULL, 0));
+      SUCCEEDS(publishCall(c, p, which, a.t, (size_t)n, slots, (kvcommSlotType_t)type, kTokens, n % 2));
+      if (which == 0) SUCCEEDS(kvcommBarrierSync(bar, NULL, 0));
       /* every replica holds every rank's rows: quarter k of row i of rank r at slot r * 16 + i, for k < n */
       for (int r = 0; r < c->size; ++r) {
         void* base = NULL;
@@ -1010,78 +1010,72 @@ static void publishProps(Ctx* c, int which) {
       }
       sync(c); /* everyone read before the next call overwrites */
     }
+  SUCCEEDS(kvcommBarrierDestroy(bar));
 }
 
 static kvcommResult_t callPublish(Ctx* c, const Handles* h) {
   PublishArgs* a = (PublishArgs*)malloc(sizeof(PublishArgs));
   publishArgs(c, a, 0);
-  kvcommResult_t r = kvcommPublish(h->publisher, a->t, 1, a->slots64, kvcommSlotInt64, kTokens, NULL);
+  kvcommSlotMapping m = {a->slots64, kvcommSlotInt64, kTokens};
+  kvcommResult_t r = kvcommPublish(h->publisher, a->t, 1, &m, kTokens, NULL, kvcommPublishThenNothing, 0);
   free(a);
   return r;
 }
+/* Every `then` (nothing, barrier, signal + wait), and `then` through its neighbours (refused). */
 static void propsPublish(Ctx* c) {
-  publishProps(c, 0);
-}
-static kvcommResult_t callPublishAndBarrier(Ctx* c, const Handles* h) {
-  PublishArgs* a = (PublishArgs*)malloc(sizeof(PublishArgs));
-  publishArgs(c, a, 0);
-  kvcommResult_t r = kvcommPublishAndBarrier(h->publisher, a->t, 1, a->slots64, kvcommSlotInt64, kTokens, NULL, 0);
-  free(a);
-  return r;
-}
-static void propsPublishAndBarrier(Ctx* c) {
-  publishProps(c, 1);
-}
-static kvcommResult_t callPublishAndSignal(Ctx* c, const Handles* h) {
-  PublishArgs* a = (PublishArgs*)malloc(sizeof(PublishArgs));
-  publishArgs(c, a, 0);
-  kvcommResult_t r = kvcommPublishAndSignal(h->publisher, a->t, 1, a->slots64, kvcommSlotInt64, kTokens, NULL, 0);
-  free(a);
-  return r;
-}
-static void propsPublishAndSignal(Ctx* c) {
-  publishProps(c, 2);
+  for (int which = 0; which < 3; ++which) publishProps(c, which);
+  PublishArgs a;
+  publishArgs(c, &a, 0);
+  kvcommSlotMapping m = {a.slots64, kvcommSlotInt64, kTokens};
+  REFUSED("slots is NULL", kvcommPublish(c->h.publisher, a.t, 1, NULL, kTokens, NULL, kvcommPublishThenNothing, 0));
+  unsigned vals[24];
+  size_t nv = enumValues(3, vals);
+  c->watchBuffer = 1;
+  for (size_t i = 3; i < nv; ++i) {
+    char word[48];
+    snprintf(word, sizeof(word), "then %u", vals[i]);
+    REFUSED(word, kvcommPublish(c->h.publisher, a.t, 1, &m, kTokens, NULL, (kvcommPublishThen_t)vals[i], 0));
+  }
+  c->watchBuffer = 0;
+  sync(c);
 }
 
 /* Lanes through every value: outside [0, lanes) refused; inside, a barrier (or a signal then its wait). */
-static void laneProps(Ctx* c, kvcommResult_t (*fn)(Ctx*, int lane, int half), int lanes) {
+static void laneProps(Ctx* c, kvcommResult_t (*fn)(Ctx*, kvcommBarrier_t b, int lane, int half), kvcommBarrier_t b,
+                      int lanes) {
   FOR_VALUES(x) {
     int lane = asInt(x);
     if (lane >= 0 && lane < lanes) {
-      SUCCEEDS(fn(c, lane, 0));
-      SUCCEEDS(fn(c, lane, 1));
+      SUCCEEDS(fn(c, b, lane, 0));
+      SUCCEEDS(fn(c, b, lane, 1));
     } else {
-      REFUSED("lane", fn(c, lane, 0));
+      REFUSED("lane", fn(c, b, lane, 0));
     }
   }
 }
-static kvcommResult_t pubBarrier(Ctx* c, int lane, int half) {
-  (void)half;
-  return kvcommPublisherBarrier(c->h.publisher, NULL, lane);
+static kvcommResult_t barSync(Ctx* c, kvcommBarrier_t b, int lane, int half) {
+  (void)c, (void)half;
+  return kvcommBarrierSync(b, NULL, lane);
 }
-static kvcommResult_t pubSignalWait(Ctx* c, int lane, int half) {
-  return half ? kvcommPublisherWait(c->h.publisher, NULL, lane) : kvcommPublisherSignal(c->h.publisher, NULL, lane);
+static kvcommResult_t barSignalWait(Ctx* c, kvcommBarrier_t b, int lane, int half) {
+  (void)c;
+  return half ? kvcommBarrierWait(b, NULL, lane) : kvcommBarrierSignal(b, NULL, lane);
 }
 static kvcommResult_t callPublisherBarrier(Ctx* c, const Handles* h) {
-  (void)c;
-  return kvcommPublisherBarrier(h->publisher, NULL, 0);
+  return kvcommPublisherBarrier(h->publisher, SCRATCH(kvcommBarrier_t*));
 }
+/* A new handle on the publisher's barrier: its lanes are the publisher's; sync and signal/wait through every lane;
+ * it outlives nothing it needs (destroyed first or last). */
 static void propsPublisherBarrier(Ctx* c) {
-  laneProps(c, pubBarrier, 2);
-}
-static kvcommResult_t callPublisherSignal(Ctx* c, const Handles* h) {
-  (void)c;
-  return kvcommPublisherSignal(h->publisher, NULL, 0);
-}
-static void propsPublisherSignal(Ctx* c) {
-  laneProps(c, pubSignalWait, 2);
-}
-static kvcommResult_t callPublisherWait(Ctx* c, const Handles* h) {
-  (void)c;
-  return kvcommPublisherWait(h->publisher, NULL, 0);
-}
-static void propsPublisherWait(Ctx* c) {
-  laneProps(c, pubSignalWait, 2);
+  REFUSED("barrier is NULL", kvcommPublisherBarrier(c->h.publisher, NULL));
+  kvcommBarrier_t b = NULL;
+  SUCCEEDS(kvcommPublisherBarrier(c->h.publisher, &b));
+  int lanes = 0;
+  SUCCEEDS(kvcommBarrierLanes(b, &lanes));
+  EXPECT(lanes == 2);
+  laneProps(c, barSync, b, 2);
+  laneProps(c, barSignalWait, b, 2);
+  SUCCEEDS(kvcommBarrierDestroy(b));
 }
 
 static kvcommResult_t callPublisherMode(Ctx* c, const Handles* h) {
@@ -1196,33 +1190,26 @@ static void propsBarrierDestroy(Ctx* c) {
   REFUSED("not a live kvcommBarrier_t", kvcommBarrierDestroy(b));
 }
 
-static kvcommResult_t barSync(Ctx* c, int lane, int half) {
-  (void)half;
-  return kvcommBarrierSync(c->h.barrier, NULL, lane);
-}
-static kvcommResult_t barSignalWait(Ctx* c, int lane, int half) {
-  return half ? kvcommBarrierWait(c->h.barrier, NULL, lane) : kvcommBarrierSignal(c->h.barrier, NULL, lane);
-}
 static kvcommResult_t callBarrierSync(Ctx* c, const Handles* h) {
   (void)c;
   return kvcommBarrierSync(h->barrier, NULL, 0);
 }
 static void propsBarrierSync(Ctx* c) {
-  laneProps(c, barSync, 2);
+  laneProps(c, barSync, c->h.barrier, 2);
 }
 static kvcommResult_t callBarrierSignal(Ctx* c, const Handles* h) {
   (void)c;
   return kvcommBarrierSignal(h->barrier, NULL, 0);
 }
 static void propsBarrierSignal(Ctx* c) {
-  laneProps(c, barSignalWait, 2);
+  laneProps(c, barSignalWait, c->h.barrier, 2);
 }
 static kvcommResult_t callBarrierWait(Ctx* c, const Handles* h) {
   (void)c;
   return kvcommBarrierWait(h->barrier, NULL, 0);
 }
 static void propsBarrierWait(Ctx* c) {
-  laneProps(c, barSignalWait, 2);
+  laneProps(c, barSignalWait, c->h.barrier, 2);
 }
 
 static kvcommResult_t callBarrierLanes(Ctx* c, const Handles* h) {
@@ -1922,10 +1909,6 @@ const Entry g_entries[] = {
     ENTRY(PublisherDestroy, kHPublisher, 0),
     ENTRY(Publish, kHPublisher, 1),
     ENTRY(PublisherBarrier, kHPublisher, 0),
-    ENTRY(PublisherSignal, kHPublisher, 0),
-    ENTRY(PublisherWait, kHPublisher, 0),
-    ENTRY(PublishAndBarrier, kHPublisher, 1),
-    ENTRY(PublishAndSignal, kHPublisher, 1),
     ENTRY(PublisherMode, kHPublisher, 0),
     ENTRY(PublisherModeReason, kHPublisher, 0),
     ENTRY(PublisherPollError, kHPublisher, 0),

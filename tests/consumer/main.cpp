@@ -27,8 +27,8 @@ int main() {
   kvcomm::CacheTensor t;
   t.src = row.data();
   t.rowBytes = row.size();
-  pub.publish({t}, &slot, kvcomm::SlotType::Int64, 1);
-  pub.barrier();
+  pub.publish({t}, {&slot, kvcomm::SlotType::Int64, 1}, 1);
+  pub.barrier().sync();
   pub.checkErrors();
   ok = ok && std::memcmp(static_cast<char*>(buf.local()) + 3 * 64, row.data(), row.size()) == 0;
 

@@ -101,7 +101,7 @@ TEST_F(GraphBarrier, ThousandReplaysOfSplitSignalWaitWithNewValues) {
   bar.signal(ks, 0);
   bar.wait(ks, 0);  // after this every member's stamp of this replay is here
   collectKernel<<<1, 32, 0, s>>>(h, 0, out);
-  bar.barrier(ks, 0);  // nobody stamps the next replay before everyone collected this one
+  bar.sync(ks, 0);  // nobody stamps the next replay before everyone collected this one
   CUDA_OK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t exec;
   CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
@@ -151,7 +151,7 @@ TEST_F(GraphBarrier, TwoLanesOnTwoStreams) {
     for (int l = 1; l >= 0; --l) {
       bar.wait(reinterpret_cast<kvcomm::Stream>(st[l]), l);
       collectKernel<<<1, 32, 0, st[l]>>>(h, 4096u * l, out[l]);
-      bar.barrier(reinterpret_cast<kvcomm::Stream>(st[l]), l);
+      bar.sync(reinterpret_cast<kvcomm::Stream>(st[l]), l);
     }
     for (int l = 0; l < 2; ++l) {
       CUDA_OK(cudaMemcpyAsync(got.data(), out[l], 8 * n, cudaMemcpyDeviceToHost, st[l]));
@@ -191,7 +191,7 @@ TEST_F(GraphBarrier, ScopedDevicePrimitivesInsideAnEngineKernel) {
     CUDA_OK(cudaMemcpy(got.data(), out, 8 * n, cudaMemcpyDeviceToHost));
     for (int r = 0; r < n; ++r)
       ASSERT_EQ(got[static_cast<size_t>(r)], valueOf(seed_, step, r)) << "step " << step << " scope " << scope;
-    bar.barrier(nullptr, scope);  // nobody stamps this area again before everyone read it
+    bar.sync(nullptr, scope);  // nobody stamps this area again before everyone read it
   }
   // The relaxed order still rendezvous (arrival only): it must not hang or time out.
   scopedKernel<kvcomm::BarrierScope::Warp><<<1, 32, 0, 0>>>(h, 0, b, 1, 7, 1, out);
@@ -257,7 +257,7 @@ TEST_F(GraphBarrier, DeviceCallsOnALaneOutsideTheBarrierAreRecordedAndDoNothing)
   for (int round = 0; round < 3; ++round)
     for (int lane : {0, 1}) {
       signalWaitKernel<kvcomm::BarrierScope::Thread><<<1, 32>>>(bar.deviceHandle(), lane, 0, ok);
-      bar.barrier(nullptr, lane);
+      bar.sync(nullptr, lane);
     }
   CUDA_OK(cudaDeviceSynchronize());
   int got = 0;

@@ -82,13 +82,13 @@ TEST_F(GraphPublish, ThousandReplaysWithNewInputsEveryReplay) {
     cudaGraph_t graph;
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     if (how == 0) {
-      pub.publish(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s);
-      pub.barrier(s, 0);
+      pub.publish(in.tensors, {in.slots, kvcomm::SlotType::Int64, tokens}, tokens, s);
+      pub.barrier().sync(s, 0);
     } else if (how == 1) {
-      pub.publishAndBarrier(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
+      pub.publish(in.tensors, {in.slots, kvcomm::SlotType::Int64, tokens}, tokens, s, kvcomm::PublishThen::Barrier);
     } else {
-      pub.publishAndSignal(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
-      pub.wait(s, 0);
+      pub.publish(in.tensors, {in.slots, kvcomm::SlotType::Int64, tokens}, tokens, s, kvcomm::PublishThen::Signal);
+      pub.barrier().wait(s, 0);
     }
     CUDA_OK(cudaStreamEndCapture(s, &graph));
     CUDA_OK(cudaGraphInstantiate(&exec[how], graph, 0));
@@ -132,8 +132,8 @@ TEST_F(GraphPublish, CapturedPublishFollowsGrowthAndRefusesReleasedRanges) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  pub.publish(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s);
-  pub.barrier(s, 0);
+  pub.publish(in.tensors, {in.slots, kvcomm::SlotType::Int64, tokens}, tokens, s);
+  pub.barrier().sync(s, 0);
   CUDA_OK(cudaStreamEndCapture(s, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   // Before growth: every row is refused on the device and reported.
@@ -180,10 +180,10 @@ TEST_F(GraphPublish, TwoLanesOnTwoStreamsInterleaved) {
     ia.load(kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, a, 2 * step + 1), sa);
     ib.load(kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, b, 2 * step + 2), sb);
     // Micro-batch A on lane 0 (stream A) and B on lane 1 (stream B), launched alternately and running concurrently.
-    pub.publish(ia.tensors, ia.slots, kvcomm::SlotType::Int64, tokens, sa);
-    pub.publish(ib.tensors, ib.slots, kvcomm::SlotType::Int64, tokens, sb);
-    pub.barrier(sb, 1);
-    pub.barrier(sa, 0);
+    pub.publish(ia.tensors, {ia.slots, kvcomm::SlotType::Int64, tokens}, tokens, sa);
+    pub.publish(ib.tensors, {ib.slots, kvcomm::SlotType::Int64, tokens}, tokens, sb);
+    pub.barrier().sync(sb, 1);
+    pub.barrier().sync(sa, 0);
     CUDA_OK(cudaStreamSynchronize(sa));
     CUDA_OK(cudaStreamSynchronize(sb));
     for (int r = 0; r < world.size(); ++r) {
@@ -216,7 +216,7 @@ TEST_F(GraphPublish, FallbackCapturedInAGraph) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  pub.publishAndBarrier(in.tensors, in.slots, kvcomm::SlotType::Int64, tokens, s, 0);
+  pub.publish(in.tensors, {in.slots, kvcomm::SlotType::Int64, tokens}, tokens, s, kvcomm::PublishThen::Barrier);
   CUDA_OK(cudaStreamEndCapture(s, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   MPI_Barrier(MPI_COMM_WORLD);

@@ -60,7 +60,7 @@ TEST_P(BarrierTest, SignalThenWaitMakesEveryPeersStoresVisible) {
     for (int p = 0; p < n; ++p)
       ASSERT_EQ(got[static_cast<size_t>(p)], seed ^ (static_cast<uint64_t>(round) << 32 | static_cast<uint64_t>(p)))
           << "round " << round << ": stamp of rank " << p << " not visible after wait()";
-    bar.barrier(nullptr, lane);  // nobody overwrites the slots before everyone checked them
+    bar.sync(nullptr, lane);  // nobody overwrites the slots before everyone checked them
   }
   kvtest::synchronize(kind_);
   bar.checkErrors();
@@ -74,7 +74,7 @@ TEST_P(BarrierTest, LanesInterleave) {
     bar.signal(nullptr, 0);
     bar.signal(nullptr, 2);
     bar.wait(nullptr, 2);
-    bar.barrier(nullptr, 1);
+    bar.sync(nullptr, 1);
     bar.wait(nullptr, 0);
   }
   kvtest::synchronize(kind_);
@@ -121,12 +121,12 @@ TEST_P(BarrierTest, AMemberThatLeavesIsNamedByEveryWaitForIt) {
     auto comm = kvtest::tcpWorld();
     if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
     auto bar = make(comm, 2, 20000);
-    bar.barrier(nullptr, 0);
+    bar.sync(nullptr, 0);
     kvtest::synchronize(kind_);
     if (comm.rank() != leaver) {
       auto t0 = std::chrono::steady_clock::now();
       try {
-        bar.barrier(nullptr, 1);
+        bar.sync(nullptr, 1);
         kvtest::synchronize(kind_);
         bar.checkErrors();
       } catch (const kvcomm::Error& e) {
@@ -185,7 +185,7 @@ TEST_P(BarrierTest, ABadOptionOnOneMemberFailsEveryMemberAtOnce) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   comm.barrier();
   Barrier ok = make(comm, 3);  // the group is still usable
-  ok.barrier(nullptr, 2);
+  ok.sync(nullptr, 2);
   kvtest::synchronize(kind_);
   ok.checkErrors();
   comm.barrier();
@@ -200,7 +200,7 @@ TEST_P(BarrierTest, HugeTimeoutsDoNotWrapIntoAnInstantTimeout) {
     Barrier bar = make(comm, 2, ms);
     for (int lane : {0, 1}) {
       if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      bar.barrier(nullptr, lane);
+      bar.sync(nullptr, lane);
       kvtest::synchronize(kind_);
       EXPECT_NO_THROW(bar.checkErrors()) << "timeoutMs " << ms;
     }
@@ -255,7 +255,7 @@ TEST_P(BarrierTest, EveryMethodOfAnEmptyBarrierThrows) {
     empty([&] { (void)b->deviceHandle(); }, "Barrier::deviceHandle");
     empty([&] { (void)b->pollError(); }, "Barrier::pollError");
     empty([&] { b->checkErrors(); }, "Barrier::checkErrors");
-    empty([&] { b->barrier(); }, "Barrier::barrier");
+    empty([&] { b->sync(); }, "Barrier::sync");
     empty([&] { b->signal(); }, "Barrier::signal");
     empty([&] { b->wait(); }, "Barrier::wait");
   }

@@ -50,7 +50,7 @@ class Faults : public kvtest::BackendTest {
   std::string publishAndCheck(Publisher& pub, const std::vector<CacheTensor>& t, const void* slots, size_t n) {
     std::string what;
     try {
-      pub.publish(t, slots, SlotType::Int64, n);
+      pub.publish(t, {slots, SlotType::Int64, n}, n);
       kvtest::synchronize(kind_);
       pub.checkErrors();
     } catch (const kvcomm::InvalidArgumentError& e) {
@@ -106,7 +106,7 @@ TEST_P(Faults, DestinationsThatWouldWrapAreRefusedAndWriteNothing) {
   // Also refused where the host sees it (a default block stride that would wrap): before launch, on both backends.
   CacheTensor huge{src.data(), 0, 64, 0, uint64_t(1) << 60, 0, 64};
   auto one = slotsOf({0});
-  EXPECT_THROW(pub.publish({huge}, one->data(), SlotType::Int64, 1), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(pub.publish({huge}, {one->data(), SlotType::Int64, 1}, 1), kvcomm::InvalidArgumentError);
   world.barrier();
   auto mine = read(buf.local(), buf.mappedBytes());
   size_t changed = 0;
@@ -144,7 +144,7 @@ TEST_P(Faults, RowsPastATensorsLimitAreRefusedAndTheNextLayerIsUntouched) {
   if (world.rank() == 0) slots[bad] = static_cast<int64_t>(layer / rowBytes + 5);  // inside layer 1
   auto dev = slotsOf(slots);
   std::string what = publishAndCheck(pub, {t}, dev->data(), tokens);
-  pub.barrier();
+  pub.barrier().sync();
   if (world.rank() == 0) {
     EXPECT_NE(what.find("token 3"), std::string::npos) << "the row into layer 1 was not refused: " << what;
     EXPECT_NE(what.find("limitBytes"), std::string::npos) << what;
@@ -171,7 +171,7 @@ TEST_P(Faults, RowsPastATensorsLimitAreRefusedAndTheNextLayerIsUntouched) {
   CacheTensor tooFar = t;
   tooFar.offset = layer;
   tooFar.limitBytes = layer + 1;
-  EXPECT_THROW(pub.publish({tooFar}, dev->data(), SlotType::Int64, 1), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(pub.publish({tooFar}, {dev->data(), SlotType::Int64, 1}, 1), kvcomm::InvalidArgumentError);
   world.barrier();
 }
 
@@ -204,13 +204,13 @@ TEST_P(Faults, SizedPublishRefusesANumTokensBeyondItsInputs) {
   } catch (const kvcomm::InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("srcBytes"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(pub.publishAndBarrier({t}, sm, tokens + 1), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(pub.publish({t}, sm, tokens + 1, nullptr, kvcomm::PublishThen::Barrier), kvcomm::InvalidArgumentError);
   auto mine = read(buf.local(), buf.mappedBytes());
   for (size_t i = 0; i < mine.size(); i += 61) ASSERT_EQ(mine[i], kPoison) << "byte " << i;
   // Within bounds it publishes as usual.
   world.barrier();
   pub.publish({t}, sm, tokens);
-  pub.barrier();
+  pub.barrier().sync();
   kvtest::synchronize(kind_);
   pub.checkErrors();
   world.barrier();
@@ -257,11 +257,15 @@ void Faults::callsAfterClose(const char* direct) {
           << "KVCOMM_DIRECT=" << direct << ", " << what << ": " << e.what();
     }
   };
-  closed([&] { pub.publish({t}, dev->data(), SlotType::Int64, 1); }, "publish");
-  closed([&] { pub.publishAndBarrier({t}, dev->data(), SlotType::Int64, 1); }, "publishAndBarrier");
-  closed([&] { pub.barrier(); }, "barrier");
-  closed([&] { pub.signal(); }, "signal");
-  closed([&] { pub.wait(); }, "wait");
+  closed([&] { pub.publish({t}, {dev->data(), SlotType::Int64, 1}, 1); }, "publish");
+  closed(
+      [&] {
+        pub.publish({t}, {dev->data(), SlotType::Int64, 1}, 1, nullptr, kvcomm::PublishThen::Barrier);
+      },
+      "publishAndBarrier");
+  closed([&] { pub.barrier().sync(); }, "barrier");
+  closed([&] { pub.barrier().signal(); }, "signal");
+  closed([&] { pub.barrier().wait(); }, "wait");
   closed([&] { buf.grow(2u << 20); }, "grow");
   closed([&] { fetcher.fetch({req}); }, "fetch");
   // Every Fetcher call on the closed buffer names the closure (plan and deviceHandle used to succeed, handing out
@@ -313,7 +317,7 @@ TEST_P(HostFaults, CloseFromAnotherThreadWhilePublishing) {
   std::thread publisher([&] {
     try {
       while (true) {
-        pub.publish({t}, slots.data(), SlotType::Int64, tokens);
+        pub.publish({t}, {slots.data(), SlotType::Int64, tokens}, tokens);
         ++steps;
       }
     } catch (const kvcomm::Error& e) {
@@ -345,7 +349,7 @@ TEST_P(HostFaults, GrowOnOneThreadWhileAnotherPublishes) {
   std::thread publisher([&] {
     try {
       while (growing.load() || steps < 10) {
-        pub.publish({t}, slots.data(), SlotType::Int64, tokens);
+        pub.publish({t}, {slots.data(), SlotType::Int64, tokens}, tokens);
         ++steps;
       }
     } catch (const kvcomm::Error& e) {
@@ -358,7 +362,7 @@ TEST_P(HostFaults, GrowOnOneThreadWhileAnotherPublishes) {
   publisher.join();
   EXPECT_EQ(error, "");
   EXPECT_EQ(buf.mappedBytes(), (1u << 20) + 40 * g);
-  pub.barrier();
+  pub.barrier().sync();
   auto got = read(buf.local(), world.size() * tokens * rowBytes);
   for (int r = 0; r < world.size(); ++r) {
     auto want = kvtest::pattern(seed_, r, tokens * rowBytes);
@@ -386,7 +390,7 @@ TEST_P(Faults, AbortStopsAWaitingBarrier) {
     auto start = std::chrono::steady_clock::now();
     kvcomm::ErrorCode code = kvcomm::ErrorCode::InternalError;
     try {
-      bar.barrier();  // nobody else arrives
+      bar.sync();  // nobody else arrives
       kvtest::synchronize(kind_);
       bar.checkErrors();
     } catch (const kvcomm::Error& e) {
@@ -396,7 +400,7 @@ TEST_P(Faults, AbortStopsAWaitingBarrier) {
     aborter.join();
     EXPECT_EQ(code, kvcomm::ErrorCode::Aborted);
     EXPECT_LT(secs, 2.3) << "the wait did not stop at the abort";
-    EXPECT_THROW(bar.barrier(), kvcomm::Error) << "a barrier after abort() went ahead";
+    EXPECT_THROW(bar.sync(), kvcomm::Error) << "a barrier after abort() went ahead";
   }
   world.barrier();
 }
@@ -501,8 +505,8 @@ TEST(Threads, FallbackPublishersOfTwoCommunicatorsOnTwoThreads) {
         std::vector<int64_t> slots(tokens);
         for (size_t i = 0; i < tokens; ++i) slots[i] = static_cast<int64_t>(world.rank() * tokens + i);
         CacheTensor t{rows.data(), 0, rowBytes, 0, 1, 0, 0};
-        pub.publish({t}, slots.data(), SlotType::Int64, tokens);
-        pub.barrier();
+        pub.publish({t}, {slots.data(), SlotType::Int64, tokens}, tokens);
+        pub.barrier().sync();
         for (int r = 0; r < world.size(); ++r) {
           auto want = kvtest::pattern(seed + salt + step, r, tokens * rowBytes);
           if (std::memcmp(static_cast<char*>(buf.local()) + r * tokens * rowBytes, want.data(), want.size()) != 0) {
@@ -510,7 +514,7 @@ TEST(Threads, FallbackPublishersOfTwoCommunicatorsOnTwoThreads) {
             return;
           }
         }
-        pub.barrier();  // nobody overwrites before everyone compared
+        pub.barrier().sync();  // nobody overwrites before everyone compared
       }
     } catch (const std::exception& e) {
       *err = e.what();

@@ -93,15 +93,15 @@ class Publish : public kvtest::BackendTest {
     comm.barrier();  // every replica is poisoned before anyone publishes
     switch (then) {
       case Then::FusedBarrier:
-        pub.publishAndBarrier(s.tensors, s.slots->data(), type, tokens);
+        pub.publish(s.tensors, {s.slots->data(), type, tokens}, tokens, nullptr, kvcomm::PublishThen::Barrier);
         break;
       case Then::FusedSignalThenWait:
-        pub.publishAndSignal(s.tensors, s.slots->data(), type, tokens);
-        pub.wait();
+        pub.publish(s.tensors, {s.slots->data(), type, tokens}, tokens, nullptr, kvcomm::PublishThen::Signal);
+        pub.barrier().wait();
         break;
       case Then::Barrier:
-        pub.publish(s.tensors, s.slots->data(), type, tokens);
-        pub.barrier();
+        pub.publish(s.tensors, {s.slots->data(), type, tokens}, tokens);
+        pub.barrier().sync();
         break;
     }
     auto got = replica(buf, g.regionBytes);
@@ -230,12 +230,12 @@ TEST_P(Publish, ThousandStepsWithNewInputsEveryStep) {
   for (int step = 0; step < steps; ++step) {
     Inputs in = kvtest::makeInputs(seed_, world.rank(), world.size(), tokens, g, step + 1);
     Staged s = stage(g, in, SlotType::Int64);
-    pub.publish(s.tensors, s.slots->data(), SlotType::Int64, tokens);
-    pub.barrier();
+    pub.publish(s.tensors, {s.slots->data(), SlotType::Int64, tokens}, tokens);
+    pub.barrier().sync();
     for (int r = 0; r < world.size(); ++r)
       kvtest::applyOracle(want, g, kvtest::makeInputs(seed_, r, world.size(), tokens, g, step + 1));
     ASSERT_EQ(replica(buf, g.regionBytes), want) << "step " << step;
-    pub.barrier(nullptr, 1);  // nobody overwrites before everyone checked
+    pub.barrier().sync(nullptr, 1);  // nobody overwrites before everyone checked
   }
 }
 
@@ -254,16 +254,16 @@ TEST_P(Publish, TwoLanesInterleavedInOneStep) {
     Inputs ib = kvtest::makeInputs(seed_, world.rank(), world.size(), 64, b, 2 * step + 2);
     Staged sa = stage(a, ia, SlotType::Int64), sb = stage(b, ib, SlotType::Int32);
     // Micro-batch A on lane 0, micro-batch B on lane 1, interleaved.
-    pub.publish(sa.tensors, sa.slots->data(), SlotType::Int64, 64);
-    pub.publish(sb.tensors, sb.slots->data(), SlotType::Int32, 64);
-    pub.barrier(nullptr, 1);
-    pub.barrier(nullptr, 0);
+    pub.publish(sa.tensors, {sa.slots->data(), SlotType::Int64, 64}, 64);
+    pub.publish(sb.tensors, {sb.slots->data(), SlotType::Int32, 64}, 64);
+    pub.barrier().sync(nullptr, 1);
+    pub.barrier().sync(nullptr, 0);
     for (int r = 0; r < world.size(); ++r) {
       kvtest::applyOracle(want, a, kvtest::makeInputs(seed_, r, world.size(), 64, a, 2 * step + 1));
       kvtest::applyOracle(want, b, kvtest::makeInputs(seed_, r, world.size(), 64, b, 2 * step + 2));
     }
     ASSERT_EQ(replica(buf, b.regionBytes), want) << "step " << step;
-    pub.barrier(nullptr, 0);
+    pub.barrier().sync(nullptr, 0);
   }
 }
 
@@ -281,13 +281,13 @@ TEST_P(Publish, SlotBeyondTheBufferIsReportedAndNotWritten) {
   world.barrier();
   bool hostThrew = false;
   try {
-    pub.publish(s.tensors, s.slots->data(), SlotType::Int64, tokens);
+    pub.publish(s.tensors, {s.slots->data(), SlotType::Int64, tokens}, tokens);
   } catch (const kvcomm::InvalidArgumentError& e) {
     hostThrew = true;  // host backend: validated before writing anything
     EXPECT_EQ(kind_, MemoryKind::Host);
     EXPECT_NE(std::string(e.what()).find("token 5"), std::string::npos) << e.what();
   }
-  pub.barrier();
+  pub.barrier().sync();
   kvtest::synchronize(kind_);
   if (kind_ == MemoryKind::Cuda && world.rank() == 0) {
     try {
@@ -347,12 +347,12 @@ TEST_P(Publish, RowsAroundAReleasedHoleLandOnlyWhereBacked) {
     kvtest::toMemory(kind_, slots.data(), sl, sizeof(sl));
     bool refused = false;
     try {
-      pub.publish({t}, slots.data(), SlotType::Int64, 2);
+      pub.publish({t}, {slots.data(), SlotType::Int64, 2}, 2);
     } catch (const kvcomm::InvalidArgumentError& e) {
       refused = true;  // host backend: refused before anything is written
       EXPECT_NE(std::string(e.what()).find("backed"), std::string::npos) << e.what();
     }
-    pub.barrier();
+    pub.barrier().sync();
     kvtest::synchronize(kind_);
     if (kind_ == MemoryKind::Cuda) {
       try {
@@ -402,7 +402,7 @@ TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
   kvtest::Memory src(kind_, 4096), slots(kind_, 64);
   auto expectRefused = [&](std::vector<kvcomm::CacheTensor> t, const char* needle) {
     try {
-      pub.publish(t, slots.data(), SlotType::Int64, 8);
+      pub.publish(t, {slots.data(), SlotType::Int64, 8}, 8);
       ADD_FAILURE() << "accepted: " << needle;
     } catch (const kvcomm::InvalidArgumentError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -418,17 +418,24 @@ TEST_P(Publish, InvalidCallsAreRefusedBeforeLaunch) {
   kvcomm::CacheTensor empty = ok;
   empty.rowBytes = 0;
   expectRefused({empty}, "rowBytes is 0");
-  // A bad lane names the publisher's call in both modes (Direct used to name its Barrier's).
-  kvtest::expectError([&] { pub.barrier(nullptr, 7); }, kvcomm::ErrorCode::InvalidArgument,
-                      {"Publisher::barrier", "lane 7 outside [0, 2)"});
-  kvtest::expectError([&] { pub.signal(nullptr, -1); }, kvcomm::ErrorCode::InvalidArgument,
-                      {"Publisher::signal", "lane -1"});
-  kvtest::expectError([&] { pub.wait(nullptr, 2); }, kvcomm::ErrorCode::InvalidArgument, {"Publisher::wait", "lane 2"});
+  // A bad lane names the barrier's call in both modes (the publisher's barrier is a Barrier in Fallback mode too).
+  kvtest::expectError([&] { pub.barrier().sync(nullptr, 7); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Barrier::sync", "lane 7 outside [0, 2)"});
+  kvtest::expectError([&] { pub.barrier().signal(nullptr, -1); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Barrier::signal", "lane -1"});
+  kvtest::expectError([&] { pub.barrier().wait(nullptr, 2); }, kvcomm::ErrorCode::InvalidArgument,
+                      {"Barrier::wait", "lane 2"});
+  kvtest::expectError(
+      [&] {
+        pub.publish({ok}, {slots.data(), SlotType::Int64, 1}, 1, nullptr, kvcomm::PublishThen::Barrier, 2);
+      },
+      kvcomm::ErrorCode::InvalidArgument, {"Publisher::publish", "lane 2"});
   world.barrier();
 }
 
-// A slot type outside the enum (SlotType(7): an integer cast by the caller) is refused by every publish form,
-// naming the call and the value, before anything is read or written (it used to be read as int32 slots).
+// A slot type outside the enum (SlotType(7): an integer cast by the caller) is refused whatever runs after the
+// publish, naming the call and the value, before anything is read or written (it used to be read as int32 slots);
+// so is a PublishThen outside its enum.
 TEST_P(Publish, SlotTypeOutsideTheEnumIsRefusedAndWritesNothing) {
   auto world = kvtest::tcpWorld();
   auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, kind_);
@@ -451,12 +458,11 @@ TEST_P(Publish, SlotTypeOutsideTheEnumIsRefusedAndWritesNothing) {
         EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  refused([&] { pub.publish({t}, slots.data(), bad, 2); }, "Publisher::publish", "slotType");
-  refused([&] { pub.publish({t}, sized, 2); }, "Publisher::publish", "slots.type");
-  refused([&] { pub.publishAndBarrier({t}, slots.data(), bad, 2); }, "Publisher::publishAndBarrier", "slotType");
-  refused([&] { pub.publishAndBarrier({t}, sized, 2); }, "Publisher::publishAndBarrier", "slots.type");
-  refused([&] { pub.publishAndSignal({t}, slots.data(), bad, 2); }, "Publisher::publishAndSignal", "slotType");
-  refused([&] { pub.publishAndSignal({t}, sized, 2); }, "Publisher::publishAndSignal", "slots.type");
+  for (auto then : {kvcomm::PublishThen::Nothing, kvcomm::PublishThen::Barrier, kvcomm::PublishThen::Signal})
+    refused([&] { pub.publish({t}, sized, 2, nullptr, then); }, "Publisher::publish", "slots.type");
+  const kvcomm::SlotMapping good{slots.data(), SlotType::Int64, 2};
+  refused([&] { pub.publish({t}, good, 2, nullptr, static_cast<kvcomm::PublishThen>(7)); }, "Publisher::publish",
+          "then");
   kvtest::synchronize(kind_);
   world.barrier();
   std::vector<uint8_t> got(poison.size());
@@ -483,15 +489,15 @@ TEST_P(Publish, EveryMethodOfAnEmptyPublisherThrows) {
     };
     empty([&] { (void)e.mode(); }, "Publisher::mode");
     empty([&] { (void)e.modeReason(); }, "Publisher::modeReason");
-    empty([&] { (void)e.barrierHandle(); }, "Publisher::barrierHandle");
     empty([&] { (void)e.pollError(); }, "Publisher::pollError");
     empty([&] { e.checkErrors(); }, "Publisher::checkErrors");
-    empty([&] { e.publish({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publish");
-    empty([&] { e.publishAndBarrier({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndBarrier");
-    empty([&] { e.publishAndSignal({t}, slots.data(), SlotType::Int64, 1); }, "Publisher::publishAndSignal");
-    empty([&] { e.barrier(); }, "Publisher::barrier");
-    empty([&] { e.signal(); }, "Publisher::signal");
-    empty([&] { e.wait(); }, "Publisher::wait");
+    empty([&] { e.publish({t}, {slots.data(), SlotType::Int64, 1}, 1); }, "Publisher::publish");
+    empty(
+        [&] {
+          e.publish({t}, {slots.data(), SlotType::Int64, 1}, 1, nullptr, kvcomm::PublishThen::Barrier);
+        },
+        "Publisher::publish");
+    empty([&] { (void)e.barrier(); }, "Publisher::barrier");
   }
   world.barrier();
 }
@@ -507,7 +513,7 @@ TEST_P(Publish, RankThatNeverArrivesTimesOutWithAClearError) {
     auto t0 = std::chrono::steady_clock::now();
     std::string message;
     try {
-      pub.barrier(nullptr, 1);
+      pub.barrier().sync(nullptr, 1);
       kvtest::synchronize(kind_);
       pub.checkErrors();
     } catch (const kvcomm::Error& e) {
@@ -536,13 +542,14 @@ TEST(PublishMode, ForcingDirectNamesWhatIsMissing) {
   EXPECT_NE(pub.modeReason().find("KVCOMM_DIRECT=1"), std::string::npos) << pub.modeReason();
 }
 
-// barrierHandle() checks the mode (docs/device-api.md): a Fallback publisher has no device barrier to hand out.
+// barrier().deviceHandle() checks the mode (docs/device-api.md): a Fallback publisher's barrier is a collective, with
+// no device barrier to hand out.
 TEST(PublishMode, BarrierHandleOnlyInDirectMode) {
   auto world = kvtest::tcpWorld();
   auto buf = SymmetricBuffer::create(world, 1u << 20, 1u << 20, MemoryKind::Host);
   auto direct = Publisher::create(buf);
   ASSERT_EQ(direct.mode(), kvcomm::PublishMode::Direct) << direct.modeReason();
-  kvcomm::BarrierDeviceHandle h = direct.barrierHandle();
+  kvcomm::BarrierDeviceHandle h = direct.barrier().deviceHandle();
   EXPECT_EQ(h.rank, world.rank());
   Publisher fallback;
   {
@@ -551,15 +558,17 @@ TEST(PublishMode, BarrierHandleOnlyInDirectMode) {
   }
   ASSERT_EQ(fallback.mode(), kvcomm::PublishMode::Fallback) << fallback.modeReason();
   try {
-    fallback.barrierHandle();
+    fallback.barrier().deviceHandle();
     ADD_FAILURE() << "a Fallback publisher handed out a device barrier";
   } catch (const kvcomm::InvalidArgumentError& e) {
     std::string m = e.what();
-    EXPECT_NE(m.find("Publisher::barrierHandle: only a Direct-mode publisher has a device barrier"), std::string::npos)
+    EXPECT_NE(m.find("Barrier::deviceHandle: a Fallback-mode publisher's barrier is a collective and has no device "
+                     "handle"),
+              std::string::npos)
         << m;
     EXPECT_NE(m.find("KVCOMM_DIRECT=0"), std::string::npos) << "the mode reason: " << m;
   }
-  EXPECT_THROW(Publisher().barrierHandle(), kvcomm::InvalidArgumentError);
+  EXPECT_THROW(Publisher().barrier(), kvcomm::InvalidArgumentError);
   world.barrier();
 }
 
@@ -635,22 +644,25 @@ TEST(PublishMode, HostFallbackRefusesCallsOfDifferentShapesOnEveryMember) {
   std::vector<int64_t> slots{3, 4};
   std::memcpy(before.data(), buf.local(), before.size());
   kvcomm::CacheTensor wide{rows.data(), 0, 32, 0, 1, 0, 0}, narrow{rows.data(), 0, 16, 4096, 1, 0, 0};
-  kvtest::expectError([&] { pub.publish({odd ? narrow : wide}, slots.data(), SlotType::Int64, odd ? 2 : 1); },
-                      kvcomm::ErrorCode::InvalidArgument,
-                      {"publish (fallback)", "every member must pass the same numTokens and row sizes"});
+  kvtest::expectError(
+      [&] {
+        pub.publish({odd ? narrow : wide}, {slots.data(), SlotType::Int64, odd ? 2u : 1u}, odd ? 2u : 1u);
+      },
+      kvcomm::ErrorCode::InvalidArgument,
+      {"publish (fallback)", "every member must pass the same numTokens and row sizes"});
   kvtest::expectError(
       [&] {
         if (odd)
-          pub.publish({narrow, narrow}, slots.data(), SlotType::Int64, 1);
+          pub.publish({narrow, narrow}, {slots.data(), SlotType::Int64, 1}, 1);
         else
-          pub.publish({wide}, slots.data(), SlotType::Int64, 1);
+          pub.publish({wide}, {slots.data(), SlotType::Int64, 1}, 1);
       },
       kvcomm::ErrorCode::InvalidArgument, {"publish (fallback)", "tensors with rows of"});
   EXPECT_EQ(std::memcmp(before.data(), buf.local(), before.size()), 0) << "a refused call wrote into the replica";
   world.barrier();
   // Calls of one shape still work afterwards.
-  pub.publish({wide}, slots.data(), SlotType::Int64, 1);
-  pub.barrier();
+  pub.publish({wide}, {slots.data(), SlotType::Int64, 1}, 1);
+  pub.barrier().sync();
   world.barrier();
 }
 

@@ -87,16 +87,16 @@ def test_publish_byte_exact_torch(world):
         slot_t = _cuda(slots).to(slot_dtype)
         if rnd == 0:
             pub.publish(tensors, slot_t)
-            pub.barrier()
+            pub.barrier.sync()
         elif rnd == 1:
-            pub.publish_and_barrier(tensors, slot_t, lane=1)
+            pub.publish(tensors, slot_t, then="barrier", lane=1)
         elif rnd == 2:  # the split barrier: signal right after the stores, wait just before the reads
             pub.publish(tensors, slot_t)
-            pub.signal(lane=1)
-            pub.wait(lane=1)
+            pub.barrier.signal(lane=1)
+            pub.barrier.wait(lane=1)
         else:  # the same split, with the signal fused into the publish kernel
-            pub.publish_and_signal(tensors, slot_t, lane=0)
-            pub.wait(lane=0)
+            pub.publish(tensors, slot_t, then="signal", lane=0)
+            pub.barrier.wait(lane=0)
         torch.cuda.synchronize()
         pub.check_errors()
         _oracle(image, rnd, world.size)
@@ -115,14 +115,14 @@ def test_publish_captured_in_cuda_graph(world):
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         pub.publish(tensors, s_slots)
-        pub.barrier()
+        pub.barrier.sync()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     world.barrier()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         pub.publish(tensors, s_slots)
-        pub.barrier()
+        pub.barrier.sync()
     image = np.full(buf.mapped_bytes, POISON, np.uint8)
     _oracle(image, 0, world.size)
     for rnd in range(3):  # replays with new rows and new slots copied into the captured inputs
@@ -171,7 +171,7 @@ def test_bad_input_cuda_writes_nothing(world):
     bad = slots.clone()
     bad[-1] = 1 << 40
     pub.publish(good, bad)
-    pub.barrier()
+    pub.barrier.sync()
     torch.cuda.synchronize()
     with pytest.raises(kvcomm.InvalidArgumentError, match="slot"):
         pub.check_errors()
@@ -200,12 +200,12 @@ def test_barrier_orders_peer_stores(world):
         for r in range(n):  # a stamp in every peer's memory, through the peer mappings, on the current stream
             buf.peer(r, torch.int64, offset=0, nbytes=8 * n)[world.rank].fill_(rnd * 1000 + world.rank)
         if rnd == 2:
-            bar.barrier(lane=1)
+            bar.sync(lane=1)
         else:
             bar.signal(lane=1)
             bar.wait(lane=1)
         got = buf.local(torch.int64, offset=0, nbytes=8 * n).clone()
-        bar.barrier(lane=0)  # everyone read before the next round overwrites
+        bar.sync(lane=0)  # everyone read before the next round overwrites
         torch.cuda.synchronize()
         assert got.cpu().tolist() == [rnd * 1000 + r for r in range(n)], f"round {rnd}"
     bar.check_errors()

@@ -110,19 +110,19 @@ def _barrier_orders_peer_stores(comm: kvcomm.Communicator, buf: kvcomm.Symmetric
     bar = kvcomm.Barrier(comm, lanes=3, timeout_ms=60000, kind="host")
     assert (bar.lanes, bar.kind, bar.communicator.size) == (3, kvcomm.MemoryKind.Host, N)
     assert len(bar.device_handle()) > 0
-    # Each rank stamps every peer's memory (past the fetch layouts), then signal/wait (round 1, 3) or barrier (2).
+    # Each rank stamps every peer's memory (past the fetch layouts), then signal/wait (round 1, 3) or sync (2).
     at = INITIAL - 4096
     for rnd in (1, 2, 3):
         for r in range(N):
             buf.peer(r, np.int64, offset=at, nbytes=8 * N)[comm.rank] = rnd * 1000 + comm.rank
         if rnd == 2:
-            bar.barrier(lane=1)
+            bar.sync(lane=1)
         else:
             bar.signal(lane=2)
             bar.wait(lane=2)
         got = buf.local(np.int64, offset=at, nbytes=8 * N)
         assert got.tolist() == [rnd * 1000 + r for r in range(N)], f"round {rnd}: {got.tolist()}"
-        bar.barrier(lane=0)  # everyone read before the next round overwrites
+        bar.sync(lane=0)  # everyone read before the next round overwrites
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
         bar.signal(lane=3)
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane 1099511627776 is outside"):

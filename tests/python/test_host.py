@@ -183,18 +183,18 @@ def _publish(comm: kvcomm.Communicator) -> str:
     # Round 0: int64 slots, publish then barrier.
     main, keys, scales, slots = _rank_data(0, comm.rank)
     pub.publish(_tensors(main, keys, scales), slots)
-    pub.barrier()
+    pub.barrier.sync()
     _oracle(image, 0)
     _assert_replicas(buf, image, "round 0")
     comm.barrier()
 
-    # Round 1: int32 slots, fused on lane 1; Main-KV rows strided (every other row of a bigger array), scales from a
+    # Round 1: int32 slots, publish then barrier (fused) on lane 1; Main-KV rows strided (every other row of a bigger array), scales from a
     # read-only array.
     main, keys, scales, slots = _rank_data(1, comm.rank)
     assert main.strides[0] == 2 * MAIN_ROW
     scales = np.frombuffer(scales.tobytes(), np.float32).reshape(TOKENS, 1)
     assert not scales.flags.writeable
-    pub.publish_and_barrier(_tensors(main, keys, scales), slots.astype(np.int32), lane=1)
+    pub.publish(_tensors(main, keys, scales), slots.astype(np.int32), then="barrier", lane=1)
     _oracle(image, 1)
     _assert_replicas(buf, image, "round 1")
     comm.barrier()
@@ -202,28 +202,28 @@ def _publish(comm: kvcomm.Communicator) -> str:
     # Round 2: the split barrier, signal right after the stores and wait just before the reads.
     main, keys, scales, slots = _rank_data(2, comm.rank)
     pub.publish(_tensors(main, keys, scales), slots)
-    pub.signal(lane=1)
-    pub.wait(lane=1)
+    pub.barrier.signal(lane=1)
+    pub.barrier.wait(lane=1)
     _oracle(image, 2)
     _assert_replicas(buf, image, "round 2 (signal/wait)")
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
-        pub.signal(lane=2)
+        pub.barrier.signal(lane=2)
     comm.barrier()
 
     # Round 3: publish and signal in one call (int32 slots), then the wait.
     main, keys, scales, slots = _rank_data(3, comm.rank)
-    pub.publish_and_signal(_tensors(main, keys, scales), slots.astype(np.int32), lane=1)
-    pub.wait(lane=1)
+    pub.publish(_tensors(main, keys, scales), slots.astype(np.int32), then="signal", lane=1)
+    pub.barrier.wait(lane=1)
     _oracle(image, 3)
-    _assert_replicas(buf, image, "round 3 (publish_and_signal/wait)")
+    _assert_replicas(buf, image, "round 3 (publish then signal, wait)")
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
-        pub.publish_and_signal(_tensors(main, keys, scales), slots, lane=5)
+        pub.publish(_tensors(main, keys, scales), slots, then="signal", lane=5)
     comm.barrier()
 
     # Round 4: the slot mapping as a Python list (converted to int64, like fetch's list ids).
     main, keys, scales, slots = _rank_data(4, comm.rank)
     pub.publish(_tensors(main, keys, scales), slots.tolist())
-    pub.barrier()
+    pub.barrier.sync()
     _oracle(image, 4)
     _assert_replicas(buf, image, "round 4 (list slot mapping)")
     assert pub.poll_error() is None
@@ -247,7 +247,7 @@ def _publish_pcp(comm: kvcomm.Communicator) -> None:
     pub = kvcomm.Publisher(buf)
     rows = np.full((8, 64), comm.rank + 1, np.uint8)  # rows tagged with the world rank
     pub.publish(kvcomm.CacheTensor(rows), np.arange(8, dtype=np.int64) + 8 * pcp.rank)
-    pub.barrier()
+    pub.barrier.sync()
     image = np.full(buf.mapped_bytes, POISON, np.uint8)
     for p, world in enumerate([p * 2 + comm.rank % 2 for p in range(2)]):  # PCP groups {0,2} and {1,3}
         image[p * 8 * 64:(p + 1) * 8 * 64] = world + 1
@@ -373,11 +373,11 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
     refused("slot", good, bad_slots)
     refused("slot", good, np.array([0, 1, 2, 3, 4, 5, 6, 200000], np.int32))
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
-        pub.barrier(lane=7)
+        pub.barrier.sync(lane=7)
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane"):
-        pub.publish_and_barrier(good, slots, lane=-1)
+        pub.publish(good, slots, then="barrier", lane=-1)
     with pytest.raises(kvcomm.InvalidArgumentError, match="lane 1099511627776 is outside"):
-        pub.barrier(lane=2**40)
+        pub.barrier.sync(lane=2**40)
     with pytest.raises(kvcomm.InvalidArgumentError, match="SymmetricBuffer"):
         kvcomm.Publisher("not a buffer")
     # Sizes a native signature cannot hold are the library's errors on every rank (before any collective step).
@@ -395,7 +395,7 @@ def _bad_input(comm: kvcomm.Communicator) -> None:
     comm.barrier()  # everyone compared before anyone publishes again
     # The publisher still works afterwards.
     pub.publish(good, slots)
-    pub.barrier()
+    pub.barrier.sync()
     pub.check_errors()
 
 
@@ -422,7 +422,7 @@ def _gil(comm: kvcomm.Communicator) -> int:
     if comm.rank == 0:
         time.sleep(1.0)  # the others wait in the barrier meanwhile
     start = counter[0]
-    pub.barrier()
+    pub.barrier.sync()
     progressed = counter[0] - start
     stop.set()
     t.join()

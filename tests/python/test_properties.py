@@ -760,8 +760,7 @@ def _have(module: str) -> bool:
     return True
 
 
-@entry("Publisher", "Publisher.barrier", "Publisher.signal", "Publisher.wait", "Publisher.poll_error",
-       "Publisher.check_errors")
+@entry("Publisher", "Publisher.poll_error", "Publisher.check_errors")
 def _publisher(c: Ctx) -> None:
     c.vary("Publisher", kvcomm.Publisher, {"buffer": c.buf, "lanes": 2, "barrier_timeout_ms": -1,
                                            "staging_tokens": 4096, "staging_bytes_per_token": 1024},
@@ -773,13 +772,14 @@ def _publisher(c: Ctx) -> None:
     p = c.publisher  # lanes=2
     lane = int_domain(0, 1, values=[I64_MIN, -1, 0, 1, 2, 7, 8, I32_MAX + 1, U64_MAX + 1])
     streams = [(None, OK), (0, OK), (12345, OK), ("ignored on host", OK)]  # host buffers ignore the stream
-    c.vary("Publisher.barrier", p.barrier, {"stream": None, "lane": 0}, {"lane": lane, "stream": streams})
+    c.check("Publisher.barrier is a Barrier", lambda: isinstance(p.barrier, kvcomm.Barrier) or 1 / 0, OK)
+    c.vary("Publisher.barrier.sync", p.barrier.sync, {"stream": None, "lane": 0}, {"lane": lane, "stream": streams})
 
     def signal_then_wait(lane: Any, stream: Any = None) -> None:  # per lane the calls alternate signal, wait
-        p.signal(stream=stream, lane=lane)
-        p.wait(stream=stream, lane=lane)
+        p.barrier.signal(stream=stream, lane=lane)
+        p.barrier.wait(stream=stream, lane=lane)
 
-    c.vary("Publisher.signal/wait", signal_then_wait, {"lane": 0, "stream": None}, {"lane": lane, "stream": streams})
+    c.vary("Publisher.barrier.signal/wait", signal_then_wait, {"lane": 0, "stream": None}, {"lane": lane, "stream": streams})
     c.check("Publisher.poll_error()", lambda: p.poll_error() is None or 1 / 0, OK)
     c.check("Publisher.check_errors()", p.check_errors, OK)
 
@@ -805,12 +805,13 @@ def _tensor_cases() -> List[Tuple[str, Any, Expect]]:
             ("1-d src of int64", kvcomm.CacheTensor(np.arange(4, dtype=np.int64), offset=ROW_OFFSET), OK)]
 
 
-@entry("Publisher.publish", "Publisher.publish_and_barrier", "Publisher.publish_and_signal", "CacheTensor")
+@entry("Publisher.publish", "CacheTensor")
 def _publish(c: Ctx) -> None:
     p = c.publisher
     calls = {"publish": p.publish,
-             "publish_and_barrier": p.publish_and_barrier,
-             "publish_and_signal": lambda *a, **kw: (p.publish_and_signal(*a, **kw), p.wait(lane=kw.get("lane", 0)))}
+             "publish(then='barrier')": lambda *a, **kw: p.publish(*a, then="barrier", **kw),
+             "publish(then='signal')": lambda *a, **kw: (p.publish(*a, then="signal", **kw),
+                                                         p.barrier.wait(lane=kw.get("lane", 0)))}
     slot_cases = array_cases(SLOTS, [np.dtype(np.int64), np.dtype(np.int32)], {"contiguous", "readonly"}, lists=True)
     slot_cases += [ArrayCase("slot 1 << 40", np.array([0, 3, 5, 1 << 40], np.int64), False, None),
                    ArrayCase("slot 1 << 40 (list)", [0, 3, 5, 1 << 40], False, None),
@@ -838,11 +839,19 @@ def _publish(c: Ctx) -> None:
             c.check(f"{label}(num_tokens={v!r})", lambda v=v: fn(kvcomm.CacheTensor(ROWS, offset=ROW_OFFSET), SLOTS,
                                                                 num_tokens=v), e,
                     (lambda r, v=v: publish_oracle(ROWS, SLOTS, None if v is None else int(v))) if e.ok else None)
-        if name != "publish":
+        if name != "publish":  # a lane is used (and checked) only when something runs after the rows
             for v, e in int_domain(0, 1, values=[I64_MIN, -1, 0, 1, 2, 8, I32_MAX + 1, U64_MAX + 1]):
                 c.check(f"{label}(lane={v!r})", lambda v=v: fn(kvcomm.CacheTensor(ROWS, offset=ROW_OFFSET), SLOTS,
                                                               lane=v), e,
                         (lambda r: publish_oracle(ROWS, SLOTS)) if e.ok else None)
+    # then: the three names and the enum; anything else refused before anything is written
+    for v, e in [("none", OK), ("barrier", OK), ("signal", OK), (kvcomm.PublishThen.Barrier, OK), ("Barrier", BAD),
+                 (1, BAD), (None, BAD), ("", BAD)]:
+        def run_then(v: Any = v) -> None:
+            p.publish(kvcomm.CacheTensor(ROWS, offset=ROW_OFFSET), SLOTS, then=v)
+            if v == "signal":
+                p.barrier.wait()
+        c.check(f"Publisher.publish(then={v!r})", run_then, e, (lambda r: publish_oracle(ROWS, SLOTS)) if e.ok else None)
     # sources: every dtype (rows of 32 bytes viewed as it), byte order, layout and protocol; any dtype is accepted
     # in native byte order, rows must be contiguous and run forwards, 0-d is refused, misaligned rows are fine
     src_dtypes = [d for d in DTYPES if 32 % d.itemsize == 0]
@@ -868,7 +877,7 @@ def _publish(c: Ctx) -> None:
 # -- Barrier
 
 
-@entry("Barrier", "Barrier.create", "Barrier.barrier", "Barrier.signal", "Barrier.wait", "Barrier.device_handle",
+@entry("Barrier", "Barrier.create", "Barrier.sync", "Barrier.signal", "Barrier.wait", "Barrier.device_handle",
        "Barrier.poll_error", "Barrier.check_errors")
 def _barrier(c: Ctx) -> None:
     for label, fn in (("Barrier", kvcomm.Barrier), ("Barrier.create", kvcomm.Barrier.create)):
@@ -878,7 +887,7 @@ def _barrier(c: Ctx) -> None:
     b = c.barrier  # lanes=2
     lane = int_domain(0, 1, values=[I64_MIN, -1, 0, 1, 2, 7, 8, I32_MAX + 1, U64_MAX + 1])
     streams = [(None, OK), (0, OK), ("ignored on host", OK)]
-    c.vary("Barrier.barrier", b.barrier, {"stream": None, "lane": 0}, {"lane": lane, "stream": streams})
+    c.vary("Barrier.sync", b.sync, {"stream": None, "lane": 0}, {"lane": lane, "stream": streams})
 
     def signal_then_wait(lane: Any, stream: Any = None) -> None:
         b.signal(stream=stream, lane=lane)
@@ -1310,13 +1319,14 @@ def _arena_records(c: Ctx) -> None:
 # -- types without calls of their own to generate: enums, exceptions, native records
 
 
-@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "ErrorCode", "Axis", "OwnerLoss")
+@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "PublishThen", "ErrorCode", "Axis", "OwnerLoss")
 def _enums(c: Ctx) -> None:
     """Python enums: lookup by value follows Python's Enum (ValueError for a non-member; kvcomm calls taking an enum
     refuse anything else with InvalidArgumentError, above). Their members are what the docs list."""
     want = {kvcomm.MemoryKind: ["Auto", "Cuda", "Host"], kvcomm.FetchPath: ["Auto", "Kernel", "CopyEngine", "Host"],
             kvcomm.FetchState: ["InProgress", "Done", "Failed"], kvcomm.PublishMode: ["Direct", "Fallback"],
-            kvcomm.Axis: ["TP", "PCP", "PP", "DP"], kvcomm.OwnerLoss: ["Keep", "Release"]}
+            kvcomm.PublishThen: ["Nothing", "Barrier", "Signal"], kvcomm.Axis: ["TP", "PCP", "PP", "DP"],
+            kvcomm.OwnerLoss: ["Keep", "Release"]}
     for e, names in want.items():
         c.check(f"{e.__name__} members", lambda e=e, names=names: list(e.__members__) == names or 1 / 0, OK)
         values = [int(m.value) for m in e]

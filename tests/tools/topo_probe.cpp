@@ -58,8 +58,8 @@ bool publishAcrossHosts(kvcomm::Communicator& comm, const std::string& how) {
     ts[k].src = in.rows[k].data();
     ts[k].srcStride = in.srcStride[k];
   }
-  pub.publish(ts, in.slots.data(), kvcomm::SlotType::Int64, tokens);
-  pub.barrier();
+  pub.publish(ts, {in.slots.data(), kvcomm::SlotType::Int64, tokens}, tokens);
+  pub.barrier().sync();
   std::vector<uint8_t> want(g.regionBytes, kvtest::kPoison);
   for (int r = 0; r < comm.size(); ++r) kvtest::applyOracle(want, g, kvtest::makeInputs(77, r, comm.size(), tokens, g));
   bool same = std::memcmp(want.data(), buf.local(), g.regionBytes) == 0;

@@ -83,8 +83,8 @@ void runUntilError(Op op, kvcomm::Communicator& comm, Outcome& out) {
       comm.barrier();
       __atomic_store_n(&out.formed, 1, __ATOMIC_RELEASE);
       while (more()) {
-        pub.publish({t}, slots.data(), kvcomm::SlotType::Int64, tokens);
-        pub.barrier();
+        pub.publish({t}, {slots.data(), kvcomm::SlotType::Int64, tokens}, tokens);
+        pub.barrier().sync();
         ++out.steps;
       }
       return;
@@ -97,7 +97,7 @@ void runUntilError(Op op, kvcomm::Communicator& comm, Outcome& out) {
       comm.barrier();
       __atomic_store_n(&out.formed, 1, __ATOMIC_RELEASE);
       while (more()) {
-        bar.barrier(nullptr, out.steps % 2);
+        bar.sync(nullptr, out.steps % 2);
         ++out.steps;
       }
       return;

@@ -169,7 +169,7 @@ TEST(Liveness, SurvivorsWaitingOnAMemberThatLeftNameItWithinFiveSeconds) {
       kvcomm::PublisherOptions po;
       po.barrierTimeoutMs = 20000;
       auto pub = kvcomm::Publisher::create(buf, po);
-      bar.barrier(nullptr);
+      bar.sync(nullptr);
       __atomic_store_n(&rep[rank].formed, 1, __ATOMIC_RELEASE);
       if (rank == leaver) {
         rep[rank].errorNs = nowNs();  // the moment it starts to leave
@@ -178,9 +178,9 @@ TEST(Liveness, SurvivorsWaitingOnAMemberThatLeftNameItWithinFiveSeconds) {
       kvtest::waitFor([&] { return rep[leaver].errorNs != 0; }, 20000);
       try {
         if (publisher)
-          pub.barrier(nullptr);
+          pub.barrier().sync(nullptr);
         else
-          bar.barrier(nullptr);
+          bar.sync(nullptr);
         return false;
       } catch (const kvcomm::Error& e) {
         rep[rank].errorNs = nowNs();

@@ -47,8 +47,10 @@ TEST(Rendezvous, AKindMismatchIsReportedAsSuchNotAsAGranularityMismatch) {
   const SymmRequest host = createRequest(kvcomm::MemoryKind::Host, HandleKind::MemFd, 4096);
   ASSERT_NE(cuda.opBytes, host.opBytes);
   std::string m = refusal({cuda, cuda, host, cuda});
-  EXPECT_NE(m.find("SymmetricBuffer create rendezvous: rank 2 uses host memory but rank 0 uses cuda"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find("SymmetricBuffer create rendezvous: the memory kind must be the same on every member: rank 2 has host, "
+             "rank 0 has cuda"),
+      std::string::npos)
       << m;
 }
 
@@ -58,7 +60,8 @@ TEST(Rendezvous, AHandleTypeMismatchIsReportedBeforeTheSizes) {
   SymmRequest ipc = createRequest(kvcomm::MemoryKind::Cuda, HandleKind::CudaIpc, 2u << 20);
   ipc.capacity += 2u << 20;  // legacy IPC rounds differently: the sizes differ as well
   std::string m = refusal({fd, ipc});
-  EXPECT_NE(m.find("rank 1 exports cuda_ipc handles but rank 0 exports posix_fd (KVCOMM_HANDLE_TYPE differs?)"),
+  EXPECT_NE(m.find("the handle type must be the same on every member: rank 1 has cuda_ipc, rank 0 has posix_fd "
+                   "(KVCOMM_HANDLE_TYPE differs?)"),
             std::string::npos)
       << m;
 }
@@ -68,10 +71,13 @@ TEST(Rendezvous, OperationOrderThenSizes) {
   const SymmRequest a = createRequest(kvcomm::MemoryKind::Host, HandleKind::MemFd, 4096);
   SymmRequest grow = createRequest(kvcomm::MemoryKind::Cuda, HandleKind::CudaPosixFd, 2u << 20);
   grow.op = static_cast<uint32_t>(SymmOp::Grow);
-  EXPECT_NE(refusal({a, grow}).find("rank 1 is in grow while rank 0 is in create"), std::string::npos);
+  EXPECT_NE(
+      refusal({a, grow}).find("the collective must be the same on every member: rank 1 has grow, rank 0 has create"),
+      std::string::npos);
   SymmRequest bigger = a;
   bigger.capacity *= 2;
-  EXPECT_NE(refusal({a, a, bigger}).find("rank 2 passed capacity 134217728 but rank 0 passed 67108864"),
+  EXPECT_NE(refusal({a, a, bigger})
+                .find("capacity must be the same on every member: rank 2 has 134217728, rank 0 has 67108864"),
             std::string::npos);
   EXPECT_EQ(refusal({a, a, a}), "");
 }
