@@ -305,7 +305,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
       rep.row(c);
     };
     row("kvcomm publish+barrier", pb, true, true);
-    row("kvcomm publishAndBarrier (fused)", fused, true, true);
+    row("kvcomm publish then barrier (fused)", fused, true, true);
     row("kvcomm publish+barrier, slots in order", pbSeq, true, true);
     row("kvcomm fallback (pack+nccl+insert)", fb, true, false);
     row("kvcomm fallback, strided source rows (pack+nccl+insert)", fbPack, true, false);
@@ -318,7 +318,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     row("probe: bare scatter kernel into peer (same slots)", scatter, false, true);
     row("kvcomm publish alone (no barrier)", publishOnly, false, true);
     row("kvcomm publish alone, + 132 B index keys (two widths)", publishTwo, false, false);
-    row("kvcomm publishAndBarrier, + 132 B index keys (two widths)", fusedTwo, false, false);
+    row("kvcomm publish then barrier, + 132 B index keys (two widths)", fusedTwo, false, false);
     if (T == 1) {
       auto h = direct.barrier().deviceHandle();
       for (bool dependent : {false, true})
@@ -388,10 +388,10 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
             reps);
         auto alone = timeBoth([&](CUstream_st* st) { kvbench::launchSpin(w, st); }, reps);
         row(("publish + signal, " + us + " us of work, wait").c_str(), split, false, false);
-        row(("publishAndSignal, " + us + " us of work, wait").c_str(), fusedSplit, false, false);
-        row(("publishAndSignal on a side stream beside " + us + " us of work, wait").c_str(), overlapped, false, false);
+        row(("publish then signal, " + us + " us of work, wait").c_str(), fusedSplit, false, false);
+        row(("publish then signal on a side stream beside " + us + " us of work, wait").c_str(), overlapped, false, false);
         row(("publish (no barrier), then " + us + " us of work").c_str(), unsynced, false, false);
-        row(("publishAndBarrier, then " + us + " us of work").c_str(), fusedThen, false, false);
+        row(("publish then barrier, then " + us + " us of work").c_str(), fusedThen, false, false);
         row((us + " us of work alone").c_str(), alone, false, false);
       }
     }

@@ -17,11 +17,13 @@ import sys
 
 BENCH_PREFIX = "publish (2 x GPU"
 # The two forms of publish + barrier: separate calls, and the one-call fused form; the faster one counts.
-PUBLISH_BARRIER = ("kvcomm publish+barrier", "kvcomm publishAndBarrier (fused)")
+# Rows recorded before the 0.2 renames (results/ of 2026-11 and 2026-12-01) carry the old names: both are read.
+PUBLISH_BARRIER = ("kvcomm publish+barrier", "kvcomm publish then barrier (fused)", "kvcomm publishAndBarrier (fused)")
 # The split forms with 20 us of unrelated work between signal and wait; the exchange's added time is the best of
 # them minus the work alone.
-SPLIT_FORMS = ("publish + signal, 20 us of work, wait", "publishAndSignal, 20 us of work, wait",
-               "publishAndSignal on a side stream beside 20 us of work, wait")
+SPLIT_FORMS = ("publish + signal, 20 us of work, wait", "publish then signal, 20 us of work, wait",
+               "publish then signal on a side stream beside 20 us of work, wait",
+               "publishAndSignal, 20 us of work, wait", "publishAndSignal on a side stream beside 20 us of work, wait")
 WORK_ALONE = "20 us of work alone"
 FALLBACK = "kvcomm fallback (pack+nccl+insert)"
 CPU_NOTE = re.compile(r"Host CPU time per eager publish\(\) call \((\d+) tokens.*?median ([0-9.]+) us")

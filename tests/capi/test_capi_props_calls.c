@@ -1264,14 +1264,14 @@ static void deviceHandleProps(Ctx* c, HandleFn fn) {
   }
   free(buf);
 }
-static kvcommResult_t barrierHandle(Ctx* c, void* out, size_t bytes, size_t* needed) {
+static kvcommResult_t barrierDeviceHandleOf(Ctx* c, void* out, size_t bytes, size_t* needed) {
   return kvcommBarrierDeviceHandle(c->h.barrier, out, bytes, needed);
 }
 static kvcommResult_t callBarrierDeviceHandle(Ctx* c, const Handles* h) {
   return kvcommBarrierDeviceHandle(h->barrier, NULL, 0, SCRATCH(size_t*));
 }
 static void propsBarrierDeviceHandle(Ctx* c) {
-  deviceHandleProps(c, barrierHandle);
+  deviceHandleProps(c, barrierDeviceHandleOf);
 }
 static kvcommResult_t callBarrierPollError(Ctx* c, const Handles* h) {
   return kvcommBarrierPollError(h->barrier, SCRATCH(kvcommDeviceError*));

@@ -262,7 +262,7 @@ void Faults::callsAfterClose(const char* direct) {
       [&] {
         pub.publish({t}, {dev->data(), SlotType::Int64, 1}, 1, nullptr, kvcomm::PublishThen::Barrier);
       },
-      "publishAndBarrier");
+      "publish then barrier");
   closed([&] { pub.barrier().sync(); }, "barrier");
   closed([&] { pub.barrier().signal(); }, "signal");
   closed([&] { pub.barrier().wait(); }, "wait");

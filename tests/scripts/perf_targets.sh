@@ -49,7 +49,7 @@ expect("stored run: summary line", "5 of 15 targets met" in out, out[-200:])
 # 2. Every target met: the same rows with met values.
 rows = [json.loads(l) for l in open(run + ".jsonl") if l.strip()]
 for r in rows:
-    if r["op"] in ("kvcomm publish+barrier", "kvcomm publishAndBarrier (fused)"):
+    if r["op"] in ("kvcomm publish+barrier", "kvcomm publish then barrier (fused)", "kvcomm publishAndBarrier (fused)"):
         r["in20_us"], r["frac_of_memcpy_peer"] = 2.5, 0.95
     elif r["op"] == "kvcomm barrier":
         r["in20_us"] = 1.9
