@@ -15,12 +15,12 @@
 #include "common/socket.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "fetch/layout_registry.hpp"
-#include "fetch/negotiation.hpp"
-#include "fetch/peer_transport.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/peer/peer_transport.hpp"
 #include "fetch/planner.hpp"
-#include "fetch/tcp_server.hpp"
-#include "fetch/tcp_transport.hpp"
-#include "fetch/verbs_transport.hpp"
+#include "fetch/transport/tcp/tcp_server.hpp"
+#include "fetch/transport/tcp/tcp_transport.hpp"
+#include "fetch/transport/rdma/verbs_transport.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/fetch.hpp"
@@ -352,7 +352,7 @@ struct Fetcher::Impl {
 
 namespace {
 
-// Negotiation and the network transports (phases of fetch/negotiation.hpp), collective: every member takes part in
+// Negotiation and the network transports (phases of fetch/transport/negotiation.hpp), collective: every member takes part in
 // every step, whatever it needs itself.
 void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
   Communicator& comm = impl.comm;

@@ -1,6 +1,6 @@
 // The seam between the fetch planner and what moves bytes. The planner never knows which transport runs a run:
 // the Fetcher asks each transport which members it reaches, hands it the runs whose source it serves, and tracks
-// completion run by run. Same-host peer mappings today (fetch/peer_transport.hpp); TCP and RDMA verbs plug in here.
+// completion run by run. Same-host peer mappings today (fetch/transport/peer/peer_transport.hpp); TCP and RDMA verbs plug in here.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "fetch/tcp_transport.hpp"
+#include "fetch/transport/tcp/tcp_transport.hpp"
 
 #include <sys/uio.h>
 
@@ -13,9 +13,9 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
-#include "fetch/net_io.hpp"
-#include "fetch/run_slices.hpp"
-#include "fetch/segments.hpp"
+#include "fetch/transport/net/net_io.hpp"
+#include "fetch/transport/net/run_slices.hpp"
+#include "fetch/transport/net/segments.hpp"
 
 namespace kvcomm::detail {
 

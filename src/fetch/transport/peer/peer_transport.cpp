@@ -1,4 +1,4 @@
-#include "fetch/peer_transport.hpp"
+#include "fetch/transport/peer/peer_transport.hpp"
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "fetch/verbs_transport.hpp"
+#include "fetch/transport/rdma/verbs_transport.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,9 +12,9 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
-#include "fetch/gpu_direct.hpp"
-#include "fetch/run_slices.hpp"
-#include "fetch/segments.hpp"
+#include "fetch/transport/rdma/gpu_direct.hpp"
+#include "fetch/transport/net/run_slices.hpp"
+#include "fetch/transport/net/segments.hpp"
 #include "platform/ibverbs.hpp"
 
 namespace kvcomm::detail {

@@ -6,7 +6,7 @@
 
 #include "comm/health.hpp"
 #include "fetch/device_copy.hpp"
-#include "fetch/transport.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {

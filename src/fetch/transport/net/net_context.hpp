@@ -1,0 +1,26 @@
+// What the network transports (TCP, RDMA) read on the requester side: the destination (this rank's buffer and
+// layout) and every member's descriptor.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fetch/layout_registry.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace kvcomm::detail {
+
+struct NetContext {
+  char* local = nullptr;  // this rank's base
+  MemoryKind kind = MemoryKind::Host;
+  int device = -1;
+  int rank = 0;
+  uint64_t groupId = 0;
+  const LayoutTable* table = nullptr;
+  std::vector<RemoteDescriptor> descs;  // by rank
+  int64_t netTimeoutMs = 3000;
+  int connectionsPerSource = 4;
+};
+
+}  // namespace kvcomm::detail
