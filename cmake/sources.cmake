@@ -37,7 +37,10 @@ set(KVCOMM_SOURCES
     src/fetch/transport/net/net_io.cpp
     src/fetch/transport/tcp/tcp_server.cpp
     src/fetch/transport/tcp/tcp_transport.cpp
+    src/fetch/transport/tcp/tcp_plugin.cpp
     src/fetch/transport/rdma/verbs_transport.cpp
+    src/fetch/transport/rdma/rdma_plugin.cpp
+    src/fetch/transport/registry.cpp
     src/fetch/fetcher.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

@@ -7,6 +7,7 @@
 
 #include "fetch/layout_registry.hpp"
 #include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {
@@ -22,5 +23,20 @@ struct NetContext {
   int64_t netTimeoutMs = 3000;
   int connectionsPerSource = 4;
 };
+
+/// The requester side's context of a transport the registry made, once every member's descriptor is known.
+inline NetContext netContext(const TransportSetup& s, const std::vector<RemoteDescriptor>& descs) {
+  NetContext net;
+  net.local = static_cast<char*>(s.buffer->local());
+  net.kind = s.kind;
+  net.device = s.device;
+  net.rank = s.rank;
+  net.groupId = s.comm.id();
+  net.table = s.table;
+  net.descs = descs;
+  net.netTimeoutMs = s.netTimeoutMs;
+  net.connectionsPerSource = s.connectionsPerSource;
+  return net;
+}
 
 }  // namespace kvcomm::detail

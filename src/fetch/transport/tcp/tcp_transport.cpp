@@ -92,6 +92,8 @@ class TcpTransport : public FetchTransport {
     for (size_t r = 0; r < ctx_.descs.size(); ++r) pools_.push_back(std::make_unique<Pool>());
   }
   const char* name() const override { return "tcp"; }
+  Route route() const override { return Route::Tcp; }
+  size_t FetchPlanInfo::*runCounter() const override { return &FetchPlanInfo::tcpRuns; }
 
   std::string unreachable(int rank) const override {
     const RemoteDescriptor& d = ctx_.descs[static_cast<size_t>(rank)];
