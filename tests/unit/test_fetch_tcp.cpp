@@ -21,9 +21,9 @@
 
 #include "common/socket.hpp"
 #include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/net/wire.hpp"
 #include "fetch/transport/tcp/tcp_server.hpp"
 #include "fetch/transport/tcp/tcp_transport.hpp"
-#include "fetch/transport/net/wire.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"

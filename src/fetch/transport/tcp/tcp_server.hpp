@@ -1,5 +1,6 @@
 // The TCP server of one registration: serves reads of this rank's registered memory to members on other hosts
-// (the wire protocol is in fetch/transport/net/wire.hpp). It runs on threads of its own, never on the communicator's mesh.
+// (the wire protocol is in fetch/transport/net/wire.hpp). It runs on threads of its own, never on the communicator's
+// mesh.
 //
 // Threads: one acceptor (polls the listener and a wake-up pipe) and one handler per connection, at most
 // maxConnections at a time; beyond the cap a connection gets a Busy refusal and is closed.
