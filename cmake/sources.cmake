@@ -31,13 +31,16 @@ set(KVCOMM_SOURCES
     src/publish/publisher.cpp
     src/fetch/layout_registry.cpp
     src/fetch/planner.cpp
-    src/fetch/peer_transport.cpp
-    src/fetch/wire.cpp
-    src/fetch/negotiation.cpp
-    src/fetch/net_io.cpp
-    src/fetch/tcp_server.cpp
-    src/fetch/tcp_transport.cpp
-    src/fetch/verbs_transport.cpp
+    src/fetch/transport/peer/peer_transport.cpp
+    src/fetch/transport/net/wire.cpp
+    src/fetch/transport/negotiation.cpp
+    src/fetch/transport/net/net_io.cpp
+    src/fetch/transport/tcp/tcp_server.cpp
+    src/fetch/transport/tcp/tcp_transport.cpp
+    src/fetch/transport/tcp/tcp_plugin.cpp
+    src/fetch/transport/rdma/verbs_transport.cpp
+    src/fetch/transport/rdma/rdma_plugin.cpp
+    src/fetch/transport/registry.cpp
     src/fetch/fetcher.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp
@@ -68,7 +71,7 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/fetch.cu
     src/kernels/dependent_launch.cu
     src/fetch/device_copy.cpp
-    src/fetch/gpu_direct.cpp
+    src/fetch/transport/rdma/gpu_direct.cpp
     src/device/device_memory.cpp
     src/device/launch_limits.cpp
     src/arena/cuda_support.cpp)

@@ -30,8 +30,10 @@ enum class FetchPath {
   CopyEngine,  ///< one copy-engine descriptor per run (cudaMemcpyBatchAsync / 2-D copies; CUDA; same host); leaves
                ///< the SMs to the engine's kernels
   Host,        ///< CPU copies (host-memory buffers)
+  Network,     ///< reported only (FetchPlanInfo::path): every run goes over a network transport (tcpRuns,
+               ///< rdmaRuns); not a path to demand (FetchOptions::path refuses it)
 };
-/// "auto", "kernel", "copy", "host".
+/// "auto", "kernel", "copy", "host", "network".
 KVCOMM_API const char* fetchPathName(FetchPath path);
 
 /// What carries a fetch's bytes from a source member to this rank (Fetcher::transport()).
@@ -57,8 +59,9 @@ struct FetchRequest {
 
 /// Per-call options.
 struct FetchOptions {
-  /// Demanded path; Auto honours KVCOMM_FETCH_PATH (auto | kernel | copy | host). A path that cannot run on this
-  /// buffer is an Unsupported error, never a silent substitute.
+  /// Demanded path of the same-host runs (Auto, Kernel, CopyEngine or Host); Auto honours KVCOMM_FETCH_PATH (auto |
+  /// kernel | copy | host). A path that cannot run on this buffer is an Unsupported error, never a silent
+  /// substitute. Runs from sources reached over TCP or RDMA take that transport whatever the path.
   FetchPath path = FetchPath::Auto;
   /// Under Auto on CUDA: runs (contiguous on both sides) of at least this many bytes go to the copy engines, the
   /// rest to the kernel. 0: KVCOMM_FETCH_CE_MIN_BYTES, default 4 MiB.
@@ -80,7 +83,7 @@ struct KVCOMM_API FetchPlanInfo {
   size_t rdmaRuns = 0;        ///< runs RDMA READs move (sources reached over RDMA)
   size_t bytes = 0;           ///< bytes to copy
   /// The one path the same-host runs use, or Auto when they use both kernel and copy engines (runs of network
-  /// transports are counted in tcpRuns/rdmaRuns, not here).
+  /// transports are counted in tcpRuns/rdmaRuns, not here); Network when every run goes over a network transport.
   FetchPath path = FetchPath::Auto;
   double planMicros = 0;  ///< host time spent validating and coalescing
   std::string toString() const;
@@ -155,9 +158,6 @@ class KVCOMM_API FetchOperation {
 
 /// Options of Fetcher::create.
 struct FetcherOptions {
-  /// Barrier lanes of the collective form (fetchAll; it uses lane 0); see BarrierOptions. Checked, and required
-  /// to be the same on every member, where the collective form has a barrier (every member mapped here).
-  int lanes = 1;
   /// Bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS.
   int64_t barrierTimeoutMs = -1;
 };

@@ -475,8 +475,18 @@ typedef enum KVCOMM_ENUM_BASE {
   kvcommFetchPathAuto = 0,   /**< per run: copy engines for long runs, else the kernel (CUDA); host on host memory */
   kvcommFetchPathKernel = 1, /**< an SM gather kernel (CUDA buffers) */
   kvcommFetchPathCopyEngine = 2, /**< one copy-engine descriptor per run (CUDA buffers) */
-  kvcommFetchPathHost = 3        /**< CPU copies (host buffers) */
+  kvcommFetchPathHost = 3,       /**< CPU copies (host buffers) */
+  kvcommFetchPathNetwork = 4     /**< reported only (kvcommFetchPlanInfo.path): every run goes over TCP or RDMA;
+                                      refused as options->path */
 } kvcommFetchPath_t;
+
+/** What carries a fetch's bytes from a source member to this rank (kvcommFetcherTransport). */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommFetchTransportNone = 0, /**< the source cannot be reached (a plan naming it says why) */
+  kvcommFetchTransportPeer = 1, /**< the peer mappings of one host (and this rank's own blocks) */
+  kvcommFetchTransportTcp = 2,  /**< the source's fetch server over TCP */
+  kvcommFetchTransportRdma = 3  /**< RDMA READ from the source's registered memory */
+} kvcommFetchTransport_t;
 
 /** Blocks to pull from one source member, ids in host memory: pair i copies source block srcBlocks[i] (in the
  *  source's layout) into destination block dstBlocks[i] (in this rank's layout), in every region. A pair with -1 on
@@ -506,8 +516,11 @@ typedef struct {
   size_t copyEngineRuns;
   size_t hostRuns;
   size_t bytes;           /**< bytes to copy */
-  kvcommFetchPath_t path; /**< the one path used, or Auto when runs use both kernel and copy engines */
+  kvcommFetchPath_t path; /**< the one path the same-host runs use, Auto when they use both kernel and copy
+                               engines, Network when every run goes over TCP or RDMA */
   double planMicros;      /**< host time spent validating and coalescing */
+  size_t tcpRuns;         /**< runs the TCP transport moves (sources reached over TCP; not in the counts above) */
+  size_t rdmaRuns;        /**< runs RDMA READs move (sources reached over RDMA; not in the counts above) */
 } kvcommFetchPlanInfo;
 
 /** Block pairs in device memory (CUDA buffers) or host memory (host buffers), for kvcommFetchDevice. */
@@ -536,13 +549,14 @@ typedef struct {
 
 /** Options of kvcommFetcherCreate; kvcommFetcherOptionsInit fills the C++ defaults. */
 typedef struct {
-  int lanes;                /**< barrier lanes of the collective form (default 1) */
+  int lanes;                /**< unused, kept for the ABI: checked (1..KVCOMM_MAX_BARRIER_LANES), then ignored;
+                                 kvcommFetchAll's barriers use one lane */
   int64_t barrierTimeoutMs; /**< bound on the collective form's barrier waits; < 0: KVCOMM_BARRIER_TIMEOUT_MS */
 } kvcommFetcherOptions;
 
 kvcommResult_t kvcommFetcherOptionsInit(kvcommFetcherOptions* options);
 kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options);
-/** "auto", "kernel", "copy", "host"; "unknown" outside the enum. Never NULL. */
+/** "auto", "kernel", "copy", "host", "network"; "unknown" outside the enum. Never NULL. */
 const char* kvcommFetchPathName(kvcommFetchPath_t path);
 /** FNV-1a hash of a layout (regions and the engine's version): what requests and peers compare. */
 kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash);
@@ -607,6 +621,8 @@ kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRe
 kvcommResult_t kvcommFetcherLayoutHash(kvcommFetcher_t fetcher, int rank, uint64_t* hash);
 /** The buffer generation the layouts were validated at. */
 kvcommResult_t kvcommFetcherGeneration(kvcommFetcher_t fetcher, uint64_t* generation);
+/** The transport that carries fetches from member `rank` to this rank (kvcomm::Fetcher::transport). */
+kvcommResult_t kvcommFetcherTransport(kvcommFetcher_t fetcher, int rank, kvcommFetchTransport_t* transport);
 /** Bytes of a kvcomm::FetchDeviceHandle (kvcomm/device/fetch.hpp: warpPullBlock), copied like
  *  kvcommBarrierDeviceHandle. Valid while the fetcher lives. */
 kvcommResult_t kvcommFetcherDeviceHandle(kvcommFetcher_t fetcher, void* handle, size_t handleBytes, size_t* needed);

@@ -61,6 +61,7 @@ from ._barrier import Barrier
 from ._fetch import (
     FetchOperation,
     FetchPath,
+    FetchTransport,
     FetchPlan,
     FetchPlanInfo,
     FetchRequest,
@@ -105,7 +106,7 @@ def use_local_device(local_rank: int) -> int:
 __all__ = [
     "AbortedError", "Arena", "ArenaCapability", "ArenaGrowth", "ArenaImport", "ArenaPin", "ArenaServer",
     "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
-    "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchRequest", "FetchState", "FetchStatus",
+    "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchTransport", "FetchRequest", "FetchState", "FetchStatus",
     "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError", "OwnerLoss",
     "PublishMode", "PublishThen", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError",
     "UniqueId", "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",

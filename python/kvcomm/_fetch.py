@@ -21,6 +21,7 @@ from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
 FetchPath = _kvcomm.FetchPath
+FetchTransport = _kvcomm.FetchTransport
 FetchState = _kvcomm.FetchState
 FetchPlanInfo = _kvcomm.FetchPlanInfo
 
@@ -192,7 +193,8 @@ class Fetcher(DeviceErrors):
     def __init__(self, buffer: SymmetricBuffer, layout: Any, *, version: int = 0, lanes: int = 1,
                  barrier_timeout_ms: int = -1) -> None:
         """Collective over the buffer's group. layout: a list of KvRegion (or 4-tuples); version: the engine's own
-        version of it (part of the hash); lanes / barrier_timeout_ms: the collective form's barrier."""
+        version of it (part of the hash); barrier_timeout_ms: the collective form's barrier. lanes: unused (checked,
+        then ignored: fetch_all's barriers run on one lane), kept so existing callers keep working."""
         if not isinstance(buffer, SymmetricBuffer):
             raise invalid("Fetcher", -1, f"expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
         self._buffer = buffer
@@ -209,7 +211,7 @@ class Fetcher(DeviceErrors):
         except InvalidArgumentError as e:
             bad, regions, ver, lanes, barrier_timeout_ms = e, [], 0, 1, -1
         try:
-            self._native = _kvcomm.Fetcher.create(buffer._native, regions, ver, lanes, barrier_timeout_ms)
+            self._native = _kvcomm.Fetcher.create(buffer._native, regions, ver, barrier_timeout_ms)
         except Error:
             if bad is not None:
                 raise bad from None
@@ -394,6 +396,10 @@ class Fetcher(DeviceErrors):
     def layout_version(self, rank: Optional[int] = None) -> int:
         """The version member `rank` registered with its layout."""
         return self._native.layout(self._member(rank, "Fetcher.layout_version"))[1]
+
+    def transport(self, rank: int) -> "_kvcomm.FetchTransport":
+        """What carries fetches from member `rank` to this rank (FetchTransport.Peer, Tcp, Rdma; None_: none)."""
+        return self._native.transport(self._member(rank, "Fetcher.transport"))
 
     def layout_hash(self, rank: Optional[int] = None) -> int:
         """Hash of member `rank`'s layout (default: this rank's), as FetchRequest.src_layout_hash expects it."""

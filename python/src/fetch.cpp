@@ -72,7 +72,13 @@ void bindFetch(nb::module_& m) {
       .value("Auto", FetchPath::Auto)
       .value("Kernel", FetchPath::Kernel)
       .value("CopyEngine", FetchPath::CopyEngine)
-      .value("Host", FetchPath::Host);
+      .value("Host", FetchPath::Host)
+      .value("Network", FetchPath::Network);
+  nb::enum_<FetchTransportKind>(m, "FetchTransport", "What carries a fetch's bytes from a source to this rank.")
+      .value("None_", FetchTransportKind::None)
+      .value("Peer", FetchTransportKind::Peer)
+      .value("Tcp", FetchTransportKind::Tcp)
+      .value("Rdma", FetchTransportKind::Rdma);
   nb::enum_<FetchState>(m, "FetchState", "State of a polled fetch.")
       .value("InProgress", FetchState::InProgress)
       .value("Done", FetchState::Done)
@@ -96,7 +102,8 @@ void bindFetch(nb::module_& m) {
       .def_ro("rdma_runs", &FetchPlanInfo::rdmaRuns, "Runs RDMA READs move (sources reached over RDMA).")
       .def_ro("bytes", &FetchPlanInfo::bytes, "Bytes to copy.")
       .def_ro("path", &FetchPlanInfo::path,
-              "The one path the same-host runs use, or Auto when they use both kernel and copy engines.")
+              "The one path the same-host runs use, Auto when they use both kernel and copy engines, Network when "
+              "every run goes over TCP or RDMA.")
       .def_ro("plan_micros", &FetchPlanInfo::planMicros, "Host time spent validating and coalescing.")
       .def("__repr__", [](const FetchPlanInfo& i) { return "kvcomm.FetchPlanInfo(" + i.toString() + ")"; });
 
@@ -131,15 +138,14 @@ void bindFetch(nb::module_& m) {
   nb::class_<Fetcher>(m, "Fetcher", "Fetches of KV blocks between the members of a buffer's group (kvcomm::Fetcher).")
       .def_static(
           "create",
-          [](SymmetricBuffer& buffer, const std::vector<RawRegion>& regions, uint64_t version, int lanes,
+          [](SymmetricBuffer& buffer, const std::vector<RawRegion>& regions, uint64_t version,
              int64_t barrierTimeoutMs) {
             FetcherOptions o;
-            o.lanes = lanes;
             o.barrierTimeoutMs = barrierTimeoutMs;
             return Fetcher::create(buffer, toLayout(regions, version), o);
           },
-          nb::arg("buffer"), nb::arg("regions"), nb::arg("version") = 0, nb::arg("lanes") = 1,
-          nb::arg("barrier_timeout_ms") = -1, nb::call_guard<nb::gil_scoped_release>(),
+          nb::arg("buffer"), nb::arg("regions"), nb::arg("version") = 0, nb::arg("barrier_timeout_ms") = -1,
+          nb::call_guard<nb::gil_scoped_release>(),
           "Collective: registers this rank's layout and learns every member's.")
       .def(
           "plan",
@@ -197,6 +203,7 @@ void bindFetch(nb::module_& m) {
           "Member `rank`'s registered layout: ([(offset, block_bytes, block_stride, num_blocks)], "
           "version).")
       .def("layout_hash", &Fetcher::layoutHash, nb::arg("rank"))
+      .def("transport", &Fetcher::transport, nb::arg("rank"))
       .def_prop_ro("generation", &Fetcher::generation, "The buffer generation the layouts were validated at.")
       .def(
           "device_handle",

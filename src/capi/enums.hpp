@@ -112,7 +112,18 @@ struct CEnum<kvcommFetchPath_t> {
       {kvcommFetchPathAuto, "kvcommFetchPathAuto", FetchPath::Auto},
       {kvcommFetchPathKernel, "kvcommFetchPathKernel", FetchPath::Kernel},
       {kvcommFetchPathCopyEngine, "kvcommFetchPathCopyEngine", FetchPath::CopyEngine},
-      {kvcommFetchPathHost, "kvcommFetchPathHost", FetchPath::Host}};
+      {kvcommFetchPathHost, "kvcommFetchPathHost", FetchPath::Host},
+      {kvcommFetchPathNetwork, "kvcommFetchPathNetwork", FetchPath::Network}};
+};
+
+template <>
+struct CEnum<kvcommFetchTransport_t> {
+  static constexpr const char* name = "kvcommFetchTransport_t";
+  static constexpr EnumEntry<kvcommFetchTransport_t, FetchTransportKind> entries[] = {
+      {kvcommFetchTransportNone, "kvcommFetchTransportNone", FetchTransportKind::None},
+      {kvcommFetchTransportPeer, "kvcommFetchTransportPeer", FetchTransportKind::Peer},
+      {kvcommFetchTransportTcp, "kvcommFetchTransportTcp", FetchTransportKind::Tcp},
+      {kvcommFetchTransportRdma, "kvcommFetchTransportRdma", FetchTransportKind::Rdma}};
 };
 
 template <>
@@ -152,7 +163,8 @@ static_assert(wellFormed<kvcommSlotType_t>() && kEnumSize<kvcommSlotType_t> == 2
 static_assert(wellFormed<kvcommPublishMode_t>() && kEnumSize<kvcommPublishMode_t> == 2, "kvcommPublishMode_t");
 static_assert(wellFormed<kvcommDeviceErrorKind_t>() && kEnumSize<kvcommDeviceErrorKind_t> == 6,
               "kvcommDeviceErrorKind_t");
-static_assert(wellFormed<kvcommFetchPath_t>() && kEnumSize<kvcommFetchPath_t> == 4, "kvcommFetchPath_t");
+static_assert(wellFormed<kvcommFetchPath_t>() && kEnumSize<kvcommFetchPath_t> == 5, "kvcommFetchPath_t");
+static_assert(wellFormed<kvcommFetchTransport_t>() && kEnumSize<kvcommFetchTransport_t> == 4, "kvcommFetchTransport_t");
 static_assert(wellFormed<kvcommFetchState_t>() && kEnumSize<kvcommFetchState_t> == 3, "kvcommFetchState_t");
 static_assert(wellFormed<kvcommArenaOwnerLoss_t>() && kEnumSize<kvcommArenaOwnerLoss_t> == 2, "kvcommArenaOwnerLoss_t");
 static_assert(sizeof(kvcommAxis_t) == sizeof(unsigned int), "C enums keep the size of their C compatible type");

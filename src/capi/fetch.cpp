@@ -27,6 +27,8 @@ kvcomm::FetchOptions optionsOf(const kvcommFetchOptions* o, const char* call) {
   kvcomm::FetchOptions out;
   if (o) {
     out.path = kvcomm::capi::fromC(o->path, call, "options->path");
+    KVCOMM_CHECK_ARG(out.path != kvcomm::FetchPath::Network, call, "options->path ", static_cast<unsigned>(o->path),
+                     " (kvcommFetchPathNetwork) is reported by plans, not a path to demand");
     out.copyEngineMinRunBytes = o->copyEngineMinRunBytes;
     out.maxBytesPerSecond = o->maxBytesPerSecond;
   }
@@ -79,6 +81,8 @@ void toC(const kvcomm::FetchPlanInfo& i, kvcommFetchPlanInfo* out) {
   c.bytes = i.bytes;
   c.path = kvcomm::capi::toC<kvcommFetchPath_t>(i.path);
   c.planMicros = i.planMicros;
+  c.tcpRuns = i.tcpRuns;
+  c.rdmaRuns = i.rdmaRuns;
   *out = c;
 }
 
@@ -103,7 +107,7 @@ kvcommResult_t kvcommFetcherOptionsInit(kvcommFetcherOptions* options) {
   return guard("kvcommFetcherOptionsInit", [&] {
     requireNonNull(options, "kvcommFetcherOptionsInit", "options");
     kvcomm::FetcherOptions d;
-    options->lanes = d.lanes;
+    options->lanes = 1;
     options->barrierTimeoutMs = d.barrierTimeoutMs;
   });
 }
@@ -145,7 +149,9 @@ kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* 
       KVCOMM_CHECK_ARG(regions != nullptr, call, "regions is NULL (numRegions ", numRegions, ")");
       l = layoutOf(regions, numRegions, version, call);
       if (options) {
-        o.lanes = options->lanes;
+        // lanes: unused since the collective form's barriers run on one lane; still refused outside its range.
+        KVCOMM_CHECK_ARG(options->lanes >= 1 && options->lanes <= lim::kMaxBarrierLanes, call, "options->lanes ",
+                         options->lanes, " is outside 1..KVCOMM_MAX_BARRIER_LANES (", lim::kMaxBarrierLanes, ")");
         o.barrierTimeoutMs = options->barrierTimeoutMs;
       }
     });
@@ -286,22 +292,33 @@ kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest*
   const char* call = "kvcommFetchAll";
   return guard(call, [&] {
     auto& f = get(fetcher, call);
-    // Malformed arguments still take part in the collective (fetchAll runs its barriers and then throws), so that
-    // no member is left waiting: an empty request list stands in, and the argument error is raised afterwards.
+    // Malformed arguments still take part in the collective (fetchAll's own join-then-throw): an empty request list
+    // stands in, and the argument error is raised after the barriers.
     std::vector<kvcomm::FetchRequest> r;
     kvcomm::FetchOptions o;
-    kvcomm::detail::Outcome bad;
-    try {
-      r = requestsOf(requests, numRequests, call);
-      o = optionsOf(options, call);
-    } catch (...) {
-      bad = kvcomm::detail::Outcome::fromCurrentException();
-      r.clear();
-      o = kvcomm::FetchOptions{};
-    }
-    kvcomm::FetchPlanInfo i = f.fetchAll(r, stream, o);
-    bad.rethrow();
+    kvcomm::FetchPlanInfo i;
+    kvcomm::detail::joinThenThrow(
+        [&] {
+          r = requestsOf(requests, numRequests, call);
+          o = optionsOf(options, call);
+        },
+        [&](bool ok) {
+          if (!ok) {
+            r.clear();
+            o = kvcomm::FetchOptions{};
+          }
+          i = f.fetchAll(r, stream, o);
+        });
     if (info) toC(i, info);
+  });
+}
+
+kvcommResult_t kvcommFetcherTransport(kvcommFetcher_t fetcher, int rank, kvcommFetchTransport_t* transport) {
+  const char* call = "kvcommFetcherTransport";
+  return guard(call, [&] {
+    auto& f = get(fetcher, call);
+    requireNonNull(transport, call, "transport");
+    *transport = kvcomm::capi::toC<kvcommFetchTransport_t>(f.transport(rank));
   });
 }
 

@@ -100,4 +100,22 @@ std::vector<T> agreeOn(Communicator& comm, const T& mine, const char* call, cons
   return all;
 }
 
+// Join the collective, then throw (fetchAll and its C and Python front ends): this rank's own step may fail, but
+// the collective it is part of must still run on it, or the other members wait at its barriers.
+
+/// Runs `local` (this rank's own step: validate, convert, plan); then `collective(ok)` whatever `local` did, with
+/// ok == false when it threw (the collective then runs with nothing of this rank's to do); then rethrows what
+/// `local` threw. An exception of `collective` itself propagates at once.
+template <typename Local, typename Collective>
+void joinThenThrow(Local&& local, Collective&& collective) {
+  Outcome mine;
+  try {
+    std::forward<Local>(local)();
+  } catch (...) {
+    mine = Outcome::fromCurrentException();
+  }
+  std::forward<Collective>(collective)(mine.ok());
+  mine.rethrow();
+}
+
 }  // namespace kvcomm::detail

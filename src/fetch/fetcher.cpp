@@ -18,12 +18,11 @@
 #include "device/device_memory.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "fetch/layout_registry.hpp"
-#include "fetch/negotiation.hpp"
-#include "fetch/peer_transport.hpp"
 #include "fetch/planner.hpp"
-#include "fetch/tcp_server.hpp"
-#include "fetch/tcp_transport.hpp"
-#include "fetch/verbs_transport.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/peer/peer_transport.hpp"
+#include "fetch/transport/tcp/tcp_plugin.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/fetch.hpp"
@@ -45,6 +44,8 @@ const char* fetchPathName(FetchPath path) {
       return "copy";
     case FetchPath::Host:
       return "host";
+    case FetchPath::Network:
+      return "network";
   }
   return "?";
 }
@@ -117,24 +118,6 @@ FetchPath parsePathKnob() {
   return FetchPath::Auto;
 }
 
-// Runs whose source a network transport reaches are counted as its runs, not as a same-host path's.
-void attributeRuns(detail::PlanOutput& plan, const std::vector<detail::Route>& routes, size_t numRegions) {
-  FetchPlanInfo& info = plan.info;
-  for (const detail::BlockRun& r : plan.runs) {
-    detail::Route route = routes[static_cast<size_t>(r.rank)];
-    if (route != detail::Route::Tcp && route != detail::Route::Rdma) continue;
-    size_t& from = r.path == FetchPath::CopyEngine ? info.copyEngineRuns
-                   : r.path == FetchPath::Kernel   ? info.kernelRuns
-                                                   : info.hostRuns;
-    from -= numRegions;
-    (route == detail::Route::Tcp ? info.tcpRuns : info.rdmaRuns) += numRegions;
-  }
-  if (!info.tcpRuns && !info.rdmaRuns) return;
-  int used = (info.kernelRuns > 0) + (info.copyEngineRuns > 0) + (info.hostRuns > 0);
-  if (used == 1)
-    info.path = info.copyEngineRuns ? FetchPath::CopyEngine : info.kernelRuns ? FetchPath::Kernel : FetchPath::Host;
-}
-
 // A polled fetch over several transports: done when every part is; failed when any part failed (after every part
 // ended: nothing may still write when the failure is reported).
 class CompositeOp : public detail::TransportOp {
@@ -193,35 +176,34 @@ struct Fetcher::Impl {
   std::unique_ptr<detail::ErrorRecordMemory> errors;
   std::unique_ptr<detail::DeviceCopier> copier;  // CUDA buffers
   detail::PeerContext ctx;
-  std::unique_ptr<detail::FetchTransport> peer;
-  std::vector<detail::Route> routes;           // by rank
-  std::vector<detail::FetchTransport*> route;  // by rank: the transport that reaches it (nullptr: none)
+  // The registered transports (fetch/transport/registry.cpp), in registry order, and what members exchanged.
+  std::vector<std::shared_ptr<detail::FetchTransport>> transports;
+  std::vector<detail::RemoteDescriptor> descs;    // by rank
+  std::vector<detail::Route> routes;              // by rank
+  std::vector<detail::FetchTransport*> route;     // by rank: the transport that reaches it (nullptr: none)
+  std::vector<size_t FetchPlanInfo::*> counters;  // by rank: the transport's run counter (nullptr: by path)
   std::vector<uint8_t> reachable;
   std::vector<std::string> why;
-  // Network transports: what members exchanged, this rank's served memory and server, the requester sides.
   std::shared_ptr<SymmetricBuffer::Impl> symm;
   uint64_t unbackListener = 0;
-  std::vector<detail::RemoteDescriptor> descs;
-  std::shared_ptr<detail::ServedMemory> served;
-  std::unique_ptr<detail::TcpServer> server;
-  std::unique_ptr<detail::FetchTransport> tcp;
-  std::unique_ptr<detail::VerbsFabric> verbs;  // this rank's RDMA device, registrations and queue pairs
-  std::unique_ptr<detail::FetchTransport> rdma;
-  bool rdmaInGroup = false;    // some pair reads over RDMA: refresh() re-exchanges chunk keys
   Barrier barrier;             // fetchAll, when every member is reachable here
   std::mutex mu;               // one submission at a time (staging, copier, scratch)
   detail::PlanOutput scratch;  // plans of fetch()/fetchAll(), made and submitted at once: reused, never reallocated
 
   ~Impl() {
-    // Stop serving first (no request reads the memory afterwards), then the requester sides (they drain), then the
-    // same-host copies; the buffer itself goes last (the members above).
+    // Every transport stops serving first (no request reads the memory afterwards), then each drains in reverse
+    // registry order (the network requester sides, then the same-host copies); the buffer itself goes last (the
+    // members above).
     if (symm && unbackListener) detail::removeUnbackListener(*symm, unbackListener);
-    if (served) served->close();
-    server.reset();
-    rdma.reset();
-    verbs.reset();
-    tcp.reset();
-    if (copier) copier->drain();  // nothing in flight may outlive the tables and staging
+    for (auto& t : transports) t->stopServing();
+    for (auto it = transports.rbegin(); it != transports.rend(); ++it) (*it)->close();
+    if (copier) copier->drain();  // a fetcher whose create failed before the transports existed
+  }
+
+  detail::FetchTransport* transportOf(detail::Route r) const {
+    for (const auto& t : transports)
+      if (t->route() == r) return t.get();
+    return nullptr;
   }
 
   int rank() const { return comm.rank(); }
@@ -308,11 +290,11 @@ struct Fetcher::Impl {
     in.reachable = reachable;
     in.unreachableWhy = why;
     in.path = resolvePath(o);
+    in.counters = &counters;
     in.copyEngineMinRunBytes =
         o.copyEngineMinRunBytes ? o.copyEngineMinRunBytes : static_cast<uint64_t>(env::fetchCopyEngineMinBytes());
     detail::planFetch(requests, in, out);
     out.generation = generation;
-    attributeRuns(out, routes, table.numRegions);
   }
 
   // The plan's runs split by the transport that reaches their source.
@@ -337,8 +319,9 @@ struct Fetcher::Impl {
                        "into it); use fetchDevice() with ids in device memory");
     // Same-host copies first (asynchronous on CUDA), then the network transports (they return once received).
     auto parts = split(plan);
+    const detail::FetchTransport* local = transportOf(detail::Route::Peer);
     std::stable_sort(parts.begin(), parts.end(),
-                     [&](const auto& a, const auto& b) { return (a.first == peer.get()) > (b.first == peer.get()); });
+                     [&](const auto& a, const auto& b) { return (a.first == local) > (b.first == local); });
     for (auto& [t, runs] : parts) t->submit(plan, runs, stream);
   }
 
@@ -353,62 +336,40 @@ struct Fetcher::Impl {
 
 namespace {
 
-// Negotiation and the network transports (phases of fetch/negotiation.hpp), collective: every member takes part in
-// every step, whatever it needs itself.
+// The transports' lifecycle up to connect (phases of fetch/transport/negotiation.hpp), collective: every member
+// takes part in every step, and every transport is called on every member, whatever it needs itself.
 void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
   Communicator& comm = impl.comm;
   const int n = comm.size(), me = comm.rank();
   const char* call = "Fetcher::create";
-  env::FetchTransportKnob demand = env::FetchTransportKnob::Auto;
+  detail::TransportSetup setup;
   detail::RemoteDescriptor mine{};
-  int64_t timeoutMs = 0;
-  int connections = 0;
   detail::allSucceed(comm, "Fetcher::create (transports)", [&] {
-    demand = env::fetchTransport();
-    timeoutMs = env::fetchNetTimeoutMs();
-    connections = env::fetchTcpConnections();  // read here: a bad value fails every member, not this one alone
-    auto served = std::make_shared<detail::ServedMemory>();
-    served->base = static_cast<char*>(buffer.local());
-    served->kind = impl.kind;
-    served->device = detail::bufferDevice(*impl.symm);
-    detail::randomBytes(&served->regionId, sizeof(uint64_t));
-    served->groupId = comm.id();
-    const size_t R = impl.table.numRegions;
-    served->regions.assign(impl.table.views.begin() + static_cast<std::ptrdiff_t>(me * R),
-                           impl.table.views.begin() + static_cast<std::ptrdiff_t>((me + 1) * R));
-    served->minBlocks = impl.table.minBlocks[static_cast<size_t>(me)];
-    served->blockBytesSum = impl.table.blockBytesSum;
-    served->generation = impl.generation;
-    served->layoutHash = impl.table.hashes[static_cast<size_t>(me)];
-    served->backed = buffer.backedRanges();
-    impl.served = served;
-    // The listener exists from here (its address travels in the descriptor); it serves only if someone reads this
-    // rank over TCP.
-    detail::TcpServerOptions so;
-    so.netTimeoutMs = timeoutMs;
-    impl.server = std::make_unique<detail::TcpServer>(served, detail::pickLocalAddress(), so);
-    uint32_t caps = detail::kCapDirect | detail::kCapTcp;
-    std::string noRdma;
-    const GpuInfo& gpu = comm.topology().members[static_cast<size_t>(me)].gpu;
-    impl.verbs = detail::VerbsFabric::open(nullptr, impl.kind, served->device, gpu.pciBusId, buffer.handleType(),
-                                           timeoutMs, &noRdma);
-    if (impl.verbs) caps |= detail::kCapRdma;
-    if (demand == env::FetchTransportKnob::Rdma && !impl.verbs)
-      KVCOMM_THROW(Unsupported, call, "KVCOMM_FETCH_TRANSPORT=rdma, but this rank has no usable RDMA device: ", noRdma);
+    setup.demand = env::fetchTransport();
+    setup.netTimeoutMs = env::fetchNetTimeoutMs();
+    // read here: a bad value fails every member, not this one alone
+    setup.connectionsPerSource = env::fetchTcpConnections();
+    setup.comm = comm;
+    setup.buffer = &impl.buf;
+    setup.symm = impl.symm;
+    setup.kind = impl.kind;
+    setup.device = detail::bufferDevice(*impl.symm);
+    setup.rank = me;
+    setup.table = &impl.table;
+    setup.generation = impl.generation;
+    detail::randomBytes(&setup.regionId, sizeof(uint64_t));
+    setup.peer = &impl.ctx;
+    for (const detail::TransportEntry& e : detail::transportRegistry()) impl.transports.push_back(e.make(setup));
+    uint32_t caps = detail::kCapDirect;  // a fetcher serves one-sided reads of its registered memory
+    for (auto& t : impl.transports) caps |= t->open();
     mine.head = detail::makeHead(caps);
-    mine.demand = static_cast<uint32_t>(demand);
+    mine.demand = static_cast<uint32_t>(setup.demand);
     mine.memoryKind = static_cast<uint32_t>(impl.kind);
-    mine.regionId = served->regionId;
+    mine.regionId = setup.regionId;
     mine.generation = impl.generation;
     mine.capacity = buffer.capacity();
-    mine.layoutHash = served->layoutHash;
-    if (mine.head.caps & detail::kCapTcp) mine.tcp = impl.server->endpoint();
-    if (impl.verbs) {
-      std::snprintf(mine.rdmaDevice, sizeof(mine.rdmaDevice), "%s", impl.verbs->deviceName().c_str());
-      std::snprintf(mine.rdmaLinkLayer, sizeof(mine.rdmaLinkLayer), "%s", impl.verbs->linkLayer().c_str());
-    } else {
-      std::snprintf(mine.note, sizeof(mine.note), "no RDMA: %s", noRdma.c_str());
-    }
+    mine.layoutHash = impl.table.hashes[static_cast<size_t>(me)];
+    for (auto& t : impl.transports) t->describe(mine);
   });
   // Phase 1: heads (every version keeps their form); the same checks, so the same error, on every rank.
   std::vector<detail::DescriptorHead> heads(static_cast<size_t>(n));
@@ -423,75 +384,44 @@ void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
     std::string bad = detail::checkDescriptor(impl.descs[static_cast<size_t>(r)], heads[static_cast<size_t>(r)], r);
     KVCOMM_CHECK_ARG(bad.empty(), call, bad);
   }
-  // Phase 3: routes, and who reads whom over what.
+  // Phase 3: a transport per source, and who reads whom over what.
   detail::RouteInput in;
   in.me = me;
-  in.demand = demand;
+  in.demand = setup.demand;
   in.descs = impl.descs;
   for (int r = 0; r < n; ++r) in.mapped.push_back(buffer.isMapped(r) ? 1 : 0);
-  impl.routes = detail::chooseRoutes(in, &impl.why);
+  detail::Selection sel = detail::selectTransports(in, impl.transports);
+  impl.routes = sel.routes;
+  impl.why = sel.why;
   std::vector<detail::Route> matrix(static_cast<size_t>(n * n));
   std::copy(impl.routes.begin(), impl.routes.end(), matrix.begin() + static_cast<std::ptrdiff_t>(me * n));
   comm.allgather(matrix.data(), static_cast<size_t>(n) * sizeof(detail::Route));
-  bool serveTcp = false, rdmaInGroup = false;
-  for (int r = 0; r < n; ++r)
-    serveTcp = serveTcp || (r != me && matrix[static_cast<size_t>(r * n + me)] == detail::Route::Tcp);
-  for (detail::Route x : matrix) rdmaInGroup = rdmaInGroup || x == detail::Route::Rdma;
+  detail::ConnectPass pass;
+  pass.me = me;
+  pass.n = n;
+  pass.descs = &impl.descs;
+  pass.routes = &matrix;
   detail::allSucceed(comm, "Fetcher::create (fetch server)", [&] {
-    if (serveTcp)
-      impl.server->start();
-    else
-      impl.server.reset();  // nobody reads this rank over TCP: no thread, no open port
-  });
-  impl.rdmaInGroup = rdmaInGroup;
-  if (rdmaInGroup)
-    detail::VerbsFabric::connectAll(comm, impl.verbs.get(), static_cast<char*>(buffer.local()),
-                                    detail::localPieces(*impl.symm), matrix);
-  else
-    impl.verbs.reset();
-  detail::NetContext net;
-  net.local = static_cast<char*>(buffer.local());
-  net.kind = impl.kind;
-  net.device = impl.served->device;
-  net.rank = me;
-  net.groupId = comm.id();
-  net.table = &impl.table;
-  net.descs = impl.descs;
-  net.netTimeoutMs = timeoutMs;
-  net.connectionsPerSource = connections;
-  bool anyTcp = false, anyRdma = false;
-  for (detail::Route x : impl.routes) {
-    anyTcp = anyTcp || x == detail::Route::Tcp;
-    anyRdma = anyRdma || x == detail::Route::Rdma;
-  }
-  if (anyTcp) impl.tcp = detail::makeTcpTransport(net);
-  if (anyRdma) impl.rdma = detail::makeVerbsTransport(net, impl.verbs.get());
-  // This rank's memory stops being served before any of it is unmapped (release, close).
-  std::weak_ptr<detail::ServedMemory> served = impl.served;
-  detail::VerbsFabric* fabric = impl.verbs.get();
-  impl.unbackListener = detail::addUnbackListener(*impl.symm, [served, fabric](const std::vector<Range>& ranges) {
-    if (auto s = served.lock()) s->unback(ranges);
-    if (fabric) fabric->unback(ranges);
-  });
-  impl.route.assign(static_cast<size_t>(n), nullptr);
-  impl.reachable.assign(static_cast<size_t>(n), 0);
-  for (int r = 0; r < n; ++r) {
-    detail::FetchTransport* t = nullptr;
-    switch (impl.routes[static_cast<size_t>(r)]) {
-      case detail::Route::Peer:
-        t = impl.peer.get();
-        break;
-      case detail::Route::Tcp:
-        t = impl.tcp.get();
-        break;
-      case detail::Route::Rdma:
-        t = impl.rdma.get();
-        break;
-      case detail::Route::None:
-        break;
+    for (auto& t : impl.transports) {
+      bool read = false;
+      for (int r = 0; r < n; ++r) read = read || (r != me && pass.reads(r, me, t->route()));
+      t->serve(read);
     }
-    impl.route[static_cast<size_t>(r)] = t;
+  });
+  for (auto& t : impl.transports) t->connect(pass);
+  // This rank's memory stops being served before any of it is unmapped (release, close).
+  std::vector<std::weak_ptr<detail::FetchTransport>> ts(impl.transports.begin(), impl.transports.end());
+  impl.unbackListener = detail::addUnbackListener(*impl.symm, [ts](const std::vector<Range>& ranges) {
+    for (const auto& w : ts)
+      if (auto t = w.lock()) t->unback(ranges);
+  });
+  impl.route = sel.chosen;
+  impl.reachable.assign(static_cast<size_t>(n), 0);
+  impl.counters.assign(static_cast<size_t>(n), nullptr);
+  for (int r = 0; r < n; ++r) {
+    detail::FetchTransport* t = impl.route[static_cast<size_t>(r)];
     impl.reachable[static_cast<size_t>(r)] = t != nullptr;
+    if (t) impl.counters[static_cast<size_t>(r)] = t->runCounter();
   }
 }
 
@@ -544,11 +474,11 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   impl->ctx.copier = impl->copier.get();
   impl->ctx.health = &detail::healthOf(impl->comm);
   for (const MemberInfo& m : comm.topology().members) impl->ctx.pids.push_back(m.pid);
-  impl->peer = detail::makePeerTransport(impl->ctx);
   impl->symm = buffer.impl_;
   setupTransports(*impl, buffer);
   int everyone = 1;
-  for (int r = 0; r < n; ++r) everyone = everyone && impl->peer->unreachable(r).empty();
+  const detail::FetchTransport* local = impl->transportOf(detail::Route::Peer);
+  for (int r = 0; r < n; ++r) everyone = everyone && local && local->unreachable(r).empty();
   // The collective form needs a barrier every member can run: agree on whether every member reaches every other.
   std::vector<int32_t> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm.rank())] = everyone && n <= kMaxHandlePeers;
@@ -557,7 +487,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   for (int32_t a : all) barrierOk = barrierOk && a;
   if (barrierOk) {
     BarrierOptions bo;
-    bo.lanes = options.lanes;
+    bo.lanes = 1;  // fetchAll's two barriers, one after the other: one lane
     bo.timeoutMs = options.barrierTimeoutMs;
     bo.kind = impl->kind;
     impl->barrier = Barrier::create(comm, bo);
@@ -647,22 +577,21 @@ FetchPlanInfo Fetcher::fetchAll(const std::vector<FetchRequest>& requests, Strea
                      "a fetch with host-side block ids cannot be captured in a CUDA graph (the ids would be frozen "
                      "into it); use fetchDevice() with ids in device memory");
   // A bad request on this rank must not leave the others waiting at the barriers: run both, then throw.
-  detail::Outcome planned;
   std::lock_guard<std::mutex> lock(impl_->mu);
   detail::PlanOutput& plan = impl_->scratch;
-  try {
-    impl_->checkOpen(call);  // a closed buffer is this rank's refusal: the barriers still run
-    impl_->makePlan(requests, options, plan, call);
-  } catch (...) {
-    planned = detail::Outcome::fromCurrentException();
-  }
-  impl_->barrier.sync(stream, 0);  // every source's earlier writes are visible
-  if (planned.ok()) {
-    detail::BufferUse use(impl_->buf, call);
-    impl_->submitLocked(plan, stream);
-  }
-  impl_->barrier.sync(stream, 0);  // nobody overwrites a source block a peer still reads
-  planned.rethrow();
+  detail::joinThenThrow(
+      [&] {
+        impl_->checkOpen(call);  // a closed buffer is this rank's refusal: the barriers still run
+        impl_->makePlan(requests, options, plan, call);
+      },
+      [&](bool planned) {
+        impl_->barrier.sync(stream, 0);  // every source's earlier writes are visible
+        if (planned) {
+          detail::BufferUse use(impl_->buf, call);
+          impl_->submitLocked(plan, stream);
+        }
+        impl_->barrier.sync(stream, 0);  // nobody overwrites a source block a peer still reads
+      });
   return plan.info;
 }
 
@@ -784,14 +713,7 @@ void Fetcher::refresh() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->generation = b.generation();
-    if (impl_->served) {  // what this rank serves follows the buffer
-      std::unique_lock<std::shared_mutex> served(impl_->served->mu);
-      impl_->served->generation = impl_->generation;
-      impl_->served->backed = b.backedRanges();
-    }
-    if (impl_->rdmaInGroup)
-      detail::VerbsFabric::refreshAll(impl_->comm, impl_->verbs.get(), static_cast<char*>(b.local()),
-                                      detail::localPieces(*impl_->symm));
+    for (auto& t : impl_->transports) t->refresh(impl_->generation);  // collective where a transport needs it
   }
   // Nobody returns (and fetches at the new generation) before every member serves it: a member still between the
   // vote and its update would refuse the request as stale.
@@ -851,7 +773,8 @@ RemoteDescriptor FetcherInternals::descriptor(const Fetcher& f, int rank) {
 
 TcpServer::Stats FetcherInternals::serverStats(const Fetcher& f) {
   KVCOMM_CHECK_ARG(f.impl_, "FetcherInternals::serverStats", "empty fetcher");
-  return f.impl_->server ? f.impl_->server->stats() : TcpServer::Stats{};
+  const FetchTransport* tcp = f.impl_->transportOf(Route::Tcp);
+  return tcp ? tcpServerStats(*tcp) : TcpServer::Stats{};
 }
 
 }  // namespace detail

@@ -2,8 +2,8 @@
 // public API (a hostile client needs a server's region id; fault tests count served and refused requests).
 #pragma once
 
-#include "fetch/negotiation.hpp"
-#include "fetch/tcp_server.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/tcp/tcp_server.hpp"
 #include "kvcomm/fetch.hpp"
 
 namespace kvcomm::detail {

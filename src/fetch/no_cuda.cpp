@@ -1,7 +1,7 @@
 // The fetch layer's CUDA entry point in a build without CUDA: host buffers never reach it; say so if anything does.
 #include "common/check.hpp"
 #include "fetch/device_copy.hpp"
-#include "fetch/gpu_direct.hpp"
+#include "fetch/transport/rdma/gpu_direct.hpp"
 
 namespace kvcomm::detail {
 

@@ -144,18 +144,22 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
   info.pairsIn = total;
   info.bytes = kept * t.blockBytesSum;
   for (const BlockRun& r : out.runs) {
-    size_t perRegion = t.numRegions;
-    if (r.path == FetchPath::CopyEngine) info.copyEngineRuns += perRegion;
-    if (r.path == FetchPath::Kernel) info.kernelRuns += perRegion;
-    if (r.path == FetchPath::Host) info.hostRuns += perRegion;
+    size_t FetchPlanInfo::*counter = in.counters ? (*in.counters)[static_cast<size_t>(r.rank)] : nullptr;
+    if (!counter)
+      counter = r.path == FetchPath::CopyEngine ? &FetchPlanInfo::copyEngineRuns
+                : r.path == FetchPath::Kernel   ? &FetchPlanInfo::kernelRuns
+                                                : &FetchPlanInfo::hostRuns;
+    info.*counter += t.numRegions;
   }
   info.runsOut = out.runs.size() * t.numRegions;
+  // The path of the same-host runs; Network when every run goes over a network transport.
   int used = (info.kernelRuns > 0) + (info.copyEngineRuns > 0) + (info.hostRuns > 0);
-  info.path = used > 1              ? FetchPath::Auto
-              : info.copyEngineRuns ? FetchPath::CopyEngine
-              : info.kernelRuns     ? FetchPath::Kernel
-              : info.hostRuns       ? FetchPath::Host
-                                    : (in.path == FetchPath::Auto ? FetchPath::Kernel : in.path);
+  info.path = used > 1                        ? FetchPath::Auto
+              : info.copyEngineRuns           ? FetchPath::CopyEngine
+              : info.kernelRuns               ? FetchPath::Kernel
+              : info.hostRuns                 ? FetchPath::Host
+              : info.tcpRuns || info.rdmaRuns ? FetchPath::Network
+                                              : (in.path == FetchPath::Auto ? FetchPath::Kernel : in.path);
   info.planMicros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 

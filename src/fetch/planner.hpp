@@ -44,6 +44,9 @@ struct PlanInput {
   uint64_t copyEngineMinRunBytes = 4ull << 20;
   /// Auto: a batch of at most this many copies (runs x regions) goes to the copy engines (lower latency).
   size_t copyEngineMaxDescriptors = 4;
+  /// By rank (null, or a null entry: counted by path): the FetchPlanInfo field that counts runs from that source,
+  /// as the transport that moves them reports it (FetchTransport::runCounter: tcpRuns, rdmaRuns).
+  const std::vector<size_t FetchPlanInfo::*>* counters = nullptr;
 };
 
 struct PlanOutput {

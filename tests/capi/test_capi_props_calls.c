@@ -1307,12 +1307,12 @@ static void propsFetchOptionsInit(Ctx* c) {
 
 static void propsFetchPathName(Ctx* c) {
   unsigned vals[24];
-  size_t n = enumValues(4, vals);
-  const char* names[4] = {"auto", "kernel", "copy", "host"};
+  size_t n = enumValues(5, vals);
+  const char* names[5] = {"auto", "kernel", "copy", "host", "network"};
   for (size_t i = 0; i < n; ++i) {
     counted(c);
     const char* name = kvcommFetchPathName((kvcommFetchPath_t)vals[i]);
-    EXPECT(name != NULL && strcmp(name, i < 4 ? names[i] : "unknown") == 0);
+    EXPECT(name != NULL && strcmp(name, i < 5 ? names[i] : "unknown") == 0);
   }
 }
 
@@ -1779,6 +1779,19 @@ static void propsFetcherLayoutHash(Ctx* c) {
   }
   REFUSED("hash is NULL", kvcommFetcherLayoutHash(c->h.fetcher, 0, NULL));
 }
+static kvcommResult_t callFetcherTransport(Ctx* c, const Handles* h) {
+  return kvcommFetcherTransport(h->fetcher, 0, SCRATCH(kvcommFetchTransport_t*));
+}
+static void propsFetcherTransport(Ctx* c) {
+  FOR_VALUES(x) {
+    int r = asInt(x);
+    kvcommFetchTransport_t t = kvcommFetchTransportNone;
+    OUTCOME(r >= 0 && r < c->size, "rank",
+            kvcommFetcherTransport(c->h.fetcher, r, r >= 0 && r < c->size ? &t : SCRATCH(kvcommFetchTransport_t*)));
+    if (r >= 0 && r < c->size) EXPECT(t == kvcommFetchTransportPeer); /* one host: every member is mapped */
+  }
+  REFUSED("transport is NULL", kvcommFetcherTransport(c->h.fetcher, 0, NULL));
+}
 static kvcommResult_t callFetcherGeneration(Ctx* c, const Handles* h) {
   return kvcommFetcherGeneration(h->fetcher, SCRATCH(uint64_t*));
 }
@@ -1949,6 +1962,7 @@ const Entry g_entries[] = {
     ENTRY(FetcherLayout, kHFetcher, 0),
     ENTRY(FetcherLayoutHash, kHFetcher, 0),
     ENTRY(FetcherGeneration, kHFetcher, 0),
+    ENTRY(FetcherTransport, kHFetcher, 0),
     ENTRY(FetcherDeviceHandle, kHFetcher, 0),
     ENTRY(FetcherPollError, kHFetcher, 0),
     ENTRY(FetcherCheckErrors, kHFetcher, 0),

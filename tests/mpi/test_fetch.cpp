@@ -471,6 +471,9 @@ TEST_P(Fetch, OverTcpMatchesPerBlockOracle) {
       EXPECT_EQ(info.tcpRuns > 0, remote > 0) << info.toString();
       EXPECT_EQ(info.rdmaRuns, 0u);
       EXPECT_EQ(info.runsOut, info.kernelRuns + info.copyEngineRuns + info.hostRuns + info.tcpRuns);
+      if (info.kernelRuns + info.copyEngineRuns + info.hostRuns == 0 && info.tcpRuns > 0) {
+        EXPECT_EQ(info.path, kvcomm::FetchPath::Network) << info.toString();  // not a same-host path
+      }
       kvcomm::FetchPlan plan = f.plan(b.requests());
       f.submit(plan);
       kvcomm::FetchOperation op = f.start(b.requests());  // the same bytes again, polled

@@ -12,7 +12,7 @@
 
 #include "fetch/layout_registry.hpp"
 #include "fetch/planner.hpp"
-#include "fetch/verbs_transport.hpp"
+#include "fetch/transport/rdma/verbs_transport.hpp"
 #include "kvcomm/error.hpp"
 #include "platform/ibverbs.hpp"
 

@@ -1,5 +1,6 @@
 // A hostile client of a fetch server (tests of its robustness, in one process and across network namespaces): it
-// speaks, abuses or breaks the wire protocol of src/fetch/wire.hpp and checks that the server answers as it must.
+// speaks, abuses or breaks the wire protocol of src/fetch/transport/net/wire.hpp and checks that the server answers as
+// it must.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 #include "common/fd.hpp"
 #include "common/socket.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/wire.hpp"
 
 namespace kvtest {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "fetch/segments.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/segments.hpp"
+#include "fetch/transport/net/wire.hpp"
 
 #define KVCOMM_FUZZ_CHECK(cond)                                                                     \
   do {                                                                                              \

@@ -15,6 +15,7 @@
 namespace {
 
 using kvcomm::FetchPath;
+using kvcomm::FetchPlanInfo;
 using kvcomm::FetchRequest;
 using kvcomm::detail::LayoutTable;
 using kvcomm::detail::planFetch;
@@ -154,6 +155,26 @@ TEST(FetchPlanner, RunsNeverCrossRequestsOrSources) {
   EXPECT_EQ(out.runs[0].blocks, 3);
   EXPECT_EQ(out.runs[1].rank, 2);
   EXPECT_EQ(out.runs[1].blocks, 2);
+}
+
+// Runs from a source a network transport reaches count as that transport's (its runCounter), not as a path's; a
+// plan whose every run goes over the network reports path Network.
+TEST(FetchPlanner, NetworkRunsCountAsTheTransportsAndSetPathNetwork) {
+  LayoutTable t = table(3, 2, 100);
+  Ids a{{0, 1, 2}, {10, 11, 12}}, b{{3, 4}, {13, 14}}, local{{5}, {20}};
+  PlanInput in = input(t);
+  std::vector<size_t FetchPlanInfo::*> counters = {nullptr, &FetchPlanInfo::tcpRuns, &FetchPlanInfo::rdmaRuns};
+  in.counters = &counters;
+  auto out = planFetch({a.req(1), b.req(2)}, in);
+  EXPECT_EQ(out.info.tcpRuns, 2u);  // one run x two regions
+  EXPECT_EQ(out.info.rdmaRuns, 2u);
+  EXPECT_EQ(out.info.kernelRuns + out.info.copyEngineRuns + out.info.hostRuns, 0u);
+  EXPECT_EQ(out.info.path, FetchPath::Network);
+  out = planFetch({a.req(1), local.req(0)}, in);  // the same-host runs say the path
+  EXPECT_EQ(out.info.tcpRuns, 2u);
+  EXPECT_EQ(out.info.kernelRuns, 2u);
+  EXPECT_EQ(out.info.path, FetchPath::Kernel);
+  EXPECT_EQ(out.info.runsOut, out.info.kernelRuns + out.info.tcpRuns);
 }
 
 TEST(FetchPlanner, ValidationNamesTheRequestPairAndId) {

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "common/socket.hpp"
-#include "fetch/negotiation.hpp"
-#include "fetch/tcp_server.hpp"
-#include "fetch/tcp_transport.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/net/wire.hpp"
+#include "fetch/transport/tcp/tcp_server.hpp"
+#include "fetch/transport/tcp/tcp_transport.hpp"
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "fetch/negotiation.hpp"
-#include "fetch/segments.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/net/segments.hpp"
+#include "fetch/transport/net/wire.hpp"
 #include "kvcomm/error.hpp"
 #include "platform/ibverbs.hpp"
 #include "support/fetch_wire_fuzz.hpp"

@@ -19,7 +19,7 @@
 
 #include "common/env.hpp"
 #include "common/socket.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/wire.hpp"
 
 namespace kvcomm::detail {
 

@@ -1,5 +1,5 @@
 // Fetch over TCP from members on other hosts (or any member, when KVCOMM_FETCH_TRANSPORT=tcp): the requester side
-// of the protocol in fetch/wire.hpp; the serving side is fetch/tcp_server.hpp.
+// of the protocol in fetch/transport/net/wire.hpp; the serving side is fetch/transport/tcp/tcp_server.hpp.
 //
 // A fetch's runs from one source are split into requests (at most kMaxRunsPerRequest runs and about 8 MiB each,
 // smaller when paced) that up to KVCOMM_FETCH_TCP_CONNECTIONS connections to that source carry in parallel. Replies
@@ -14,24 +14,11 @@
 #include <vector>
 
 #include "fetch/device_copy.hpp"
-#include "fetch/negotiation.hpp"
-#include "fetch/transport.hpp"
+#include "fetch/transport/net/net_context.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {
-
-/// What the network transports read: the destination (this rank's buffer and layout) and every member's descriptor.
-struct NetContext {
-  char* local = nullptr;  // this rank's base
-  MemoryKind kind = MemoryKind::Host;
-  int device = -1;
-  int rank = 0;
-  uint64_t groupId = 0;
-  const LayoutTable* table = nullptr;
-  std::vector<RemoteDescriptor> descs;  // by rank
-  int64_t netTimeoutMs = 3000;
-  int connectionsPerSource = 4;
-};
 
 std::unique_ptr<FetchTransport> makeTcpTransport(NetContext context);
 

@@ -1,4 +1,4 @@
-#include "fetch/tcp_transport.hpp"
+#include "fetch/transport/tcp/tcp_transport.hpp"
 
 #include <sys/uio.h>
 
@@ -13,9 +13,9 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
-#include "fetch/net_io.hpp"
-#include "fetch/run_slices.hpp"
-#include "fetch/segments.hpp"
+#include "fetch/transport/net/net_io.hpp"
+#include "fetch/transport/net/run_slices.hpp"
+#include "fetch/transport/net/segments.hpp"
 
 namespace kvcomm::detail {
 
@@ -92,6 +92,8 @@ class TcpTransport : public FetchTransport {
     for (size_t r = 0; r < ctx_.descs.size(); ++r) pools_.push_back(std::make_unique<Pool>());
   }
   const char* name() const override { return "tcp"; }
+  Route route() const override { return Route::Tcp; }
+  size_t FetchPlanInfo::*runCounter() const override { return &FetchPlanInfo::tcpRuns; }
 
   std::string unreachable(int rank) const override {
     const RemoteDescriptor& d = ctx_.descs[static_cast<size_t>(rank)];

@@ -1,4 +1,4 @@
-#include "fetch/tcp_server.hpp"
+#include "fetch/transport/tcp/tcp_server.hpp"
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -13,8 +13,8 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "fetch/device_copy.hpp"
-#include "fetch/negotiation.hpp"
-#include "fetch/net_io.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/net/net_io.hpp"
 
 namespace kvcomm::detail {
 

@@ -1,4 +1,4 @@
-#include "fetch/gpu_direct.hpp"
+#include "fetch/transport/rdma/gpu_direct.hpp"
 
 #include <cuda.h>
 #include <cuda_runtime.h>

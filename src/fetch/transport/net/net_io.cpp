@@ -1,4 +1,4 @@
-#include "fetch/net_io.hpp"
+#include "fetch/transport/net/net_io.hpp"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -1,4 +1,4 @@
-#include "fetch/verbs_transport.hpp"
+#include "fetch/transport/rdma/verbs_transport.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,9 +12,9 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
-#include "fetch/gpu_direct.hpp"
-#include "fetch/run_slices.hpp"
-#include "fetch/segments.hpp"
+#include "fetch/transport/net/run_slices.hpp"
+#include "fetch/transport/net/segments.hpp"
+#include "fetch/transport/rdma/gpu_direct.hpp"
 #include "platform/ibverbs.hpp"
 
 namespace kvcomm::detail {
@@ -744,6 +744,8 @@ class VerbsTransport : public FetchTransport {
  public:
   VerbsTransport(NetContext c, VerbsFabric* fabric) : ctx_(std::move(c)), fabric_(fabric) {}
   const char* name() const override { return "rdma"; }
+  Route route() const override { return Route::Rdma; }
+  size_t FetchPlanInfo::*runCounter() const override { return &FetchPlanInfo::rdmaRuns; }
   std::string unreachable(int rank) const override { return fabric_->unreachable(rank); }
 
   // The READs of `runs`, sliced; "" or why they cannot be built.

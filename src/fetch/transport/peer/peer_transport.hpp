@@ -1,12 +1,12 @@
 // Same-host fetch over the peer mappings a SymmetricBuffer already holds: the gather kernel or the copy engines on
-// CUDA buffers, CPU copies on host buffers.
+// CUDA buffers, CPU copies on host buffers. Owns nothing but the copies in flight: close() drains them.
 #pragma once
 
 #include <memory>
 
 #include "comm/health.hpp"
 #include "fetch/device_copy.hpp"
-#include "fetch/transport.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {
@@ -23,6 +23,8 @@ struct PeerContext {
 };
 
 std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context);
+/// The registry's entry: the peer transport over the fetcher's same-host context (setup.peer).
+std::unique_ptr<FetchTransport> makePeerPlugin(const TransportSetup& setup);
 
 /// The copies of run `run` region by region: one contiguous copy where both sides' blocks are back to back, else
 /// one 2-D copy (blocks rows of blockBytes at the two strides).

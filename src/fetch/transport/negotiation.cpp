@@ -1,4 +1,4 @@
-#include "fetch/negotiation.hpp"
+#include "fetch/transport/negotiation.hpp"
 
 #include <algorithm>
 #include <cstring>

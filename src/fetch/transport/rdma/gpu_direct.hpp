@@ -1,6 +1,7 @@
 // GPUDirect RDMA pieces of the verbs transport on CUDA buffers: dma-buf export of committed VMM chunks (one MR each),
 // whether a NIC's writes must be flushed before the GPU's kernels read them, and the flush. Compiled with CUDA
-// (fetch/gpu_direct.cpp); without CUDA (fetch/no_cuda.cpp) they refuse, and CUDA buffers never reach them.
+// (fetch/transport/rdma/gpu_direct.cpp); without CUDA (fetch/no_cuda.cpp) they refuse, and CUDA buffers never reach
+// them.
 #pragma once
 
 #include <cstddef>

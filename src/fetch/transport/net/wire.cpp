@@ -1,4 +1,4 @@
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/wire.hpp"
 
 #include <algorithm>
 #include <cstdio>

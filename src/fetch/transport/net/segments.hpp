@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/wire.hpp"
 
 namespace kvcomm::detail {
 

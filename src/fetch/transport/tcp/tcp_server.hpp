@@ -1,5 +1,6 @@
 // The TCP server of one registration: serves reads of this rank's registered memory to members on other hosts
-// (the wire protocol is in fetch/wire.hpp). It runs on threads of its own, never on the communicator's mesh.
+// (the wire protocol is in fetch/transport/net/wire.hpp). It runs on threads of its own, never on the communicator's
+// mesh.
 //
 // Threads: one acceptor (polls the listener and a wake-up pipe) and one handler per connection, at most
 // maxConnections at a time; beyond the cap a connection gets a Busy refusal and is closed.
@@ -25,7 +26,7 @@
 
 #include "common/fd.hpp"
 #include "common/socket.hpp"
-#include "fetch/wire.hpp"
+#include "fetch/transport/net/wire.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {

@@ -1,4 +1,4 @@
-#include "fetch/peer_transport.hpp"
+#include "fetch/transport/peer/peer_transport.hpp"
 
 #include <signal.h>
 
@@ -256,6 +256,11 @@ class PeerTransport : public FetchTransport {
  public:
   explicit PeerTransport(PeerContext c) : ctx_(std::move(c)) {}
   const char* name() const override { return "peer"; }
+  Route route() const override { return Route::Peer; }
+  // Same-host copies in flight drain last: nothing may outlive the fetcher's tables and staging.
+  void close() override {
+    if (ctx_.copier) ctx_.copier->drain();
+  }
 
   std::string unreachable(int rank) const override {
     if (ctx_.buffer->isMapped(rank)) return "";
@@ -327,6 +332,10 @@ class PeerTransport : public FetchTransport {
 
 std::unique_ptr<FetchTransport> makePeerTransport(PeerContext context) {
   return std::make_unique<PeerTransport>(std::move(context));
+}
+
+std::unique_ptr<FetchTransport> makePeerPlugin(const TransportSetup& setup) {
+  return makePeerTransport(*setup.peer);
 }
 
 }  // namespace kvcomm::detail

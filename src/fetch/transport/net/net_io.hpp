@@ -12,7 +12,7 @@
 
 #include "common/fd.hpp"
 #include "common/socket.hpp"
-#include "fetch/segments.hpp"
+#include "fetch/transport/net/segments.hpp"
 
 namespace kvcomm::detail {
 

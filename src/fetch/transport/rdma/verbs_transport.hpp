@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "fetch/negotiation.hpp"
-#include "fetch/tcp_transport.hpp"
-#include "fetch/transport.hpp"
+#include "fetch/transport/negotiation.hpp"
+#include "fetch/transport/net/net_context.hpp"
+#include "fetch/transport/transport.hpp"
 #include "kvcomm/comm.hpp"
 #include "symm/buffer_internals.hpp"
 
