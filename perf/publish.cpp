@@ -389,7 +389,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
         auto alone = timeBoth([&](CUstream_st* st) { kvbench::launchSpin(w, st); }, reps);
         row(("publish + signal, " + us + " us of work, wait").c_str(), split, false, false);
         row(("publish then signal, " + us + " us of work, wait").c_str(), fusedSplit, false, false);
-        row(("publish then signal on a side stream beside " + us + " us of work, wait").c_str(), overlapped, false, false);
+        row(("publish then signal on a side stream beside " + us + " us of work, wait").c_str(), overlapped, false,
+            false);
         row(("publish (no barrier), then " + us + " us of work").c_str(), unsynced, false, false);
         row(("publish then barrier, then " + us + " us of work").c_str(), fusedThen, false, false);
         row((us + " us of work alone").c_str(), alone, false, false);

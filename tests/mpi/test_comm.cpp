@@ -95,7 +95,7 @@ TEST(ParallelGroups, GroupsMatchMpiSplitOracle) {
   } catch (const kvcomm::InvalidArgumentError& e) {
     std::string want = "kvcomm [rank " + std::to_string(world.rank()) +
                        "] ParallelGroups::create: the communicator has " + std::to_string(n) +
-                       " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (layout.cpp:";
+                       " ranks but tp*pcp*pp*dp = 3*1*1*1 = 3 (parallel_groups.cpp:";
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
 }
