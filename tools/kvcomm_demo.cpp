@@ -19,9 +19,9 @@
 #include "kvcomm/kvcomm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
 #include "kvcomm/publish.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
-#include "support/publish_oracle.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
+#include "verify/publish_oracle.hpp"
 
 int main(int argc, char** argv) {
   kvcli::Args args("kvcomm-demo", "mpirun -np N kvcomm-demo [--tokens T]   (N >= 2, e.g. mpirun -np 4)",

@@ -33,7 +33,8 @@ struct Range {
 
 namespace detail {
 class BufferUse;
-}
+struct BufferAccess;  // the layers above symm: a handle of their own, the buffer's internals (buffer_internals.hpp)
+}  // namespace detail
 
 /// Symmetric memory on a communicator (or a subgroup of it).
 ///
@@ -132,9 +133,8 @@ class KVCOMM_API SymmetricBuffer {
   struct Impl;
 
  private:
-  friend class Publisher;          // keeps its own handle on the buffer
-  friend class Fetcher;            // likewise
-  friend class detail::BufferUse;  // operations through the mappings (src/symm/buffer_use.hpp)
+  friend struct detail::BufferAccess;  // features keep their own handle (src/symm/buffer_internals.hpp)
+  friend class detail::BufferUse;      // operations through the mappings (src/symm/buffer_use.hpp)
   explicit SymmetricBuffer(std::shared_ptr<Impl> impl);
   SymmetricBuffer share() const { return SymmetricBuffer(impl_); }
   std::shared_ptr<Impl> impl_;

@@ -439,7 +439,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   Communicator comm = buffer.communicator();
   detail::RankScope scope(comm.rank());
   auto impl = std::make_shared<Impl>();
-  impl->buf = buffer.share();
+  impl->buf = detail::BufferAccess::share(buffer);
   impl->comm = comm;
   impl->kind = buffer.kind();
   impl->mine = layout;
@@ -474,7 +474,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   impl->ctx.copier = impl->copier.get();
   impl->ctx.health = &detail::healthOf(impl->comm);
   for (const MemberInfo& m : comm.topology().members) impl->ctx.pids.push_back(m.pid);
-  impl->symm = buffer.impl_;
+  impl->symm = detail::BufferAccess::impl(buffer);
   setupTransports(*impl, buffer);
   int everyone = 1;
   const detail::FetchTransport* local = impl->transportOf(detail::Route::Peer);

@@ -15,6 +15,7 @@
 #include "kvcomm/device/publish.hpp"
 #include "kvcomm/publish.hpp"
 #include "publish/fallback_transport.hpp"
+#include "symm/buffer_internals.hpp"
 #include "symm/buffer_use.hpp"
 
 namespace kvcomm {
@@ -282,7 +283,7 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   KVCOMM_CHECK_ARG((buffer.granularity() & (buffer.granularity() - 1)) == 0, "Publisher::create", "granularity ",
                    buffer.granularity(), " is not a power of two");
   auto impl = std::make_unique<Impl>();
-  impl->buf = buffer.share();
+  impl->buf = detail::BufferAccess::share(buffer);
   impl->kind = buffer.kind();
   impl->lanes = options.lanes;
 

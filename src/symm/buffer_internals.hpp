@@ -1,11 +1,12 @@
 // What the layers above symm (fetch's network transports) need of a buffer beyond its public API: the pieces of
-// this rank's own memory (a NIC registers each one) and a say before any of it stops being backed here. A friend
-// of SymmetricBuffer (Fetcher) passes the buffer's Impl.
+// this rank's own memory (a NIC registers each one) and a say before any of it stops being backed here, and through
+// BufferAccess (SymmetricBuffer's one friend above symm) a handle of their own and the buffer's Impl.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kvcomm/symm.hpp"
@@ -17,6 +18,13 @@ struct LocalPiece {
   size_t offset = 0;  ///< from the buffer's base
   size_t bytes = 0;
   char* va = nullptr;
+};
+
+/// What the features above symm (publish, fetch) may take of a buffer without being named in its header: their own
+/// handle on it (the buffer lives as long as either holds it) and its Impl, for the functions below.
+struct BufferAccess {
+  static SymmetricBuffer share(const SymmetricBuffer& b) { return b.share(); }
+  static std::shared_ptr<SymmetricBuffer::Impl> impl(const SymmetricBuffer& b) { return b.impl_; }
 };
 
 /// This rank's pieces, sorted by offset.

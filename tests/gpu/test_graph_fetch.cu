@@ -11,8 +11,8 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

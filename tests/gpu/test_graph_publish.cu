@@ -9,8 +9,8 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
-#include "support/memory.hpp"
-#include "support/publish_oracle.hpp"
+#include "verify/memory.hpp"
+#include "verify/publish_oracle.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

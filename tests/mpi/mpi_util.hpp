@@ -12,7 +12,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/mpi_bootstrap.hpp"
 #include "kvcomm/symm.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace kvtest {
 

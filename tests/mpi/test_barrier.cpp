@@ -14,7 +14,7 @@
 #include "kvcomm/error.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 #include "support/scoped_env.hpp"
 
 namespace {

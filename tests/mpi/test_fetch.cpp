@@ -17,8 +17,8 @@
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
 #include "support/scoped_env.hpp"
 
 namespace {

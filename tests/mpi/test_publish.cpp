@@ -15,8 +15,8 @@
 #include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
-#include "support/memory.hpp"
-#include "support/publish_oracle.hpp"
+#include "verify/memory.hpp"
+#include "verify/publish_oracle.hpp"
 #include "support/scoped_env.hpp"
 
 namespace {

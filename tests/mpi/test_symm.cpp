@@ -15,7 +15,7 @@
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

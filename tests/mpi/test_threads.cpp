@@ -11,7 +11,7 @@
 
 #include "kvcomm/error.hpp"
 #include "mpi/mpi_util.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

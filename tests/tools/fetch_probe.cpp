@@ -34,8 +34,8 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "support/fetch_hostile.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

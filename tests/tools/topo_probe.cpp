@@ -19,7 +19,7 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
-#include "support/publish_oracle.hpp"
+#include "verify/publish_oracle.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "common/fd.hpp"
 #include "kvcomm/error.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 #include "symm/fd_exchange.hpp"
 
 namespace {

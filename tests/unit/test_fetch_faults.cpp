@@ -19,7 +19,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
-#include "support/fetch_oracle.hpp"
+#include "verify/fetch_oracle.hpp"
 #include "support/processes.hpp"
 
 namespace {

@@ -29,8 +29,8 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "support/fetch_hostile.hpp"
-#include "support/fetch_oracle.hpp"
-#include "support/memory.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "support/sanitizers.hpp"
 

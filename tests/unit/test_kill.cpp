@@ -21,7 +21,7 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
 

@@ -25,7 +25,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/symm.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
 

@@ -20,7 +20,7 @@
 #include "kernels/launch.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/error.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "support/fetch_oracle.hpp"
+#include "verify/fetch_oracle.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "support/memory.hpp"
-#include "support/publish_oracle.hpp"
+#include "verify/memory.hpp"
+#include "verify/publish_oracle.hpp"
 
 namespace kvtest {
 

@@ -1,4 +1,4 @@
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 #include <dirent.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "support/publish_oracle.hpp"
+#include "verify/publish_oracle.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <random>
 
 #include "kvcomm/device/publish.hpp"
-#include "support/memory.hpp"
+#include "verify/memory.hpp"
 
 namespace kvtest {
 
