@@ -52,24 +52,17 @@ int parseLogLevel(const std::string& v) {
 
 }  // namespace
 
-DirectMode direct() {
-  std::string v = raw("KVCOMM_DIRECT");
-  if (v.empty() || is(v, {"auto"})) return DirectMode::Auto;
-  if (is(v, {"1", "on", "force"})) return DirectMode::Force;
-  if (is(v, {"0", "off"})) return DirectMode::Off;
-  reject("KVCOMM_DIRECT", v, "auto; 1, on or force; 0 or off");
+int choice(const WordKnob& knob) {
+  std::string v = raw(knob.name);
+  if (v.empty()) return 0;
+  for (int i = 0; i < 4; ++i)
+    for (const char* w : knob.choices[i])
+      if (w && strcasecmp(v.c_str(), w) == 0) return i;
+  reject(knob.name, v, knob.accepted);
 }
 
-const char* directModeText(DirectMode mode) noexcept {
-  switch (mode) {
-    case DirectMode::Force:
-      return "1";
-    case DirectMode::Off:
-      return "0";
-    case DirectMode::Auto:
-      break;
-  }
-  return "auto";
+const char* word(const WordKnob& knob, int i) noexcept {
+  return i >= 0 && i < 4 && knob.choices[i][0] ? knob.choices[i][0] : "?";
 }
 
 int logLevel() {
@@ -118,44 +111,12 @@ HandleType handleType() {
   reject("KVCOMM_HANDLE_TYPE", v, "auto, posix_fd, fabric, or ipc (also cuda_ipc, legacy)");
 }
 
-FetchPathKnob fetchPath() {
-  std::string v = raw("KVCOMM_FETCH_PATH");
-  if (v.empty() || is(v, {"auto"})) return FetchPathKnob::Auto;
-  if (is(v, {"kernel"})) return FetchPathKnob::Kernel;
-  if (is(v, {"copy", "ce"})) return FetchPathKnob::Copy;
-  if (is(v, {"host"})) return FetchPathKnob::Host;
-  reject("KVCOMM_FETCH_PATH", v, "auto, kernel, copy (or ce), host");
-}
-
 int64_t fallbackPackMaxBytes() {
   return integer("KVCOMM_FALLBACK_PACK_MAX_BYTES", 256 << 10, 0, INT64_MAX, "an integer number of bytes >= 0");
 }
 
 int64_t fetchCopyEngineMinBytes() {
   return integer("KVCOMM_FETCH_CE_MIN_BYTES", 4ll << 20, 0, INT64_MAX, "an integer number of bytes >= 0");
-}
-
-FetchTransportKnob fetchTransport() {
-  std::string v = raw("KVCOMM_FETCH_TRANSPORT");
-  if (v.empty() || is(v, {"auto"})) return FetchTransportKnob::Auto;
-  if (is(v, {"peer"})) return FetchTransportKnob::Peer;
-  if (is(v, {"rdma"})) return FetchTransportKnob::Rdma;
-  if (is(v, {"tcp"})) return FetchTransportKnob::Tcp;
-  reject("KVCOMM_FETCH_TRANSPORT", v, "auto, peer, rdma, tcp");
-}
-
-const char* fetchTransportText(FetchTransportKnob knob) noexcept {
-  switch (knob) {
-    case FetchTransportKnob::Peer:
-      return "peer";
-    case FetchTransportKnob::Rdma:
-      return "rdma";
-    case FetchTransportKnob::Tcp:
-      return "tcp";
-    case FetchTransportKnob::Auto:
-      break;
-  }
-  return "auto";
 }
 
 int64_t fetchNetTimeoutMs() {
@@ -188,17 +149,17 @@ std::string multicastRefusal() {
 }
 
 void validate() {
-  direct();
+  choice(kDirect);
   logLevel();
   bootstrapTimeoutMs();
   barrierTimeoutMs();
   livenessTimeoutMs();
   socketIfname();
   handleType();
-  fetchPath();
+  choice(kFetchPath);
   fetchCopyEngineMinBytes();
   fallbackPackMaxBytes();
-  fetchTransport();
+  choice(kFetchTransport);
   fetchNetTimeoutMs();
   fetchTcpConnections();
   multicastRequested();

@@ -10,12 +10,24 @@
 
 namespace kvcomm::env {
 
-/// KVCOMM_DIRECT = auto | 1, on, force | 0, off (words case-insensitive): publish directly into peer memory (auto
-/// where the group allows it), demand it, or force the gather+insert fallback.
-enum class DirectMode { Auto, Force, Off };
-DirectMode direct();
-/// The canonical spelling of a mode, as errors and reasons show it: "auto", "1" or "0".
-const char* directModeText(DirectMode mode) noexcept;
+/// A knob whose value is one of a few words (case-insensitive): choices[i] holds the spellings of choice i (the first
+/// is canonical, unused slots null); unset or empty is choice 0. env owns the spellings and their strict parsing; the
+/// feature that reads the knob owns what its choices mean (its own enum, in the same order).
+struct WordKnob {
+  const char* name;
+  const char* choices[4][3];
+  const char* accepted;  ///< as errors show it
+};
+/// The index of the choice the knob's value spells; InvalidArgumentError naming the knob, the value and `accepted`
+/// for anything else.
+int choice(const WordKnob& knob);
+/// The canonical spelling of choice `i`, as errors and reasons show it ("?" outside the choices).
+const char* word(const WordKnob& knob, int i) noexcept;
+
+/// KVCOMM_DIRECT = auto | 1, on, force | 0, off: publish directly into peer memory (auto where the group allows it),
+/// demand it, or force the gather+insert fallback (publish's DirectRequest).
+inline constexpr WordKnob kDirect{
+    "KVCOMM_DIRECT", {{"auto"}, {"1", "on", "force"}, {"0", "off"}}, "auto; 1, on or force; 0 or off"};
 
 /// KVCOMM_LOG_LEVEL = error | warn | info | debug (case-insensitive; default warn), as 0..3.
 int logLevel();
@@ -63,9 +75,10 @@ bool dependentLaunch();
 /// 262144); larger calls with contiguous rows gather them in place with a group of AllGathers. 0: never pack those.
 int64_t fallbackPackMaxBytes();
 
-/// KVCOMM_FETCH_PATH = auto | kernel | copy (or ce) | host: the path a fetch with FetchOptions::path Auto takes.
-enum class FetchPathKnob { Auto, Kernel, Copy, Host };
-FetchPathKnob fetchPath();
+/// KVCOMM_FETCH_PATH = auto | kernel | copy (or ce) | host: the path a fetch with FetchOptions::path Auto takes
+/// (fetch's FetchPath, in this order).
+inline constexpr WordKnob kFetchPath{
+    "KVCOMM_FETCH_PATH", {{"auto"}, {"kernel"}, {"copy", "ce"}, {"host"}}, "auto, kernel, copy (or ce), host"};
 
 /// KVCOMM_FETCH_CE_MIN_BYTES: under the auto path, runs of at least this many bytes go to the copy engines
 /// (default 4 MiB).
@@ -73,11 +86,10 @@ int64_t fetchCopyEngineMinBytes();
 
 /// KVCOMM_FETCH_TRANSPORT = auto | peer | rdma | tcp: what carries a fetch from another member. auto: the peer
 /// mappings on one host, RDMA READ to another host when both members have an RDMA device, else TCP. peer, rdma, tcp
-/// demand that transport for every other member (one it cannot reach is an error, never a silent substitute).
-enum class FetchTransportKnob { Auto, Peer, Rdma, Tcp };
-FetchTransportKnob fetchTransport();
-/// "auto", "peer", "rdma", "tcp".
-const char* fetchTransportText(FetchTransportKnob knob) noexcept;
+/// demand that transport for every other member (one it cannot reach is an error, never a silent substitute)
+/// (fetch's TransportDemand, in this order).
+inline constexpr WordKnob kFetchTransport{
+    "KVCOMM_FETCH_TRANSPORT", {{"auto"}, {"peer"}, {"rdma"}, {"tcp"}}, "auto, peer, rdma, tcp"};
 
 /// KVCOMM_FETCH_NET_TIMEOUT_MS: bound on how long a network fetch waits for progress from a source (connect, reply,
 /// next bytes, completions) before it fails naming the source; default 3000; an integer in [100, kMaxBarrierTimeoutMs].

@@ -104,18 +104,11 @@ class RegionTables {
   std::vector<FetchRegionView> host_;
 };
 
+// KVCOMM_FETCH_PATH's choices are FetchPath's first four values, in order.
+static_assert(static_cast<int>(FetchPath::Auto) == 0 && static_cast<int>(FetchPath::Kernel) == 1 &&
+              static_cast<int>(FetchPath::CopyEngine) == 2 && static_cast<int>(FetchPath::Host) == 3);
 FetchPath parsePathKnob() {
-  switch (env::fetchPath()) {
-    case env::FetchPathKnob::Kernel:
-      return FetchPath::Kernel;
-    case env::FetchPathKnob::Copy:
-      return FetchPath::CopyEngine;
-    case env::FetchPathKnob::Host:
-      return FetchPath::Host;
-    case env::FetchPathKnob::Auto:
-      break;
-  }
-  return FetchPath::Auto;
+  return static_cast<FetchPath>(env::choice(env::kFetchPath));
 }
 
 // A polled fetch over several transports: done when every part is; failed when any part failed (after every part
@@ -345,7 +338,7 @@ void setupTransports(Fetcher::Impl& impl, SymmetricBuffer& buffer) {
   detail::TransportSetup setup;
   detail::RemoteDescriptor mine{};
   detail::allSucceed(comm, "Fetcher::create (transports)", [&] {
-    setup.demand = env::fetchTransport();
+    setup.demand = static_cast<detail::TransportDemand>(env::choice(env::kFetchTransport));
     setup.netTimeoutMs = env::fetchNetTimeoutMs();
     // read here: a bad value fails every member, not this one alone
     setup.connectionsPerSource = env::fetchTcpConnections();

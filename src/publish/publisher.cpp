@@ -28,6 +28,9 @@ const char* publishModeName(PublishMode mode) {
 
 namespace {
 
+// What KVCOMM_DIRECT asks for (env::kDirect's choices, in order).
+enum class DirectRequest { Auto = 0, Force = 1, Off = 2 };
+
 size_t align16(size_t x) {
   return (x + 15) & ~size_t(15);
 }
@@ -296,7 +299,7 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   };
   std::vector<ModeVote> votes(static_cast<size_t>(comm.size()));
   ModeVote& mine = votes[static_cast<size_t>(comm.rank())];
-  mine.requested = static_cast<int32_t>(env::direct());
+  mine.requested = static_cast<int32_t>(env::choice(env::kDirect));
   mine.packMaxBytes = env::fallbackPackMaxBytes();
   mine.directOk = 1;
   std::string why;
@@ -309,7 +312,7 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
   comm.allgather(votes.data(), sizeof(ModeVote));
   detail::requireSame(
       votes, [](const ModeVote& v) { return v.requested; }, "Publisher::create", "KVCOMM_DIRECT",
-      [](int32_t m) { return env::directModeText(static_cast<env::DirectMode>(m)); }, detail::worldRanksOf(comm));
+      [](int32_t m) { return env::word(env::kDirect, m); }, detail::worldRanksOf(comm));
   detail::requireSame(
       votes, [](const ModeVote& v) { return v.packMaxBytes; }, "Publisher::create", "KVCOMM_FALLBACK_PACK_MAX_BYTES",
       detail::asPrinted, detail::worldRanksOf(comm));
@@ -322,17 +325,16 @@ Publisher Publisher::create(SymmetricBuffer& buffer, const PublisherOptions& opt
     }
   }
   impl->packMaxBytes = static_cast<size_t>(votes[0].packMaxBytes);
-  auto requested = static_cast<env::DirectMode>(votes[0].requested);
-  if (requested == env::DirectMode::Force && !allOk)
+  auto requested = static_cast<DirectRequest>(votes[0].requested);
+  if (requested == DirectRequest::Force && !allOk)
     KVCOMM_THROW(Unsupported, "Publisher::create", "KVCOMM_DIRECT=1 demands direct publication, which cannot run on ",
                  "this group: ", why);
-  if (requested == env::DirectMode::Off) {
+  if (requested == DirectRequest::Off) {
     impl->mode = PublishMode::Fallback;
     impl->reason = "KVCOMM_DIRECT=0 forces the gather+insert fallback";
   } else if (allOk) {
     impl->mode = PublishMode::Direct;
-    impl->reason =
-        cat("every member is mapped (", requested == env::DirectMode::Force ? "KVCOMM_DIRECT=1" : "auto", ")");
+    impl->reason = cat("every member is mapped (", requested == DirectRequest::Force ? "KVCOMM_DIRECT=1" : "auto", ")");
   } else {
     impl->mode = PublishMode::Fallback;
     impl->reason = cat("direct publication cannot run: ", why);

@@ -20,8 +20,8 @@
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
-#include "verify/memory.hpp"
 #include "support/scoped_env.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include "kvcomm/fetch.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
+#include "support/scoped_env.hpp"
 #include "verify/fetch_oracle.hpp"
 #include "verify/memory.hpp"
-#include "support/scoped_env.hpp"
 
 namespace {
 

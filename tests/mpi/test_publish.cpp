@@ -15,9 +15,9 @@
 #include "kvcomm/publish.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
+#include "support/scoped_env.hpp"
 #include "verify/memory.hpp"
 #include "verify/publish_oracle.hpp"
-#include "support/scoped_env.hpp"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "kvcomm/symm.hpp"
 #include "mpi/mpi_util.hpp"
 #include "support/expect_error.hpp"
-#include "verify/memory.hpp"
 #include "symm/fd_exchange.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

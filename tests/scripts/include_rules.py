@@ -158,7 +158,7 @@ def self_test():
         "src/capi/x.cpp": '#include "symm/rendezvous.hpp"\n',          # a front end past its doors
         "include/kvcomm/device/fetch.hpp": '#include "kvcomm/device/publish.hpp"\n',
         "src/newlayer/x.cpp": '#include "common/check.hpp"\n',          # a folder the picture lacks
-        "tools/x.cpp": '#include "verify/memory.hpp"\n',               # a program using the tests' helpers
+        "tools/x.cpp": '#include "support/memory.hpp"\n',               # a program using the tests' helpers
         "tests/support/memory.hpp": "",
         # allowed: the layer itself, lower layers, the front end's doors, relative includes
         "src/fetch/ok.cpp": '#include "fetch/planner.hpp"\n#include "barrier/x.hpp"\n#include "kvcomm/kv_layout.hpp"\n',

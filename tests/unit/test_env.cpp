@@ -12,6 +12,7 @@
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
 #include "support/scoped_env.hpp"
 
 namespace {
@@ -45,25 +46,25 @@ void expectRejected(const char* name, const char* value, const std::function<voi
 TEST(Env, DirectAcceptsItsSpellingsAndRejectsTheRest) {
   {
     ScopedEnv e("KVCOMM_DIRECT", nullptr);
-    EXPECT_EQ(env::direct(), env::DirectMode::Auto);
+    EXPECT_EQ(env::choice(env::kDirect), 0);
   }
   for (const char* v : {"", "auto", "AUTO"}) {
     ScopedEnv e("KVCOMM_DIRECT", v);
-    EXPECT_EQ(env::direct(), env::DirectMode::Auto) << v;
+    EXPECT_EQ(env::choice(env::kDirect), 0) << v;
   }
   for (const char* v : {"1", "on", "On", "force", "FORCE"}) {
     ScopedEnv e("KVCOMM_DIRECT", v);
-    EXPECT_EQ(env::direct(), env::DirectMode::Force) << v;
+    EXPECT_EQ(env::choice(env::kDirect), 1) << v;
   }
   for (const char* v : {"0", "off", "OFF"}) {
     ScopedEnv e("KVCOMM_DIRECT", v);
-    EXPECT_EQ(env::direct(), env::DirectMode::Off) << v;
+    EXPECT_EQ(env::choice(env::kDirect), 2) << v;
   }
   for (const char* v : {"yes", "2", "true", " 1", "direct"})
-    expectRejected("KVCOMM_DIRECT", v, [] { env::direct(); }, {"auto", "force", "off"});
-  EXPECT_STREQ(env::directModeText(env::DirectMode::Force), "1");
-  EXPECT_STREQ(env::directModeText(env::DirectMode::Off), "0");
-  EXPECT_STREQ(env::directModeText(env::DirectMode::Auto), "auto");
+    expectRejected("KVCOMM_DIRECT", v, [] { env::choice(env::kDirect); }, {"auto", "force", "off"});
+  EXPECT_STREQ(env::word(env::kDirect, 1), "1");
+  EXPECT_STREQ(env::word(env::kDirect, 2), "0");
+  EXPECT_STREQ(env::word(env::kDirect, 0), "auto");
 }
 
 TEST(Env, LogLevelIsStrictButTheLoggerNeverThrows) {
@@ -166,19 +167,31 @@ TEST(Env, MulticastIsZeroOrOne) {
       << env::multicastRefusal();
 }
 
+TEST(Env, FetchPathAcceptsItsSpellingsInFetchPathsOrderAndRejectsTheRest) {
+  const std::pair<const char*, kvcomm::FetchPath> good[] = {
+      {"", kvcomm::FetchPath::Auto},         {"AUTO", kvcomm::FetchPath::Auto},
+      {"kernel", kvcomm::FetchPath::Kernel}, {"copy", kvcomm::FetchPath::CopyEngine},
+      {"Ce", kvcomm::FetchPath::CopyEngine}, {"host", kvcomm::FetchPath::Host}};
+  for (auto [v, path] : good) {
+    ScopedEnv e("KVCOMM_FETCH_PATH", v);
+    EXPECT_EQ(env::choice(env::kFetchPath), static_cast<int>(path)) << v;
+  }
+  EXPECT_STREQ(env::word(env::kFetchPath, 2), "copy");
+  EXPECT_STREQ(env::word(env::kFetchPath, 7), "?");
+  for (const char* v : {"network", "gpu", "copy ", "1"})
+    expectRejected("KVCOMM_FETCH_PATH", v, [] { env::choice(env::kFetchPath); }, {"auto", "kernel", "copy", "host"});
+}
+
 TEST(Env, FetchTransportKnobsAreStrict) {
-  const std::pair<const char*, env::FetchTransportKnob> good[] = {{"", env::FetchTransportKnob::Auto},
-                                                                  {"auto", env::FetchTransportKnob::Auto},
-                                                                  {"peer", env::FetchTransportKnob::Peer},
-                                                                  {"RDMA", env::FetchTransportKnob::Rdma},
-                                                                  {"tcp", env::FetchTransportKnob::Tcp}};
+  const std::pair<const char*, int> good[] = {{"", 0}, {"auto", 0}, {"peer", 1}, {"RDMA", 2}, {"tcp", 3}};
   for (auto [v, knob] : good) {
     ScopedEnv e("KVCOMM_FETCH_TRANSPORT", v);
-    EXPECT_EQ(env::fetchTransport(), knob) << v;
+    EXPECT_EQ(env::choice(env::kFetchTransport), knob) << v;
   }
-  EXPECT_STREQ(env::fetchTransportText(env::FetchTransportKnob::Rdma), "rdma");
+  EXPECT_STREQ(env::word(env::kFetchTransport, 2), "rdma");
   for (const char* v : {"ib", "verbs", "nvlink", "tcp "})
-    expectRejected("KVCOMM_FETCH_TRANSPORT", v, [] { env::fetchTransport(); }, {"auto", "peer", "rdma", "tcp"});
+    expectRejected("KVCOMM_FETCH_TRANSPORT", v, [] { env::choice(env::kFetchTransport); },
+                   {"auto", "peer", "rdma", "tcp"});
   {
     ScopedEnv a("KVCOMM_FETCH_NET_TIMEOUT_MS", nullptr), b("KVCOMM_FETCH_TCP_CONNECTIONS", "");
     EXPECT_EQ(env::fetchNetTimeoutMs(), 3000);

@@ -8,8 +8,8 @@
 
 #include "common/fd.hpp"
 #include "kvcomm/error.hpp"
-#include "verify/memory.hpp"
 #include "symm/fd_exchange.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

@@ -19,8 +19,8 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
-#include "verify/fetch_oracle.hpp"
 #include "support/processes.hpp"
+#include "verify/fetch_oracle.hpp"
 
 namespace {
 

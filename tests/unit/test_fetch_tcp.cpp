@@ -29,10 +29,10 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "support/fetch_hostile.hpp"
-#include "verify/fetch_oracle.hpp"
-#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "support/sanitizers.hpp"
+#include "verify/fetch_oracle.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

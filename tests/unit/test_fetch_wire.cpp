@@ -220,20 +220,20 @@ TEST(FetchNegotiation, RoutesFollowTheKnobAndNameWhyNot) {
   auto r = chooseRoutes(in, &why);
   EXPECT_EQ(r, (std::vector<Route>{Route::Peer, Route::Peer, Route::Rdma, Route::Tcp, Route::None}));
   EXPECT_NE(why[4].find("does not serve direct"), std::string::npos) << why[4];
-  in.demand = kvcomm::env::FetchTransportKnob::Tcp;
+  in.demand = kvcomm::detail::TransportDemand::Tcp;
   r = chooseRoutes(in, &why);
   EXPECT_EQ(r, (std::vector<Route>{Route::Peer, Route::Tcp, Route::Tcp, Route::Tcp, Route::None}));
-  in.demand = kvcomm::env::FetchTransportKnob::Rdma;
+  in.demand = kvcomm::detail::TransportDemand::Rdma;
   r = chooseRoutes(in, &why);
   EXPECT_EQ(r, (std::vector<Route>{Route::Peer, Route::None, Route::Rdma, Route::None, Route::None}));
   EXPECT_NE(why[1].find("KVCOMM_FETCH_TRANSPORT=rdma"), std::string::npos) << why[1];
   EXPECT_NE(why[3].find("Ethernet"), std::string::npos) << why[3];
-  in.demand = kvcomm::env::FetchTransportKnob::Peer;
+  in.demand = kvcomm::detail::TransportDemand::Peer;
   r = chooseRoutes(in, &why);
   EXPECT_EQ(r, (std::vector<Route>{Route::Peer, Route::Peer, Route::None, Route::None, Route::None}));
   EXPECT_NE(why[2].find("not mapped"), std::string::npos) << why[2];
   // This rank without RDMA: auto goes to TCP, and says why not RDMA only where nothing reaches.
-  in.demand = kvcomm::env::FetchTransportKnob::Auto;
+  in.demand = kvcomm::detail::TransportDemand::Auto;
   in.descs[0] = desc(all);
   r = chooseRoutes(in, &why);
   EXPECT_EQ(r[2], Route::Tcp);

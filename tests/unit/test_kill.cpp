@@ -21,9 +21,9 @@
 #include "kvcomm/error.hpp"
 #include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
-#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

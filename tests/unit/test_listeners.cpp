@@ -25,9 +25,9 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/symm.hpp"
-#include "verify/memory.hpp"
 #include "support/processes.hpp"
 #include "symm/fd_exchange.hpp"
+#include "verify/memory.hpp"
 
 namespace {
 

@@ -51,7 +51,7 @@ std::string checkDescriptor(const RemoteDescriptor& d, const DescriptorHead& hea
   if (d.head.descriptorBytes != sizeof(RemoteDescriptor))
     return cat("rank ", rank, "'s descriptor is ", d.head.descriptorBytes, " bytes, not ", sizeof(RemoteDescriptor));
   if (d.tcp.len > sizeof(d.tcp.storage)) return cat("rank ", rank, "'s TCP endpoint is malformed");
-  if (d.demand > static_cast<uint32_t>(env::FetchTransportKnob::Tcp))
+  if (d.demand > static_cast<uint32_t>(TransportDemand::Tcp))
     return cat("rank ", rank, " announced an unknown transport demand ", d.demand);
   return "";
 }
@@ -121,26 +121,26 @@ std::vector<Route> chooseRoutes(const RouteInput& in, std::vector<std::string>* 
     std::string noTcp = tcpRefusal(s, rank), noRdma = rdmaRefusal(me, s, in.me, rank);
     const bool mapped = in.mapped[r] != 0;
     switch (in.demand) {
-      case env::FetchTransportKnob::Peer:
+      case TransportDemand::Peer:
         if (mapped)
           out[r] = Route::Peer;
         else
           (*why)[r] = cat("KVCOMM_FETCH_TRANSPORT=peer, but member ", rank,
                           " is not mapped here (another host, or no P2P access between the GPUs)");
         break;
-      case env::FetchTransportKnob::Tcp:
+      case TransportDemand::Tcp:
         if (noTcp.empty())
           out[r] = Route::Tcp;
         else
           (*why)[r] = cat("KVCOMM_FETCH_TRANSPORT=tcp, but ", noTcp);
         break;
-      case env::FetchTransportKnob::Rdma:
+      case TransportDemand::Rdma:
         if (noRdma.empty())
           out[r] = Route::Rdma;
         else
           (*why)[r] = cat("KVCOMM_FETCH_TRANSPORT=rdma, but ", noRdma);
         break;
-      case env::FetchTransportKnob::Auto:
+      case TransportDemand::Auto:
         if (mapped)
           out[r] = Route::Peer;
         else if (noRdma.empty())

@@ -38,7 +38,7 @@ static_assert(sizeof(DescriptorHead) == 16 && std::is_trivially_copyable_v<Descr
 /// Version 1 of a member's registration as requesters see it.
 struct RemoteDescriptor {
   DescriptorHead head;
-  uint32_t demand;  ///< the member's KVCOMM_FETCH_TRANSPORT (env::FetchTransportKnob)
+  uint32_t demand;  ///< the member's KVCOMM_FETCH_TRANSPORT (TransportDemand)
   uint32_t memoryKind;
   uint64_t regionId;  ///< random per registration: a TCP hello must name it (a stale descriptor is refused)
   uint64_t generation;
@@ -61,13 +61,16 @@ uint16_t checkHeads(const std::vector<DescriptorHead>& heads, const char* call);
 /// Member `rank`'s descriptor is what its head says (size, magic), or "why not".
 std::string checkDescriptor(const RemoteDescriptor& d, const DescriptorHead& head, int rank);
 
+/// What a member's KVCOMM_FETCH_TRANSPORT demands (env::kFetchTransport's choices, in order; on the wire as uint32).
+enum class TransportDemand : uint32_t { Auto = 0, Peer = 1, Rdma = 2, Tcp = 3 };
+
 /// How this rank reaches a source.
 enum class Route : uint8_t { None = 0, Peer = 1, Tcp = 2, Rdma = 3 };
 const char* routeName(Route r);
 
 struct RouteInput {
   int me = 0;
-  env::FetchTransportKnob demand = env::FetchTransportKnob::Auto;
+  TransportDemand demand = TransportDemand::Auto;
   std::vector<uint8_t> mapped;  ///< by rank: whether this rank maps the member's memory (same host, P2P)
   std::vector<RemoteDescriptor> descs;
 };

@@ -59,7 +59,7 @@ struct TransportSetup {
   uint64_t generation = 0;
   uint64_t regionId = 0;              // random per registration (descriptor)
   const PeerContext* peer = nullptr;  // the same-host context (the peer transport copies it)
-  env::FetchTransportKnob demand = env::FetchTransportKnob::Auto;
+  TransportDemand demand = TransportDemand::Auto;
   int64_t netTimeoutMs = 3000;
   int connectionsPerSource = 4;
 };

@@ -24,7 +24,7 @@ class RdmaPlugin : public FetchTransport {
     const GpuInfo& gpu = setup_.comm.topology().members[static_cast<size_t>(setup_.rank)].gpu;
     fabric_ = VerbsFabric::open(nullptr, setup_.kind, setup_.device, gpu.pciBusId, setup_.buffer->handleType(),
                                 setup_.netTimeoutMs, &why_);
-    if (setup_.demand == env::FetchTransportKnob::Rdma && !fabric_)
+    if (setup_.demand == TransportDemand::Rdma && !fabric_)
       KVCOMM_THROW(Unsupported, "Fetcher::create",
                    "KVCOMM_FETCH_TRANSPORT=rdma, but this rank has no usable RDMA device: ", why_);
     return fabric_ ? static_cast<uint32_t>(kCapRdma) : 0u;
