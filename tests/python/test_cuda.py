@@ -495,18 +495,67 @@ def test_cuda_array_properties(world):
 # ---- arenas: CUDA VMM memory shared between the two processes, both directions ---------------------------------------
 
 
+def _arena_cuda_client(address: str) -> None:
+    """The client side of test_arena_cuda_both_directions: another rank's process, or (one rank) a spawned one."""
+    import test_arena as ta
+
+    half = ta.BLOCKS * ta.STRIDE
+    with kvcomm.ArenaSession.connect(address, timeout_ms=ta.TIMEOUT_MS) as s:
+        kv = s.import_(s.receive(ta.TIMEOUT_MS))
+        assert kv.kind == kvcomm.MemoryKind.Cuda and kv.bytes >= ta.EXTENT and kv.layout == ta.LAYOUT
+        view = kv.view()
+        assert isinstance(view, torch.Tensor) and view.is_cuda and view.device.index == torch.cuda.current_device()
+        np.testing.assert_array_equal(view[:ta.EXTENT].cpu().numpy(), ta.pattern(1, ta.EXTENT))
+        mine = ta.pattern(2, half)
+        with pytest.raises(kvcomm.InvalidArgumentError, match="host memory"):
+            kv.write(ta.REGION1, _cuda(mine))  # copies are to and from host memory; device memory: views
+        kv.write(ta.REGION1, mine[:half // 2])  # host -> device
+        view[ta.REGION1 + half // 2:ta.REGION1 + half].copy_(_cuda(mine[half // 2:]))  # device -> device
+        torch.cuda.synchronize()
+        s.send(b"written")
+        ta._tag(s, b"checked")
+        del view
+        kv.close()
+        s.send(b"closed")
+        with kvcomm.Arena(ta.LAYOUT, kind="cuda", version=9) as own:
+            own.view(nbytes=ta.EXTENT).copy_(_cuda(ta.pattern(4, ta.EXTENT)))
+            torch.cuda.synchronize()
+            s.send(s.offer(own))
+            ta._tag(s, b"released")
+            assert own.leases == 0
+            own.free()
+        s.send(b"bye")
+
+
+def _arena_cuda_child(address: str) -> None:
+    """The client in a process of its own (the test runs alone): its own CUDA context on the last GPU."""
+    torch.cuda.set_device(torch.cuda.device_count() - 1)
+    torch.zeros(1, device="cuda")
+    _arena_cuda_client(address)
+
+
 def test_arena_cuda_both_directions(world):
-    """Rank 0 serves, rank 1 connects. Server-owned: rank 0's CUDA arena (filled from host memory), imported by rank 1
-    on its own GPU, read through a torch view and written back from a CUDA tensor; client-owned: rank 1's arena
-    imported by rank 0. Every byte checked against test_arena's oracle; free is Busy while leased."""
+    """A server process and a client process (rank 0 and rank 1, or rank 0 and a process it spawns when it runs alone:
+    the arenas cross processes either way). Server-owned: the server's CUDA arena (filled from host memory), imported
+    by the client on its GPU, read through a torch view and written back from a CUDA tensor; client-owned: the client's
+    arena imported by the server. Every byte checked against test_arena's oracle; free is Busy while leased."""
     import test_arena as ta
 
     address = [f"@kvcomm-cuda-arena-{os.getpid()}" if world.rank == 0 else None]
     dist.broadcast_object_list(address, src=0)
     half = ta.BLOCKS * ta.STRIDE
+    alone = world.size == 1
+    child = []
+
+    def started() -> None:
+        if alone:
+            child.extend(ta._run_child(_arena_cuda_child, address[0]))
+        else:
+            dist.barrier()
+
     if world.rank == 0:
         with kvcomm.ArenaServer(address[0]) as server:
-            dist.barrier()
+            started()  # the client connects once the server listens
             arena = kvcomm.Arena(ta.LAYOUT, kind="cuda", capacity=ta.CAPACITY, version=7)
             assert arena.kind == kvcomm.MemoryKind.Cuda and arena.handle_type == "posix_fd"
             assert arena.device == torch.cuda.current_device()
@@ -536,31 +585,9 @@ def test_arena_cuda_both_directions(world):
             s.send(b"released")
             ta._tag(s, b"bye")
             s.close()
-    else:
+        if child:
+            ta._join(*child)
+    elif world.rank == 1:
         dist.barrier()
-        with kvcomm.ArenaSession.connect(address[0], timeout_ms=ta.TIMEOUT_MS) as s:
-            kv = s.import_(s.receive(ta.TIMEOUT_MS))
-            assert kv.kind == kvcomm.MemoryKind.Cuda and kv.bytes >= ta.EXTENT and kv.layout == ta.LAYOUT
-            view = kv.view()
-            assert isinstance(view, torch.Tensor) and view.is_cuda and view.device.index == torch.cuda.current_device()
-            np.testing.assert_array_equal(view[:ta.EXTENT].cpu().numpy(), ta.pattern(1, ta.EXTENT))
-            mine = ta.pattern(2, half)
-            with pytest.raises(kvcomm.InvalidArgumentError, match="host memory"):
-                kv.write(ta.REGION1, _cuda(mine))  # copies are to and from host memory; device memory: views
-            kv.write(ta.REGION1, mine[:half // 2])  # host -> device
-            view[ta.REGION1 + half // 2:ta.REGION1 + half].copy_(_cuda(mine[half // 2:]))  # device -> device
-            torch.cuda.synchronize()
-            s.send(b"written")
-            ta._tag(s, b"checked")
-            del view
-            kv.close()
-            s.send(b"closed")
-            with kvcomm.Arena(ta.LAYOUT, kind="cuda", version=9) as own:
-                own.view(nbytes=ta.EXTENT).copy_(_cuda(ta.pattern(4, ta.EXTENT)))
-                torch.cuda.synchronize()
-                s.send(s.offer(own))
-                ta._tag(s, b"released")
-                assert own.leases == 0
-                own.free()
-            s.send(b"bye")
+        _arena_cuda_client(address[0])
     dist.barrier()
