@@ -397,8 +397,9 @@ class Fetcher(DeviceErrors):
         """The version member `rank` registered with its layout."""
         return self._native.layout(self._member(rank, "Fetcher.layout_version"))[1]
 
-    def transport(self, rank: int) -> "_kvcomm.FetchTransport":
-        """What carries fetches from member `rank` to this rank (FetchTransport.Peer, Tcp, Rdma; None_: none)."""
+    def transport(self, rank: Optional[int] = None) -> "_kvcomm.FetchTransport":
+        """What carries fetches from member `rank` (default: this rank) to this rank (FetchTransport.Peer, Tcp, Rdma;
+        None_: none), as the layout queries take `rank`."""
         return self._native.transport(self._member(rank, "Fetcher.transport"))
 
     def layout_hash(self, rank: Optional[int] = None) -> int:

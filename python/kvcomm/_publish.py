@@ -82,6 +82,13 @@ class Publisher(DeviceErrors):
                                                 staging_bytes_per_token)
         self._barrier = Barrier._borrowed(self._native.barrier)
 
+    @classmethod
+    def create(cls, buffer: SymmetricBuffer, lanes: int = 2, barrier_timeout_ms: int = -1,
+               staging_tokens: int = 4096, staging_bytes_per_token: int = 1024) -> "Publisher":
+        """``Publisher(buffer, ...)``, spelt as every collective object's factory is (``Barrier.create``,
+        ``Fetcher.create``, ``SymmetricBuffer.create``, ``Arena.create``)."""
+        return cls(buffer, lanes, barrier_timeout_ms, staging_tokens, staging_bytes_per_token)
+
     @property
     def barrier(self) -> Barrier:
         """The publisher's barrier (``sync()``, ``signal()``, ``wait()``, ``device_handle()``, errors), borrowed: it

@@ -7,7 +7,9 @@
 namespace kvcomm::py {
 
 void bindBarrier(nb::module_& m) {
-  nb::class_<Barrier>(m, "Barrier", "A release/acquire barrier among the members of a communicator (kvcomm::Barrier).")
+  nb::class_<Barrier> barrier(m, "Barrier",
+                              "A release/acquire barrier among the members of a communicator (kvcomm::Barrier).");
+  barrier
       .def_static(
           "create",
           [](Communicator& comm, int lanes, int64_t timeoutMs, MemoryKind kind) {
@@ -46,20 +48,8 @@ void bindBarrier(nb::module_& m) {
             BarrierDeviceHandle h = b.deviceHandle();
             return nb::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
           },
-          "The bytes of a kvcomm::BarrierDeviceHandle, for custom kernels that fuse the barrier.")
-      .def(
-          "poll_error",
-          [](Barrier& b) {
-            DeviceError e;
-            {
-              nb::gil_scoped_release nogil;
-              e = b.pollError();
-            }
-            return deviceErrorToPython(e);
-          },
-          "Reads (and clears) the first device error since the last call, as a dict, or None.")
-      .def("check_errors", &Barrier::checkErrors, nb::call_guard<nb::gil_scoped_release>(),
-           "Raises a recorded barrier timeout, if any.");
+          "The bytes of a kvcomm::BarrierDeviceHandle, for custom kernels that fuse the barrier.");
+  defDeviceErrors(barrier, "Reads (and clears) the first device error since the last call, as a dict, or None.");
 }
 
 }  // namespace kvcomm::py

@@ -79,6 +79,25 @@ T& objArg(nb::handle v, const char* call, const char* what, int rank, const char
 /// "block_out_of_range", "token_index", "slot", "tensor", "rank", "peer", "lane"}), or None when there is none.
 nb::object deviceErrorToPython(const DeviceError& e);
 
+/// poll_error() and check_errors() of the classes whose kernels record device errors (Publisher, Barrier, Fetcher):
+/// spelt once, the device-error mix-in of the native module (python/kvcomm/_device_errors.py is the package's).
+template <typename T, typename... Extra>
+void defDeviceErrors(nb::class_<T, Extra...>& c, const char* pollDoc) {
+  c.def(
+       "poll_error",
+       [](T& self) {
+         DeviceError e;
+         {
+           nb::gil_scoped_release nogil;
+           e = self.pollError();
+         }
+         return deviceErrorToPython(e);
+       },
+       pollDoc)
+      .def("check_errors", &T::checkErrors, nb::call_guard<nb::gil_scoped_release>(),
+           "Raises the recorded device error, if any.");
+}
+
 /// A stream handle the package passed as an int.
 inline Stream toStream(uintptr_t s) {
   return reinterpret_cast<Stream>(s);

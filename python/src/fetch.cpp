@@ -135,7 +135,9 @@ void bindFetch(nb::module_& m) {
           },
           nb::arg("timeout_ms") = -1, "Blocks up to timeout_ms (< 0: until it ends); expiry cancels nothing.");
 
-  nb::class_<Fetcher>(m, "Fetcher", "Fetches of KV blocks between the members of a buffer's group (kvcomm::Fetcher).")
+  nb::class_<Fetcher> fetcher(m, "Fetcher",
+                              "Fetches of KV blocks between the members of a buffer's group (kvcomm::Fetcher).");
+  fetcher
       .def_static(
           "create",
           [](SymmetricBuffer& buffer, const std::vector<RawRegion>& regions, uint64_t version,
@@ -211,20 +213,9 @@ void bindFetch(nb::module_& m) {
             FetchDeviceHandle h = f.deviceHandle();
             return nb::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
           },
-          "The bytes of a kvcomm::FetchDeviceHandle, for custom kernels (kvcomm/device/fetch.hpp).")
-      .def(
-          "poll_error",
-          [](Fetcher& f) {
-            DeviceError e;
-            {
-              nb::gil_scoped_release nogil;
-              e = f.pollError();
-            }
-            return deviceErrorToPython(e);
-          },
-          "Reads (and clears) the first device error of fetch_device()/fetch_all(), as a dict, or None.")
-      .def("check_errors", &Fetcher::checkErrors, nb::call_guard<nb::gil_scoped_release>(),
-           "Raises the recorded device error, if any.");
+          "The bytes of a kvcomm::FetchDeviceHandle, for custom kernels (kvcomm/device/fetch.hpp).");
+  defDeviceErrors(fetcher,
+                  "Reads (and clears) the first device error of fetch_device()/fetch_all(), as a dict, or None.");
 }
 
 }  // namespace kvcomm::py

@@ -44,7 +44,9 @@ void bindPublish(nb::module_& m) {
       .value("Barrier", PublishThen::Barrier)
       .value("Signal", PublishThen::Signal);
 
-  nb::class_<Publisher>(m, "Publisher", "Publication into a buffer's replicas and its barrier (kvcomm::Publisher).")
+  nb::class_<Publisher> publisher(m, "Publisher",
+                                  "Publication into a buffer's replicas and its barrier (kvcomm::Publisher).");
+  publisher
       .def_static(
           "create",
           [](SymmetricBuffer& buffer, int lanes, int64_t barrierTimeoutMs, size_t stagingTokens,
@@ -76,20 +78,8 @@ void bindPublish(nb::module_& m) {
           "barrier", [](Publisher& p) -> Barrier& { return p.barrier(); }, nb::rv_policy::reference_internal,
           "The publisher's barrier (borrowed: it keeps the publisher alive).")
       .def_prop_ro("mode", &Publisher::mode)
-      .def_prop_ro("mode_reason", &Publisher::modeReason)
-      .def(
-          "poll_error",
-          [](Publisher& p) {
-            DeviceError e;
-            {
-              nb::gil_scoped_release nogil;
-              e = p.pollError();
-            }
-            return deviceErrorToPython(e);
-          },
-          "Reads (and clears) the first device error since the last call, as a dict, or None.")
-      .def("check_errors", &Publisher::checkErrors, nb::call_guard<nb::gil_scoped_release>(),
-           "Raises the recorded device error, if any.");
+      .def_prop_ro("mode_reason", &Publisher::modeReason);
+  defDeviceErrors(publisher, "Reads (and clears) the first device error since the last call, as a dict, or None.");
 }
 
 }  // namespace kvcomm::py

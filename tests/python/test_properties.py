@@ -146,7 +146,9 @@ PATH = enum_domain(kvcomm.FetchPath, {"auto": kvcomm.FetchPath.Auto, "kernel": k
                                       "copy": kvcomm.FetchPath.CopyEngine, "copy_engine": kvcomm.FetchPath.CopyEngine,
                                       "host": kvcomm.FetchPath.Host},
                    ok_override={kvcomm.FetchPath.Kernel: bad(kvcomm.UnsupportedError),  # host buffers
-                                kvcomm.FetchPath.CopyEngine: bad(kvcomm.UnsupportedError)})
+                                kvcomm.FetchPath.CopyEngine: bad(kvcomm.UnsupportedError),
+                                # what a plan over the network reports, never a path to demand
+                                kvcomm.FetchPath.Network: bad(kvcomm.InvalidArgumentError)})
 AXIS = enum_domain(kvcomm.Axis, {}, int_values_ok=True)
 AXIS = [(v, e) for v, e in AXIS if not isinstance(v, str) or e is not OK]  # axis takes no names
 
@@ -760,15 +762,17 @@ def _have(module: str) -> bool:
     return True
 
 
-@entry("Publisher", "Publisher.poll_error", "Publisher.check_errors")
+@entry("Publisher", "Publisher.create", "Publisher.poll_error", "Publisher.check_errors")
 def _publisher(c: Ctx) -> None:
-    c.vary("Publisher", kvcomm.Publisher, {"buffer": c.buf, "lanes": 2, "barrier_timeout_ms": -1,
-                                           "staging_tokens": 4096, "staging_bytes_per_token": 1024},
-           {"buffer": [(c.buf, OK), (c.comm, BAD)] + [(v, BAD) for v in NOT_OBJECTS],
-            "lanes": lanes_domain(),
-            "barrier_timeout_ms": int_domain(I64_MIN, I64_MAX),
-            "staging_tokens": int_domain(0, U64_MAX, inside=ANY, values=[-1, 0, 1, 4096, U64_MAX + 1]),
-            "staging_bytes_per_token": int_domain(0, U64_MAX, inside=ANY, values=[-1, 0, 1, 1024, U64_MAX + 1])})
+    for label, fn in (("Publisher", kvcomm.Publisher), ("Publisher.create", kvcomm.Publisher.create)):
+        c.vary(label, fn, {"buffer": c.buf, "lanes": 2, "barrier_timeout_ms": -1,
+                           "staging_tokens": 4096, "staging_bytes_per_token": 1024},
+               {"buffer": [(c.buf, OK), (c.comm, BAD)] + [(v, BAD) for v in NOT_OBJECTS],
+                "lanes": lanes_domain(),
+                "barrier_timeout_ms": int_domain(I64_MIN, I64_MAX),
+                "staging_tokens": int_domain(0, U64_MAX, inside=ANY, values=[-1, 0, 1, 4096, U64_MAX + 1]),
+                "staging_bytes_per_token": int_domain(0, U64_MAX, inside=ANY, values=[-1, 0, 1, 1024,
+                                                                                         U64_MAX + 1])})
     p = c.publisher  # lanes=2
     lane = int_domain(0, 1, values=[I64_MIN, -1, 0, 1, 2, 7, 8, I32_MAX + 1, U64_MAX + 1])
     streams = [(None, OK), (0, OK), (12345, OK), ("ignored on host", OK)]  # host buffers ignore the stream
@@ -1057,13 +1061,16 @@ def _fetch_device(c: Ctx) -> None:
 
 
 @entry("Fetcher.refresh", "Fetcher.layout", "Fetcher.layout_version", "Fetcher.layout_hash", "Fetcher.device_handle",
-       "Fetcher.poll_error", "Fetcher.check_errors")
+       "Fetcher.poll_error", "Fetcher.check_errors", "Fetcher.transport")
 def _fetcher_queries(c: Ctx) -> None:
     f = c.fetcher
     c.check("Fetcher.refresh()", f.refresh, OK)
     for name in ("layout", "layout_version", "layout_hash"):
         c.vary(f"Fetcher.{name}", getattr(f, name), {"rank": None}, {"rank": with_none(int_domain(0, 0))})
     c.check("Fetcher.device_handle()", f.device_handle, ANY)
+    # One member: it reaches itself through its own mappings (the peer transport).
+    c.vary("Fetcher.transport", f.transport, {"rank": None}, {"rank": with_none(int_domain(0, 0))})
+    c.check("Fetcher.transport(0) is Peer", lambda: f.transport(0) == kvcomm.FetchTransport.Peer or 1 / 0, OK)
     c.check("Fetcher.poll_error()", f.poll_error, OK)
     c.check("Fetcher.check_errors()", f.check_errors, OK)
 
@@ -1258,10 +1265,10 @@ def _arena_session(c: Ctx) -> None:
         return A.session.receive(**kw)
 
     c.vary("ArenaSession.receive", receive, {}, {"timeout_ms": MS})
-    for s in (A.session, A.peer):  # drain
+    for s in (A.session, A.peer):  # drain (a message may still be on its way: wait a little for each)
         while True:
             try:
-                s.receive(0)
+                s.receive(200)
             except kvcomm.TimeoutError:
                 break
     c.check("ArenaSession.receive(0) (empty)", lambda: A.session.receive(0), bad(kvcomm.TimeoutError))
@@ -1319,14 +1326,15 @@ def _arena_records(c: Ctx) -> None:
 # -- types without calls of their own to generate: enums, exceptions, native records
 
 
-@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "PublishThen", "ErrorCode", "Axis", "OwnerLoss")
+@entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "PublishThen", "ErrorCode", "Axis", "OwnerLoss",
+       "FetchTransport")
 def _enums(c: Ctx) -> None:
     """Python enums: lookup by value follows Python's Enum (ValueError for a non-member; kvcomm calls taking an enum
     refuse anything else with InvalidArgumentError, above). Their members are what the docs list."""
-    want = {kvcomm.MemoryKind: ["Auto", "Cuda", "Host"], kvcomm.FetchPath: ["Auto", "Kernel", "CopyEngine", "Host"],
+    want = {kvcomm.MemoryKind: ["Auto", "Cuda", "Host"], kvcomm.FetchPath: ["Auto", "Kernel", "CopyEngine", "Host", "Network"],
             kvcomm.FetchState: ["InProgress", "Done", "Failed"], kvcomm.PublishMode: ["Direct", "Fallback"],
             kvcomm.PublishThen: ["Nothing", "Barrier", "Signal"], kvcomm.Axis: ["TP", "PCP", "PP", "DP"],
-            kvcomm.OwnerLoss: ["Keep", "Release"]}
+            kvcomm.OwnerLoss: ["Keep", "Release"], kvcomm.FetchTransport: ["None_", "Peer", "Tcp", "Rdma"]}
     for e, names in want.items():
         c.check(f"{e.__name__} members", lambda e=e, names=names: list(e.__members__) == names or 1 / 0, OK)
         values = [int(m.value) for m in e]
