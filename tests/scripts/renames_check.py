@@ -49,7 +49,8 @@ def pattern(lang, old):
 
 def scan(root, entries):
     found = []
-    pats = [(lang, old, new, pattern(lang, old)) for lang, old, new, _ in entries if pattern(lang, old)]
+    # A removal ("-") is listed for porting; its old name may live on elsewhere (another struct's field of that name).
+    pats = [(lang, old, new, pattern(lang, old)) for lang, old, new, _ in entries if new != "-" and pattern(lang, old)]
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build")]
         for f in files:
