@@ -9,7 +9,7 @@ the library then validates every id against the layouts before anything moves. A
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -118,6 +118,28 @@ def _path(path: Any, call: str, rank: int) -> "_kvcomm.FetchPath":
     return p
 
 
+def _join_then_raise(convert: Callable[[], Tuple[Any, ...]], nothing: Tuple[Any, ...],
+                     collective: Callable[[Tuple[Any, ...]], Any]) -> Any:
+    """Join the collective, then raise (C++'s detail::joinThenThrow for the package's own argument checks): a rank
+    whose arguments do not convert still takes part in `collective`, with `nothing` (refused by every member
+    together, or nothing to do), so no member waits on it; its own InvalidArgumentError is raised afterwards, and
+    wins over the collective's error about the empty arguments."""
+    bad: Optional[InvalidArgumentError] = None
+    try:
+        args = convert()
+    except InvalidArgumentError as e:
+        bad, args = e, nothing
+    try:
+        result = collective(args)
+    except Error:
+        if bad is not None:
+            raise bad from None
+        raise
+    if bad is not None:
+        raise bad
+    return result
+
+
 class FetchPlan:
     """A validated, coalesced batch (Fetcher.plan), reusable with Fetcher.submit while the buffer does not change
     (after a grow/commit/release and Fetcher.refresh() it is stale: plan again)."""
@@ -201,21 +223,17 @@ class Fetcher(DeviceErrors):
         call = "Fetcher"
         # A malformed layout on one rank must not leave the others in the collective: register an empty layout
         # (refused by every rank together), then raise the precise error here.
-        bad: Optional[InvalidArgumentError] = None
-        try:
+        def convert() -> Tuple[Any, ...]:
             regions = _regions(layout, call, buffer.rank)
             ver = check_int(version, "version", call, buffer.rank)
-            lanes = check_count(lanes, "lanes", call, buffer.rank, limits.MAX_BARRIER_LANES, "MAX_BARRIER_LANES")
-            barrier_timeout_ms = check_int(barrier_timeout_ms, "barrier_timeout_ms", call, buffer.rank, 1 << 63,
+            check_count(lanes, "lanes", call, buffer.rank, limits.MAX_BARRIER_LANES, "MAX_BARRIER_LANES")
+            return regions, ver, check_int(barrier_timeout_ms, "barrier_timeout_ms", call, buffer.rank, 1 << 63,
                                            -(1 << 63))
-        except InvalidArgumentError as e:
-            bad, regions, ver, lanes, barrier_timeout_ms = e, [], 0, 1, -1
-        try:
-            self._native = _kvcomm.Fetcher.create(buffer._native, regions, ver, barrier_timeout_ms)
-        except Error:
-            if bad is not None:
-                raise bad from None
-            raise
+
+        def create(args: Tuple[Any, ...]) -> None:
+            self._native = _kvcomm.Fetcher.create(buffer._native, *args)
+
+        _join_then_raise(convert, ([], 0, -1), create)
 
     @classmethod
     def create(cls, buffer: SymmetricBuffer, layout: Any, **options: Any) -> "Fetcher":
@@ -364,19 +382,14 @@ class Fetcher(DeviceErrors):
         ends with one (no source block is overwritten while a peer reads it). A bad request fails this rank only,
         after the barriers: the other members' fetches still complete."""
         call = "Fetcher.fetch_all"
-        bad: Optional[InvalidArgumentError] = None
-        try:
+
+        def convert() -> Tuple[Any, ...]:
             raw, keep = self._requests(requests, call)
-            p = _path(path, call, self._rank)
-            ce = check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
-            s = self._stream(stream, call)
-        except InvalidArgumentError as e:  # still take part in the barriers, with nothing to fetch
-            bad, raw, keep, p, ce, s = e, [], [], FetchPath.Auto, 0, self._stream(None, call)
-        info = self._native.fetch_all(raw, s, p, ce, 0)
-        del keep
-        if bad is not None:
-            raise bad
-        return info
+            return (raw, keep, self._stream(stream, call), _path(path, call, self._rank),
+                    check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank))
+
+        return _join_then_raise(convert, ([], [], self._stream(None, call), FetchPath.Auto, 0),
+                                lambda a: self._native.fetch_all(a[0], a[2], a[3], a[4], 0))
 
     def refresh(self) -> None:
         """Collective: revalidates every member's layout against the buffer as it is now (after grow, commit or

@@ -1264,7 +1264,11 @@ def _arena_session(c: Ctx) -> None:
         A.peer.send(b"m")
         return A.session.receive(**kw)
 
-    c.vary("ArenaSession.receive", receive, {}, {"timeout_ms": MS})
+    # The message is sent just before each call from this process's other session: a bound under 100 ms may expire
+    # before the poll thread has moved it (the machine may be busy), so those bounds may time out as documented.
+    soon = [(v, ANY if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= int(v) < 100 else e)
+            for v, e in MS]
+    c.vary("ArenaSession.receive", receive, {}, {"timeout_ms": soon})
     for s in (A.session, A.peer):  # drain (a message may still be on its way: wait a little for each)
         while True:
             try:
