@@ -117,14 +117,16 @@ if [ "$what" != perf ]; then
 
   if [ ${#py[@]} -gt 0 ]; then
     export PYTHONPATH="$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}"
-    step "python: host tests (4 spawned ranks) and CUDA tests (torchrun, $np GPUs) from the build tree"
+    # torch's NCCL process group needs a GPU per process: as many processes as there are GPUs, up to $np.
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); pynp=$(( gpus < np ? gpus : np )); [ "$pynp" -ge 1 ] || pynp=1
+    step "python: host tests (4 spawned ranks) and CUDA tests (torchrun, $pynp processes) from the build tree"
     timeout 300 python3 -m pytest tests/python/test_host.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_host.txt" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    timeout 400 torchrun --standalone --nproc-per-node "$np" -m pytest tests/python/test_cuda.py -q -rs \
+    timeout 400 torchrun --standalone --nproc-per-node "$pynp" -m pytest tests/python/test_cuda.py -q -rs \
       -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -12
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    step "example: vLLM-style PCP step (torchrun, $np GPUs): all_gather+index_copy_ vs torch SymmetricMemory vs kvcomm"
-    timeout 500 torchrun --standalone --nproc-per-node "$np" examples/vllm_pcp/vllm_pcp.py \
+    step "example: vLLM-style PCP step (torchrun, $pynp processes): all_gather+index_copy_ vs torch SymmetricMemory vs kvcomm"
+    timeout 500 torchrun --standalone --nproc-per-node "$pynp" examples/vllm_pcp/vllm_pcp.py \
       --json "$OUT/vllm_pcp.jsonl" 2>&1 | tee "$OUT/vllm_pcp.txt" | tail -40
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   else
