@@ -29,7 +29,7 @@ set(KVCOMM_SOURCES
     src/publish/host_transport.cpp
     src/barrier/barrier.cpp
     src/publish/publisher.cpp
-    src/fetch/layout_registry.cpp
+    src/fetch/member_layouts.cpp
     src/fetch/planner.cpp
     src/fetch/transport/peer/peer_transport.cpp
     src/fetch/transport/net/wire.cpp

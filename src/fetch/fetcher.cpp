@@ -17,7 +17,7 @@
 #include "device/device_errors.hpp"
 #include "device/device_memory.hpp"
 #include "fetch/fetcher_internals.hpp"
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/transport/negotiation.hpp"
 #include "fetch/transport/peer/peer_transport.hpp"
@@ -163,7 +163,7 @@ struct Fetcher::Impl {
   Communicator comm;
   MemoryKind kind = MemoryKind::Host;
   KvLayout mine;
-  detail::LayoutTable table;
+  detail::MemberLayouts table;
   uint64_t generation = 0;
   std::unique_ptr<RegionTables> srcTables, dstTables;
   std::unique_ptr<detail::ErrorRecordMemory> errors;

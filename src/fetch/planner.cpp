@@ -28,7 +28,7 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
 void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, PlanOutput& out) {
   const char* call = "fetch (plan)";
   auto t0 = std::chrono::steady_clock::now();
-  const LayoutTable& t = *in.table;
+  const MemberLayouts& t = *in.table;
   const int n = static_cast<int>(t.layouts.size());
   const uint64_t dstLimit = t.minBlocks[static_cast<size_t>(in.myRank)];
   // Counted against the limit table before anything is sized by them (a sum that wraps would size the pairs small).

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "kvcomm/fetch.hpp"
 
 namespace kvcomm::detail {
@@ -34,7 +34,7 @@ struct BlockRun {
 };
 
 struct PlanInput {
-  const LayoutTable* table = nullptr;
+  const MemberLayouts* table = nullptr;
   int myRank = 0;
   /// By rank: whether the same-host path reaches the member, and why not.
   std::vector<uint8_t> reachable;

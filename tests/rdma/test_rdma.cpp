@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/transport/rdma/verbs_transport.hpp"
 #include "kvcomm/error.hpp"
@@ -43,7 +43,7 @@ TEST(RdmaDevice, LoopbackReadsAreByteExactAndAReleasedPieceFaults) {
   b->connectQps(0, a->address(), qa);
   a->setRemoteChunks(1, keys);
   // Source: packed 64 KiB blocks; destination: padded, so local SGEs scatter.
-  LayoutTable t;
+  MemberLayouts t;
   t.numRegions = 1;
   t.views = {{0, 64 << 10, (64 << 10) + 512, 100}, {0, 64 << 10, 64 << 10, 128}};
   t.minBlocks = {100, 128};

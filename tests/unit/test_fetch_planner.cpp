@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
 #include "kvcomm/error.hpp"
 
@@ -17,14 +17,14 @@ namespace {
 using kvcomm::FetchPath;
 using kvcomm::FetchPlanInfo;
 using kvcomm::FetchRequest;
-using kvcomm::detail::LayoutTable;
+using kvcomm::detail::MemberLayouts;
 using kvcomm::detail::planFetch;
 using kvcomm::detail::PlanInput;
 
 // A table of `ranks` members with `regions` regions of `blocks` blocks each (strides equal blockBytes when
 // `contiguous`).
-LayoutTable table(int ranks, size_t regions, uint64_t blocks, uint64_t blockBytes = 4096, bool contiguous = true) {
-  LayoutTable t;
+MemberLayouts table(int ranks, size_t regions, uint64_t blocks, uint64_t blockBytes = 4096, bool contiguous = true) {
+  MemberLayouts t;
   t.numRegions = regions;
   t.minBlockBytes = blockBytes;
   t.blockBytesSum = blockBytes * regions;
@@ -44,7 +44,7 @@ LayoutTable table(int ranks, size_t regions, uint64_t blocks, uint64_t blockByte
   return t;
 }
 
-PlanInput input(const LayoutTable& t, FetchPath path = FetchPath::Kernel) {
+PlanInput input(const MemberLayouts& t, FetchPath path = FetchPath::Kernel) {
   PlanInput in;
   in.table = &t;
   in.myRank = 0;
@@ -105,7 +105,7 @@ TEST(FetchPlanner, CoalescingIsCorrectAndMaximalForRandomIdLists) {
   std::mt19937_64 rng(std::random_device{}());
   for (int trial = 0; trial < 300; ++trial) {
     const uint64_t blocks = 64 + rng() % 4000;
-    LayoutTable t = table(3, 1 + rng() % 8, blocks);
+    MemberLayouts t = table(3, 1 + rng() % 8, blocks);
     // Destinations: a random permutation prefix, made partly consecutive; sources likewise; some -1 skips.
     std::vector<int64_t> perm(blocks);
     for (uint64_t b = 0; b < blocks; ++b) perm[b] = static_cast<int64_t>(b);
@@ -147,7 +147,7 @@ TEST(FetchPlanner, CoalescingIsCorrectAndMaximalForRandomIdLists) {
 }
 
 TEST(FetchPlanner, RunsNeverCrossRequestsOrSources) {
-  LayoutTable t = table(3, 2, 100);
+  MemberLayouts t = table(3, 2, 100);
   Ids a{{0, 1, 2}, {10, 11, 12}}, b{{3, 4}, {13, 14}};
   auto out = planFetch({a.req(1), b.req(2)}, input(t));
   ASSERT_EQ(out.runs.size(), 2u);
@@ -160,7 +160,7 @@ TEST(FetchPlanner, RunsNeverCrossRequestsOrSources) {
 // Runs from a source a network transport reaches count as that transport's (its runCounter), not as a path's; a
 // plan whose every run goes over the network reports path Network.
 TEST(FetchPlanner, NetworkRunsCountAsTheTransportsAndSetPathNetwork) {
-  LayoutTable t = table(3, 2, 100);
+  MemberLayouts t = table(3, 2, 100);
   Ids a{{0, 1, 2}, {10, 11, 12}}, b{{3, 4}, {13, 14}}, local{{5}, {20}};
   PlanInput in = input(t);
   std::vector<size_t FetchPlanInfo::*> counters = {nullptr, &FetchPlanInfo::tcpRuns, &FetchPlanInfo::rdmaRuns};
@@ -178,7 +178,7 @@ TEST(FetchPlanner, NetworkRunsCountAsTheTransportsAndSetPathNetwork) {
 }
 
 TEST(FetchPlanner, ValidationNamesTheRequestPairAndId) {
-  LayoutTable t = table(3, 2, 100);
+  MemberLayouts t = table(3, 2, 100);
   PlanInput in = input(t);
   Ids ok{{0, 1}, {2, 3}};
   expectError(
@@ -221,7 +221,7 @@ TEST(FetchPlanner, ValidationNamesTheRequestPairAndId) {
 }
 
 TEST(FetchPlanner, AutoSendsLongContiguousRunsToTheCopyEngines) {
-  LayoutTable t = table(2, 2, 1000, 64 << 10);
+  MemberLayouts t = table(2, 2, 1000, 64 << 10);
   PlanInput in = input(t, FetchPath::Auto);
   in.copyEngineMinRunBytes = 1 << 20;  // 16 blocks of 64 KiB
   std::vector<int64_t> src, dst;
@@ -236,7 +236,7 @@ TEST(FetchPlanner, AutoSendsLongContiguousRunsToTheCopyEngines) {
   EXPECT_EQ(out.info.kernelRuns, 10u);
   EXPECT_EQ(out.info.path, FetchPath::Auto);
   // Strided blocks never go to the copy engines under auto (2-D copies are slow there).
-  LayoutTable strided = table(2, 2, 1000, 64 << 10, false);
+  MemberLayouts strided = table(2, 2, 1000, 64 << 10, false);
   PlanInput in2 = input(strided, FetchPath::Auto);
   in2.copyEngineMinRunBytes = 1 << 20;
   EXPECT_EQ(planFetch({ids.req(1)}, in2).info.path, FetchPath::Kernel);

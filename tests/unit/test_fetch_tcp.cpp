@@ -255,7 +255,7 @@ class FakeServer {
 
 // A TCP transport of rank 0 whose rank 1 is `server`; one block of 4 KiB from it. Returns the error (or "").
 std::string fetchOneBlockFrom(const SockAddr& server, double* seconds) {
-  LayoutTable t;
+  MemberLayouts t;
   t.numRegions = 1;
   t.blockBytesSum = t.minBlockBytes = 4096;
   for (int r = 0; r < 2; ++r) {

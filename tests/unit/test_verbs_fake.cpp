@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/transport/rdma/verbs_transport.hpp"
 #include "kvcomm/error.hpp"
@@ -35,8 +35,8 @@ constexpr uint64_t kBlocks = 100;
 const std::vector<FetchRegionView> kSrc = {{0, 4096, 4096, kBlocks}, {480 << 10, 1024, 1536, kBlocks}};
 const std::vector<FetchRegionView> kDst = {{0, 4096, 4096 + 256, kBlocks}, {600 << 10, 1024, 1024, kBlocks}};
 
-LayoutTable table() {
-  LayoutTable t;
+MemberLayouts table() {
+  MemberLayouts t;
   t.numRegions = 2;
   t.views = kDst;
   t.views.insert(t.views.end(), kSrc.begin(), kSrc.end());
@@ -133,7 +133,7 @@ class VerbsFake : public ::testing::Test {
 
   std::vector<uint8_t> src_, dst_;
   std::vector<ChunkKey> keysB_;
-  LayoutTable table_;
+  MemberLayouts table_;
   std::unique_ptr<VerbsFabric> a_, b_;
   std::unique_ptr<FetchTransport> transport_;
 };

@@ -55,7 +55,7 @@ struct TransportSetup {
   MemoryKind kind = MemoryKind::Host;
   int device = -1;  // CUDA device of the buffer (-1: host memory)
   int rank = 0;
-  const LayoutTable* table = nullptr;
+  const MemberLayouts* table = nullptr;
   uint64_t generation = 0;
   uint64_t regionId = 0;              // random per registration (descriptor)
   const PeerContext* peer = nullptr;  // the same-host context (the peer transport copies it)

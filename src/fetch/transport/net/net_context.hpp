@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 #include "fetch/transport/negotiation.hpp"
 #include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
@@ -18,7 +18,7 @@ struct NetContext {
   int device = -1;
   int rank = 0;
   uint64_t groupId = 0;
-  const LayoutTable* table = nullptr;
+  const MemberLayouts* table = nullptr;
   std::vector<RemoteDescriptor> descs;  // by rank
   int64_t netTimeoutMs = 3000;
   int connectionsPerSource = 4;

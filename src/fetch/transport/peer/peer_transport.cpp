@@ -44,7 +44,7 @@ std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
 }
 
 void runCopies(const PeerContext& c, const BlockRun& run, std::vector<CopyDesc>& out) {
-  const LayoutTable& t = *c.table;
+  const MemberLayouts& t = *c.table;
   const int me = c.buffer->rank();
   char* srcBase = static_cast<char*>(c.buffer->peer(run.rank));
   char* dstBase = static_cast<char*>(c.buffer->local());
@@ -122,7 +122,7 @@ class HostOp : public TransportOp {
     const auto start = std::chrono::steady_clock::now();
     auto lastCheck = start;
     uint64_t copied = 0;
-    const LayoutTable& t = *ctx_.table;
+    const MemberLayouts& t = *ctx_.table;
     const int64_t perSlice = std::max<int64_t>(1, static_cast<int64_t>((1u << 20) / t.blockBytesSum));
     std::string failure;
     for (size_t ri : runs_) {

@@ -14,7 +14,7 @@ namespace kvcomm::detail {
 /// What the peer transport reads: the buffer (its own handle), the layouts, the kernel's view of both.
 struct PeerContext {
   const SymmetricBuffer* buffer = nullptr;  // the Fetcher's handle, which outlives every operation
-  const LayoutTable* table = nullptr;
+  const MemberLayouts* table = nullptr;
   FetchDeviceHandle handle{};
   DeviceErrorRecord* error = nullptr;
   DeviceCopier* copier = nullptr;       // CUDA buffers

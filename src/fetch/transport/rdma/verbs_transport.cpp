@@ -751,7 +751,7 @@ class VerbsTransport : public FetchTransport {
   // The READs of `runs`, sliced; "" or why they cannot be built.
   std::string build(const PlanOutput& plan, const std::vector<size_t>& runs, std::vector<RunSlice>* slices,
                     std::vector<ReadWr>* wrs, std::vector<int>* slicePeers) const {
-    const LayoutTable& t = *ctx_.table;
+    const MemberLayouts& t = *ctx_.table;
     const int64_t maxBlocks = std::max<int64_t>(1, static_cast<int64_t>(kSliceBytes / t.blockBytesSum));
     *slices = sliceRuns(plan, runs, maxBlocks);
     std::map<int, std::vector<size_t>> bySource;

@@ -21,7 +21,7 @@ class TcpPlugin : public FetchTransport {
   size_t FetchPlanInfo::*runCounter() const override { return &FetchPlanInfo::tcpRuns; }
 
   uint32_t open() override {
-    const LayoutTable& t = *setup_.table;
+    const MemberLayouts& t = *setup_.table;
     const size_t me = static_cast<size_t>(setup_.rank), R = t.numRegions;
     auto served = std::make_shared<ServedMemory>();
     served->base = static_cast<char*>(setup_.buffer->local());

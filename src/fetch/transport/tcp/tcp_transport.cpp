@@ -312,7 +312,7 @@ void TcpJob::lane(int rank, std::atomic<size_t>* next, const std::vector<size_t>
 
 std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
   const NetContext& c = t_.ctx();
-  const LayoutTable& t = *c.table;
+  const MemberLayouts& t = *c.table;
   const int fd = ch.fd.get();
   const bool stale = ch.pooled;  // first use after idling in the pool
   ch.pooled = false;

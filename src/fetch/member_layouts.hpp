@@ -1,5 +1,5 @@
-// Layouts of a fetcher's members: validation of one layout against the buffer, its wire form, and the collective
-// registration every member takes part in (layouts travel, never pointers).
+// Every member's KV layout as a fetcher learnt it (MemberLayouts): the collective exchange every member takes part in
+// (layouts travel, never pointers) and the tables the planner and kernels read. One layout's validation is kvlayout's.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 namespace kvcomm::detail {
 
 /// Every member's layout, learnt through the communicator.
-struct LayoutTable {
+struct MemberLayouts {
   std::vector<KvLayout> layouts;       ///< by rank
   std::vector<uint64_t> hashes;        ///< by rank
   std::vector<FetchRegionView> views;  ///< [rank * numRegions + region]
@@ -29,6 +29,6 @@ struct LayoutTable {
 /// Collective: allgathers every member's (already validated) layout and checks that every member's is compatible
 /// with rank 0's (region count, blockBytes per region); a mismatch throws the same InvalidArgumentError on every
 /// rank, naming the rank and region.
-LayoutTable exchangeLayouts(Communicator& comm, const KvLayout& mine);
+MemberLayouts exchangeLayouts(Communicator& comm, const KvLayout& mine);
 
 }  // namespace kvcomm::detail

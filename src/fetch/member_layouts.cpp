@@ -1,4 +1,4 @@
-#include "fetch/layout_registry.hpp"
+#include "fetch/member_layouts.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@ namespace kvcomm {
 
 namespace detail {
 
-LayoutTable exchangeLayouts(Communicator& comm, const KvLayout& mine) {
+MemberLayouts exchangeLayouts(Communicator& comm, const KvLayout& mine) {
   const char* call = "Fetcher::create (layouts)";
   const int n = comm.size();
   struct Head {
@@ -31,7 +31,7 @@ LayoutTable exchangeLayouts(Communicator& comm, const KvLayout& mine) {
   }
   comm.allgather(all.data() + 0, sizeof(FetchRegionView) * most);
   // Every rank runs the same checks on the same data: the same error everywhere, no vote needed.
-  LayoutTable t;
+  MemberLayouts t;
   t.numRegions = heads[0].regions;
   requireSame(
       heads, [](const Head& h) { return h.regions; }, call, "the number of regions", asPrinted, worldRanksOf(comm),
