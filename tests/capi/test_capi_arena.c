@@ -26,36 +26,10 @@
 static const char* g_who = "?";
 static int g_failures = 0;
 
-#define CHECK(cond, ...)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "[%s] %s:%d: CHECK(%s) failed: ", g_who, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                        \
-      fprintf(stderr, "\n");                                                               \
-      ++g_failures;                                                                        \
-    }                                                                                      \
-  } while (0)
-
-/* A call that must succeed; on failure prints the result and last error and ends this process. */
-#define OK(call)                                                                                                \
-  do {                                                                                                          \
-    kvcommResult_t r_ = (call);                                                                                 \
-    if (r_ != kvcommSuccess) {                                                                                  \
-      fprintf(stderr, "[%s] %s:%d: %s -> %s: %s\n", g_who, __FILE__, __LINE__, #call, kvcommGetErrorString(r_), \
-              kvcommGetLastError());                                                                            \
-      exit(2);                                                                                                  \
-    }                                                                                                           \
-  } while (0)
-
-/* A call that must fail with `expected` and leave a message containing `word`. */
-#define FAILS(call, expected, word)                                                                                 \
-  do {                                                                                                              \
-    kvcommResult_t r_ = (call);                                                                                     \
-    CHECK(r_ == (expected), "%s returned %s, expected %s (%s)", #call, kvcommGetErrorString(r_),                    \
-          kvcommGetErrorString(expected), kvcommGetLastError());                                                    \
-    CHECK(strstr(kvcommGetLastError(), (word)) != NULL, "%s: message '%s' lacks '%s'", #call, kvcommGetLastError(), \
-          (word));                                                                                                  \
-  } while (0)
+#define CAPI_WHO_FMT "%s"
+#define CAPI_WHO g_who
+#define CAPI_STOP() exit(2)
+#include "capi_checks.h"
 
 /* ---- the layout and the oracle ----------------------------------------------------------------------------------- */
 
