@@ -42,6 +42,8 @@ set(KVCOMM_SOURCES
     src/fetch/transport/rdma/rdma_plugin.cpp
     src/fetch/transport/registry.cpp
     src/fetch/fetcher.cpp
+    src/endpoint/metadata.cpp
+    src/endpoint/endpoint.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp
     src/arena/arena_memory.cpp

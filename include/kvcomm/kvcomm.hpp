@@ -10,6 +10,7 @@
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/endpoint.hpp"
 #include "kvcomm/limits.hpp"
 #include "kvcomm/publish.hpp"
 #include "kvcomm/stream.hpp"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvcomm/comm.hpp"
@@ -30,5 +31,10 @@ struct MemberLayouts {
 /// with rank 0's (region count, blockBytes per region); a mismatch throws the same InvalidArgumentError on every
 /// rank, naming the rank and region.
 MemberLayouts exchangeLayouts(Communicator& comm, const KvLayout& mine);
+
+/// Two layouts as members 0 and 1 (an endpoint's registration and a peer's), with the same checks; errors name them
+/// `aName` and `bName`.
+MemberLayouts pairLayouts(const KvLayout& a, const KvLayout& b, const char* call, const std::string& aName,
+                          const std::string& bName);
 
 }  // namespace kvcomm::detail

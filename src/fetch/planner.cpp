@@ -26,7 +26,7 @@ PlanOutput planFetch(const std::vector<FetchRequest>& requests, const PlanInput&
 }
 
 void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, PlanOutput& out) {
-  const char* call = "fetch (plan)";
+  const char* call = in.call;
   auto t0 = std::chrono::steady_clock::now();
   const MemberLayouts& t = *in.table;
   const int n = static_cast<int>(t.layouts.size());
@@ -53,6 +53,10 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
   int64_t* ps = out.pairs.src.data();
   int64_t* pd = out.pairs.dst.data();
   int32_t* pr = out.pairs.rank.data();
+  auto nameOf = [&](int rank) {
+    if (!in.names.empty()) return in.names[static_cast<size_t>(rank)];
+    return rank == in.myRank ? std::string("this rank") : cat("rank ", rank);
+  };
   size_t kept = 0, skipped = 0;
   std::vector<uint64_t> seen((dstLimit + 63) / 64, 0);  // destination blocks already claimed
   uint64_t* claimed = seen.data();
@@ -93,10 +97,10 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
       // Unsigned compares: a negative id is huge, so one test per side covers both ends of the range.
       if (s != -1 && static_cast<uint64_t>(s) >= srcLimit)
         KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": source block ", s, " is outside [0, ",
-                     srcLimit, ") of rank ", q.srcRank, "'s layout");
+                     srcLimit, ") of ", nameOf(q.srcRank), "'s layout");
       if (d != -1 && static_cast<uint64_t>(d) >= dstLimit)
         KVCOMM_THROW(InvalidArgument, call, "request ", k, ", pair ", i, ": destination block ", d, " is outside [0, ",
-                     dstLimit, ") of this rank's layout");
+                     dstLimit, ") of ", nameOf(in.myRank), "'s layout");
       if (s == -1 || d == -1) {
         ++skipped;
         close();

@@ -47,6 +47,9 @@ struct PlanInput {
   /// By rank (null, or a null entry: counted by path): the FetchPlanInfo field that counts runs from that source,
   /// as the transport that moves them reports it (FetchTransport::runCounter: tcpRuns, rdmaRuns).
   const std::vector<size_t FetchPlanInfo::*>* counters = nullptr;
+  /// By rank (empty: "rank N" and "this rank"): how errors name the members (an endpoint's two registrations).
+  std::vector<std::string> names;
+  const char* call = "fetch (plan)";
 };
 
 struct PlanOutput {
@@ -55,6 +58,9 @@ struct PlanOutput {
   FetchPlanInfo info;
   uint64_t generation =
       0;  ///< the buffer generation it was validated at (set by the Fetcher; network requests name it)
+  /// An endpoint's write: each run moves this side's blocks `dst` into the source's blocks `src` (the other way
+  /// round from a fetch); only the network transports carry it.
+  bool push = false;
 };
 
 /// Validates every request and pair, then coalesces (maximal runs in request order). Throws InvalidArgumentError

@@ -30,6 +30,9 @@ ALLOWED = {
     "fetch": ["base", "common", "platform", "comm", "symm", "kvlayout", "device", "kernels", "barrier",
               "dev-barrier", "dev-fetch"],
     "arena": ["base", "common", "platform", "comm", "symm", "kvlayout", "device"],
+    # above the features: peers that meet at run time, carried by fetch's transports, registering arenas too
+    "endpoint": ["base", "common", "platform", "comm", "symm", "kvlayout", "device", "kernels", "barrier",
+                 "dev-barrier", "dev-fetch", "fetch", "arena"],
     # public device headers (include/kvcomm/device/): header-only device API
     "dev-barrier": ["base"],
     "dev-publish": ["base"],
@@ -44,7 +47,7 @@ ALLOWED = {
 PUBLIC = {
     "comm.hpp": "comm", "bootstrap.hpp": "comm", "capabilities.hpp": "platform", "symm.hpp": "symm",
     "kv_layout.hpp": "kvlayout", "barrier.hpp": "barrier", "publish.hpp": "publish", "fetch.hpp": "fetch",
-    "arena.hpp": "arena", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella", "kvcomm.h": "capi",
+    "arena.hpp": "arena", "endpoint.hpp": "endpoint", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella", "kvcomm.h": "capi",
     "device/barrier.hpp": "dev-barrier", "device/publish.hpp": "dev-publish", "device/fetch.hpp": "dev-fetch",
 }
 

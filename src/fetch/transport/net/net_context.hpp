@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fetch/member_layouts.hpp"
@@ -22,6 +23,10 @@ struct NetContext {
   std::vector<RemoteDescriptor> descs;  // by rank
   int64_t netTimeoutMs = 3000;
   int connectionsPerSource = 4;
+  /// By rank: the capability a hello to it presents (endpoints); empty: none (a Fetcher's members).
+  std::vector<WireCapability> capabilities;
+  /// By rank (empty: "source rank N"): how errors name a source (an endpoint's peer: "endpoint 'name'").
+  std::vector<std::string> sourceNames;
 };
 
 /// The requester side's context of a transport the registry made, once every member's descriptor is known.

@@ -34,6 +34,10 @@ const char* wireStatusName(WireStatus s) {
       return "server closing";
     case WireStatus::Internal:
       return "server error";
+    case WireStatus::Unauthorized:
+      return "capability refused";
+    case WireStatus::ReadOnly:
+      return "read-only memory";
   }
   return "unknown status";
 }
@@ -60,7 +64,7 @@ std::string decodeHelloReply(const void* data, size_t size, WireHelloReply* out)
   WireHelloReply r;
   std::memcpy(&r, data, sizeof(r));
   if (r.magic != kWireHelloReplyMagic) return cat("bad magic 0x", std::hex, r.magic, " (not a kvcomm fetch server)");
-  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::Internal)) return cat("bad status ", r.status);
+  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::ReadOnly)) return cat("bad status ", r.status);
   r.reason[sizeof(r.reason) - 1] = '\0';  // the peer's text is never trusted to be terminated
   *out = r;
   return "";
@@ -70,7 +74,7 @@ std::string decodeRequest(const void* data, size_t size, WireRequest* out) {
   if (size != sizeof(WireRequest)) return cat("a request header is ", sizeof(WireRequest), " bytes, not ", size);
   WireRequest q;
   std::memcpy(&q, data, sizeof(q));
-  if (q.magic != kWireRequestMagic) return cat("bad magic 0x", std::hex, q.magic);
+  if (q.magic != kWireRequestMagic && q.magic != kWireWriteMagic) return cat("bad magic 0x", std::hex, q.magic);
   if (q.numRuns == 0 || q.numRuns > kMaxRunsPerRequest)
     return cat("run count ", q.numRuns, " is outside [1, ", kMaxRunsPerRequest, "]");
   *out = q;
@@ -82,7 +86,7 @@ std::string decodeReply(const void* data, size_t size, WireReply* out) {
   WireReply r;
   std::memcpy(&r, data, sizeof(r));
   if (r.magic != kWireReplyMagic) return cat("bad magic 0x", std::hex, r.magic);
-  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::Internal)) return cat("bad status ", r.status);
+  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::ReadOnly)) return cat("bad status ", r.status);
   if (r.status == 0 && r.errorBytes != 0) return "an Ok reply carries error text";
   if (r.status != 0 && r.payloadBytes != 0) return "an error reply carries payload";
   if (r.errorBytes > kMaxWireErrorText) return cat("error text of ", r.errorBytes, " bytes");
@@ -110,8 +114,8 @@ bool rangeCovered(const Range* ranges, size_t n, uint64_t offset, uint64_t bytes
 WireStatus validateRequest(const WireRequest& req, const WireRun* runs, const ServedView& view, uint64_t* payloadBytes,
                            std::string* why) {
   if (req.generation != view.generation) {
-    *why = cat("request names generation ", req.generation, " but generation ", view.generation,
-               " is served (call Fetcher::refresh() on every member)");
+    *why = cat("request names generation ", req.generation, " but generation ", view.generation, " is served (",
+               view.staleAdvice, ")");
     return WireStatus::Stale;
   }
   if (req.layoutHash != view.layoutHash) {

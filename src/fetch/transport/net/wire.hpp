@@ -5,8 +5,11 @@
 //   member's descriptor) and the protocol versions it speaks; the server answers a HelloReply: accepted (status Ok,
 //   the version both speak, what the server offers) or refused with a reason (another region, an incompatible
 //   version, too many connections). A server that does not offer direct reads is refused by the requester.
-// Phase 2 (reads, one at a time per connection): a Request header and `numRuns` Runs; the server re-validates the
-//   request against what it serves now (generation, layout hash, ids, bytes backed) before it touches memory and
+// Phase 1 of an endpoint's registration: the hello sets kCapAuth and a WireCapability (the registration's 128-bit
+//   secret) follows it; a server whose registration demands one refuses a hello without it or with another one
+//   (Unauthorized) before it says anything about the memory.
+// Phase 2 (requests, one at a time per connection): a Request header and `numRuns` Runs (a write: then the payload,
+//   in the order a read's reply carries it); the server re-validates the request against what it serves now (generation, layout hash, ids, bytes backed) before it touches memory and
 //   answers a Reply: status Ok and `payloadBytes` bytes (run by run, region by region, the run's blocks back to
 //   back), or an error status and a message of at most kMaxWireErrorText bytes. A header that is not a request (bad
 //   magic, a run count outside [1, kMaxRunsPerRequest]) ends the connection after its error reply: the stream
@@ -37,11 +40,14 @@ enum FetchCap : uint32_t {
   kCapDirect = 1u << 0,  ///< serves one-sided reads of its registered memory (no work by the owner's application)
   kCapTcp = 1u << 1,     ///< through its TCP server
   kCapRdma = 1u << 2,    ///< through RDMA READ of registered memory regions
+  kCapAuth = 1u << 3,    ///< hello: a WireCapability follows it (endpoint registrations demand one)
+  kCapWrite = 1u << 4,   ///< serves writes (requests with kWireWriteMagic) into its registered memory
 };
 
 inline constexpr uint32_t kWireHelloMagic = 0x4846564bu;       // "KVFH"
 inline constexpr uint32_t kWireHelloReplyMagic = 0x5246564bu;  // "KVFR"
-inline constexpr uint32_t kWireRequestMagic = 0x5146564bu;     // "KVFQ"
+inline constexpr uint32_t kWireRequestMagic = 0x5146564bu;     // "KVFQ": a read
+inline constexpr uint32_t kWireWriteMagic = 0x5746564bu;       // "KVFW": a write (its payload follows the runs)
 inline constexpr uint32_t kWireReplyMagic = 0x4146564bu;       // "KVFA"
 
 /// Most runs one request may carry (its body is at most 64 KiB), and most bytes one reply may carry.
@@ -63,6 +69,8 @@ enum class WireStatus : int32_t {
   Busy = 9,             ///< phase 1: the server is at its connection cap
   Closing = 10,         ///< the server is shutting down
   Internal = 11,        ///< the server failed to read its own memory (e.g. a CUDA error)
+  Unauthorized = 12,    ///< phase 1: the capability is missing or does not match (revoked, rotated, forged)
+  ReadOnly = 13,        ///< a write to memory served for reads only (a Fetcher's, or registered read-only)
 };
 const char* wireStatusName(WireStatus s);
 
@@ -76,6 +84,11 @@ struct WireHello {
   uint64_t groupId;   ///< the communicator's id
 };
 
+/// What follows a hello with kCapAuth: the registration's bearer secret (an endpoint's metadata carries it).
+struct WireCapability {
+  uint8_t bytes[16];
+};
+
 struct WireHelloReply {
   uint32_t magic;
   uint16_t version;  ///< the version the server will speak (Ok), or its own newest (refusals)
@@ -87,7 +100,8 @@ struct WireHelloReply {
 };
 
 struct WireRequest {
-  uint32_t magic;
+  uint32_t magic;  ///< kWireRequestMagic (read: the reply carries the payload) or kWireWriteMagic (write: the payload
+                   ///< follows the runs; the reply carries none)
   uint32_t numRuns;
   uint64_t requestId;
   uint64_t generation;
@@ -109,7 +123,8 @@ struct WireReply {
   uint32_t reserved;
 };
 
-static_assert(sizeof(WireHello) == 32 && sizeof(WireHelloReply) == 136 && sizeof(WireRequest) == 32 &&
+static_assert(sizeof(WireHello) == 32 && sizeof(WireCapability) == 16 && sizeof(WireHelloReply) == 136 &&
+              sizeof(WireRequest) == 32 &&
               sizeof(WireRun) == 16 && sizeof(WireReply) == 32);
 static_assert(std::is_trivially_copyable_v<WireHello> && std::is_trivially_copyable_v<WireHelloReply> &&
               std::is_trivially_copyable_v<WireRequest> && std::is_trivially_copyable_v<WireReply>);
@@ -134,6 +149,7 @@ struct ServedView {
   uint64_t blockBytesSum = 0;     ///< bytes one block moves over all regions
   const Range* backed = nullptr;  ///< backed ranges of the buffer, sorted and disjoint
   size_t numBacked = 0;
+  const char* staleAdvice = "";  ///< what a Stale refusal tells the requester to do
 };
 
 /// Re-validates a decoded request and its runs against what is served: Ok with *payloadBytes set, else the status

@@ -28,7 +28,29 @@ ServedView ServedMemory::view() const {
   v.blockBytesSum = blockBytesSum;
   v.backed = backed.data();
   v.numBacked = backed.size();
+  v.staleAdvice = staleAdvice.c_str();
   return v;
+}
+
+void ServedDirectory::add(std::shared_ptr<ServedMemory> memory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  map_[memory->regionId] = std::move(memory);
+}
+
+void ServedDirectory::remove(uint64_t regionId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  map_.erase(regionId);
+}
+
+std::shared_ptr<ServedMemory> ServedDirectory::find(uint64_t regionId) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(regionId);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+uint64_t ServedDirectory::soleId() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.size() == 1 ? map_.begin()->first : 0;
 }
 
 void ServedMemory::unback(const std::vector<Range>& ranges) {
@@ -61,8 +83,21 @@ void ServedMemory::close() {
   backed.clear();
 }
 
+namespace {
+
+std::shared_ptr<ServedDirectory> directoryOf(std::shared_ptr<ServedMemory> memory) {
+  auto d = std::make_shared<ServedDirectory>();
+  d->add(std::move(memory));
+  return d;
+}
+
+}  // namespace
+
 TcpServer::TcpServer(std::shared_ptr<ServedMemory> memory, const SockAddr& addr, const TcpServerOptions& options)
-    : mem_(std::move(memory)), opt_(options) {
+    : TcpServer(directoryOf(std::move(memory)), addr, options) {}
+
+TcpServer::TcpServer(std::shared_ptr<ServedDirectory> directory, const SockAddr& addr, const TcpServerOptions& options)
+    : dir_(std::move(directory)), opt_(options) {
   listener_ = listenTcp(addr, &endpoint_);
   int p[2];
   KVCOMM_CHECK_SYS(pipe2(p, O_CLOEXEC | O_NONBLOCK));
@@ -97,6 +132,7 @@ TcpServer::Stats TcpServer::stats() const {
   s.accepted = accepted_;
   s.refused = refused_;
   s.served = served_;
+  s.written = written_;
   s.rejected = rejected_;
   s.open = open_;
   return s;
@@ -141,7 +177,7 @@ void TcpServer::acceptLoop() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (open_.load() >= opt_.maxConnections) {
       // Best effort: the refusal fits any socket buffer; a peer that sent nothing yet still reads it.
-      WireHelloReply r = makeHelloReply(WireStatus::Busy, kFetchProtocolVersion, 0, mem_->regionId,
+      WireHelloReply r = makeHelloReply(WireStatus::Busy, kFetchProtocolVersion, 0, dir_->soleId(),
                                         cat("the fetch server is at its cap of ", opt_.maxConnections, " connections"));
       (void)::send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
       ++refused_;
@@ -195,12 +231,16 @@ bool sendError(int fd, WireStatus status, uint64_t requestId, const std::string&
 void TcpServer::serve(Conn& c) {
   const int fd = c.fd.get();
   const int64_t stall = opt_.netTimeoutMs;
-  const uint32_t caps = (kCapDirect | kCapTcp) & ~fetchTestHooks().withhold;
   int err = 0;
-  // Phase 1: the hello.
+  // Phase 1: the hello (and the capability it announces).
   WireHello hello{};
   if (readExact(fd, &hello, sizeof(hello), opt_.helloMs, opt_.helloMs, &stop_, &err) != IoResult::Ok) return;
   std::string why = decodeHello(&hello, sizeof(hello), &hello);
+  WireCapability presented{};
+  const bool auth = why.empty() && (hello.caps & kCapAuth);
+  if (auth && readExact(fd, &presented, sizeof(presented), opt_.helloMs, opt_.helloMs, &stop_, &err) != IoResult::Ok)
+    return;
+  std::shared_ptr<ServedMemory> mem = why.empty() ? dir_->find(hello.regionId) : nullptr;
   WireStatus refusal = WireStatus::Ok;
   uint16_t version = 0;
   if (!why.empty()) {
@@ -210,13 +250,35 @@ void TcpServer::serve(Conn& c) {
     refusal = WireStatus::VersionMismatch;
     why = cat("the server speaks fetch protocol ", kFetchMinProtocolVersion, " to ", kFetchProtocolVersion,
               ", the requester ", hello.minVersion, " to ", hello.version);
-  } else if (hello.regionId != mem_->regionId || hello.groupId != mem_->groupId) {
+  } else if (!mem || hello.groupId != mem->groupId) {
     refusal = WireStatus::WrongRegion;
-    why = cat("this server serves region 0x", std::hex, mem_->regionId, " of group 0x", mem_->groupId,
-              ", not region 0x", hello.regionId, " of group 0x", hello.groupId, " (a stale descriptor?)");
+    const uint64_t owner = dir_->endpointId();
+    if (!owner)
+      why = cat("this server serves region 0x", std::hex, dir_->soleId(), " of group 0x",
+                mem ? mem->groupId : hello.groupId, ", not region 0x", hello.regionId, " of group 0x", hello.groupId,
+                " (a stale descriptor?)");
+    else if (hello.groupId != owner)
+      why = cat("endpoint 0x", std::hex, hello.groupId, " restarted (now 0x", owner,
+                "): ask the peer for its new metadata");  // fits the reply's 112 bytes
+    else
+      why = cat("registration 0x", std::hex, hello.regionId, " was unregistered by its owner");
+    mem.reset();
+  } else {
+    std::shared_lock<std::shared_mutex> lock(mem->mu);
+    // Constant time: the comparison says nothing about how much of a guess was right.
+    uint8_t diff = 0;
+    for (size_t i = 0; i < sizeof(presented.bytes); ++i) diff |= presented.bytes[i] ^ mem->capability.bytes[i];
+    if (mem->needsCapability && (!auth || diff != 0)) {
+      refusal = WireStatus::Unauthorized;
+      why = auth ? "the capability does not match (revoked or rotated by the owner, or not its own)"
+                 : "this registration needs its capability (from the owner's metadata)";
+      mem.reset();  // refused before anything about the memory is said
+    }
   }
-  WireHelloReply reply =
-      makeHelloReply(refusal, refusal == WireStatus::Ok ? version : kFetchProtocolVersion, caps, mem_->regionId, why);
+  const uint32_t caps = ((kCapDirect | kCapTcp) | (mem && mem->writable ? uint32_t{kCapWrite} : 0u)) &
+                        ~fetchTestHooks().withhold;
+  WireHelloReply reply = makeHelloReply(refusal, refusal == WireStatus::Ok ? version : kFetchProtocolVersion, caps,
+                                        mem ? mem->regionId : 0, why);
   if (!sendStruct(fd, &reply, sizeof(reply), stall, &stop_) || refusal != WireStatus::Ok) {
     if (refusal != WireStatus::Ok) ++rejected_;
     return;
@@ -233,37 +295,49 @@ void TcpServer::serve(Conn& c) {
     why = decodeRequest(&req, sizeof(req), &req);
     if (!why.empty()) {
       ++rejected_;
-      WireStatus s = req.magic == kWireRequestMagic && req.numRuns > kMaxRunsPerRequest ? WireStatus::Oversize
-                                                                                        : WireStatus::Malformed;
+      const bool known = req.magic == kWireRequestMagic || req.magic == kWireWriteMagic;
+      WireStatus s = known && req.numRuns > kMaxRunsPerRequest ? WireStatus::Oversize : WireStatus::Malformed;
       sendError(fd, s, req.requestId, why, stall, &stop_);
       return;  // the stream cannot be trusted after a header that is not a request
     }
     if (readExact(fd, runs, req.numRuns * sizeof(WireRun), stall, stall, &stop_, &err) != IoResult::Ok) return;
-    std::shared_lock<std::shared_mutex> lock(mem_->mu);
+    const bool write = req.magic == kWireWriteMagic;
+    std::shared_lock<std::shared_mutex> lock(mem->mu);
     uint64_t payload = 0;
     WireStatus st = WireStatus::Closing;
-    if (mem_->open) {
-      st = validateRequest(req, runs, mem_->view(), &payload, &why);
+    if (!mem->open) {
+      why = mem->closedReason;
+    } else if (write && !mem->writable) {
+      st = WireStatus::ReadOnly;
+      why = "this memory is served for reads only";
     } else {
-      why = "the fetcher serving this memory is closing";
+      st = validateRequest(req, runs, mem->view(), &payload, &why);
     }
     if (st != WireStatus::Ok) {
       lock.unlock();
       ++rejected_;
-      if (!sendError(fd, st, req.requestId, why, stall, &stop_) || st == WireStatus::Closing) return;
+      // A refused write's payload is still on the stream: the connection cannot go on.
+      if (!sendError(fd, st, req.requestId, why, stall, &stop_) || st == WireStatus::Closing || write) return;
       continue;
     }
     WireReply head{};
     head.magic = kWireReplyMagic;
     head.requestId = req.requestId;
     head.payloadBytes = payload;
-    SegmentCursor cursor(mem_->regions.data(), mem_->regions.size(), runs, req.numRuns);
-    if (mem_->kind == MemoryKind::Host) {
+    SegmentCursor cursor(mem->regions.data(), mem->regions.size(), runs, req.numRuns);
+    if (write) {
+      if (!receiveWrite(fd, *mem, cursor, payload, staging)) return;
+      lock.unlock();  // the bytes are in memory (CUDA: the copies finished) before the reply says so
+      if (!sendStruct(fd, &head, sizeof(head), stall, &stop_)) return;
+      ++written_;
+      continue;
+    }
+    if (mem->kind == MemoryKind::Host) {
       // The header leaves with the first segments: one system call (and one packet) for a small reply.
-      if (sendSegments(fd, cursor, mem_->base, payload, stall, &stop_, &err, &head, sizeof(head)) != IoResult::Ok)
+      if (sendSegments(fd, cursor, mem->base, payload, stall, &stop_, &err, &head, sizeof(head)) != IoResult::Ok)
         return;
     } else {
-      if (!staging) staging = makeHostStaging(mem_->device, opt_.stagingSlotBytes, 2);
+      if (!staging) staging = makeHostStaging(mem->device, opt_.stagingSlotBytes, 2);
       if (!sendStruct(fd, &head, sizeof(head), stall, &stop_)) return;
       // Device -> slot k while slot k^1 is on the wire.
       uint64_t left = payload;
@@ -274,7 +348,7 @@ void TcpServer::serve(Conn& c) {
         uint64_t off = 0, len = 0;
         while (at < staging->slotBytes() && left > 0 &&
                cursor.take(std::min<uint64_t>(left, staging->slotBytes() - at), &off, &len)) {
-          copies.push_back({staging->slot(k) + at, mem_->base + off, static_cast<size_t>(len), 1, 0, 0});
+          copies.push_back({staging->slot(k) + at, mem->base + off, static_cast<size_t>(len), 1, 0, 0});
           at += len;
           left -= len;
         }
@@ -292,6 +366,39 @@ void TcpServer::serve(Conn& c) {
     }
     ++served_;
   }
+}
+
+bool TcpServer::receiveWrite(int fd, const ServedMemory& mem, SegmentCursor& cursor, uint64_t payload,
+                             std::unique_ptr<HostStaging>& staging) {
+  const int64_t stall = opt_.netTimeoutMs;
+  int err = 0;
+  if (mem.kind == MemoryKind::Host) {
+    uint64_t got = 0;
+    return recvSegments(fd, cursor, mem.base, payload, stall, &stop_, &err, &got) == IoResult::Ok;
+  }
+  // CUDA: socket -> slot k while slot k^1 is copied to the device; every copy has finished when this returns.
+  if (!staging) staging = makeHostStaging(mem.device, opt_.stagingSlotBytes, 2);
+  uint64_t left = payload;
+  for (int k = 0; left > 0; k ^= 1) {
+    staging->waitSlot(k);
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, staging->slotBytes()));
+    if (readExact(fd, staging->slot(k), n, stall, stall, &stop_, &err) != IoResult::Ok) {
+      staging->waitSlot(k ^ 1);
+      return false;
+    }
+    std::vector<CopyDesc> copies;
+    size_t at = 0;
+    uint64_t off = 0, len = 0;
+    while (at < n && cursor.take(n - at, &off, &len)) {
+      copies.push_back({mem.base + off, staging->slot(k) + at, static_cast<size_t>(len), 1, 0, 0});
+      at += len;
+    }
+    staging->toDevice(k, copies, staging->ownStream());
+    left -= n;
+  }
+  staging->waitSlot(0);
+  staging->waitSlot(1);
+  return true;
 }
 
 }  // namespace kvcomm::detail

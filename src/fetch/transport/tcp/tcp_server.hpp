@@ -1,6 +1,7 @@
-// The TCP server of one registration: serves reads of this rank's registered memory to members on other hosts
-// (the wire protocol is in fetch/transport/net/wire.hpp). It runs on threads of its own, never on the communicator's
-// mesh.
+// The TCP server of registered memory: a Fetcher's (one registration: reads of this rank's memory by members on
+// other hosts) or an endpoint's (every registration of the process, each behind its capability: reads and writes by
+// peers that hold its metadata). The wire protocol is in fetch/transport/net/wire.hpp. It runs on threads of its own,
+// never on the communicator's mesh.
 //
 // Threads: one acceptor (polls the listener and a wake-up pipe) and one handler per connection, at most
 // maxConnections at a time; beyond the cap a connection gets a Busy refusal and is closed.
@@ -18,14 +19,18 @@
 #include <atomic>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
 
 #include "common/fd.hpp"
 #include "common/socket.hpp"
+#include "fetch/device_copy.hpp"
+#include "fetch/transport/net/segments.hpp"
 #include "fetch/transport/net/wire.hpp"
 #include "kvcomm/symm.hpp"
 
@@ -43,11 +48,18 @@ struct ServedMemory {
   uint64_t minBlocks = 0;
   uint64_t blockBytesSum = 0;
 
+  bool writable = false;  // serves writes (endpoint registrations; a Fetcher serves reads only)
+  /// Stale requests and closed memory, as the requester reads it.
+  std::string staleAdvice = "call Fetcher::refresh() on every member";
+  std::string closedReason = "the fetcher serving this memory is closing";
+
   mutable std::shared_mutex mu;
   uint64_t generation = 0;
   uint64_t layoutHash = 0;
   std::vector<Range> backed;  // sorted, disjoint
   bool open = true;
+  bool needsCapability = false;  // a hello must carry `capability` (endpoint registrations)
+  WireCapability capability{};
 
   /// The snapshot as validateRequest() takes it (hold `mu`).
   ServedView view() const;
@@ -55,6 +67,25 @@ struct ServedMemory {
   void unback(const std::vector<Range>& ranges);
   /// Serves nothing more; returns once no read is in flight.
   void close();
+};
+
+/// The registrations one server serves, by region id (a hello names one).
+class ServedDirectory {
+ public:
+  /// `endpointId`: the endpoint whose registrations it serves (0: a Fetcher's, one registration).
+  explicit ServedDirectory(uint64_t endpointId = 0) : endpointId_(endpointId) {}
+  uint64_t endpointId() const { return endpointId_; }
+  void add(std::shared_ptr<ServedMemory> memory);
+  /// Later hellos naming it are refused; connections that serve it already see it closed once its owner closes it.
+  void remove(uint64_t regionId);
+  std::shared_ptr<ServedMemory> find(uint64_t regionId) const;
+  /// The id a Busy refusal names (the only registration of a Fetcher's server; 0 for several).
+  uint64_t soleId() const;
+
+ private:
+  const uint64_t endpointId_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<ServedMemory>> map_;
 };
 
 struct TcpServerOptions {
@@ -67,7 +98,10 @@ struct TcpServerOptions {
 
 class TcpServer {
  public:
-  /// Listens on `addr` (port 0: an ephemeral port). Throws SystemError when it cannot.
+  /// Listens on `addr` (port 0: an ephemeral port) for the registrations of `directory`. Throws SystemError when it
+  /// cannot.
+  TcpServer(std::shared_ptr<ServedDirectory> directory, const SockAddr& addr, const TcpServerOptions& options);
+  /// One registration (a Fetcher's).
   TcpServer(std::shared_ptr<ServedMemory> memory, const SockAddr& addr, const TcpServerOptions& options);
   /// Stops accepting, ends every connection (in-flight replies are cut), joins every thread.
   ~TcpServer();
@@ -81,7 +115,8 @@ class TcpServer {
   struct Stats {
     uint64_t accepted = 0;  // connections handed to a handler
     uint64_t refused = 0;   // connections refused at the cap
-    uint64_t served = 0;    // requests answered with data
+    uint64_t served = 0;    // reads answered with data
+    uint64_t written = 0;   // writes received into memory
     uint64_t rejected = 0;  // requests or hellos answered with an error
     int open = 0;           // handlers running
   };
@@ -95,9 +130,12 @@ class TcpServer {
   };
   void acceptLoop();
   void serve(Conn& c);
+  /// Receives a write's payload into `mem` (held under its shared lock). False when the connection failed.
+  bool receiveWrite(int fd, const ServedMemory& mem, SegmentCursor& cursor, uint64_t payload,
+                    std::unique_ptr<HostStaging>& staging);
   void reap(bool all);
 
-  std::shared_ptr<ServedMemory> mem_;
+  std::shared_ptr<ServedDirectory> dir_;
   TcpServerOptions opt_;
   Fd listener_;
   Fd wakeRead_, wakeWrite_;
@@ -106,7 +144,7 @@ class TcpServer {
   std::thread acceptor_;
   std::mutex connsMu_;
   std::list<std::unique_ptr<Conn>> conns_;
-  std::atomic<uint64_t> accepted_{0}, refused_{0}, served_{0}, rejected_{0};
+  std::atomic<uint64_t> accepted_{0}, refused_{0}, served_{0}, written_{0}, rejected_{0};
   std::atomic<int> open_{0};
 };
 

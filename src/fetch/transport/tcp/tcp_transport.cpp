@@ -28,6 +28,7 @@ constexpr size_t kSlotBytes = 4u << 20;     // pinned slots of CUDA destinations
 
 struct Channel {
   Fd fd;
+  uint32_t serverCaps = 0;
   bool pooled = false;                   // taken from the pool: the server may have closed it while it was idle
   std::unique_ptr<HostStaging> staging;  // CUDA destinations
 };
@@ -39,7 +40,19 @@ struct Batch {
 };
 
 std::string describePeer(const NetContext& c, int rank) {
-  return cat("source rank ", rank, " (", c.descs[static_cast<size_t>(rank)].tcp.toString(), ")");
+  const std::string name = static_cast<size_t>(rank) < c.sourceNames.size()
+                               ? c.sourceNames[static_cast<size_t>(rank)]
+                               : cat("source rank ", rank);
+  return cat(name, " (", c.descs[static_cast<size_t>(rank)].tcp.toString(), ")");
+}
+
+std::string ioFailureText(const std::string& who, IoResult r, const char* during, int64_t timeoutMs, int err) {
+  if (r == IoResult::Stopped) return std::string("stopped");
+  if (r == IoResult::Closed) return cat(who, " closed the connection ", during, " (did it exit or die?)");
+  if (r == IoResult::Timeout)
+    return cat("no progress from ", who, " for ", timeoutMs, " ms ", during,
+               " (link down, host unreachable, or the source hung)");
+  return cat(who, ": socket error ", during, ": ", std::strerror(err));
 }
 
 class TcpTransport;
@@ -66,6 +79,9 @@ class TcpJob {
   void lane(int rank, std::atomic<size_t>* next, const std::vector<size_t>* batches);
   // "" on success; else the failure (pieces that landed are recorded either way).
   std::string doBatch(Channel& ch, const Batch& b, bool* retryable);
+  // A write (plan_->push): header, runs (the source's ids) and payload (this side's blocks), then the reply.
+  std::string pushBatch(Channel& ch, const Batch& b, const WireRequest& q, const std::vector<WireRun>& remote,
+                        const std::vector<WireRun>& local, bool stale, bool* retryable);
   void landed(size_t first, size_t count);
   void fail(const std::string& why);
   void pace(uint64_t bytes);
@@ -153,9 +169,15 @@ class TcpTransport : public FetchTransport {
     h.requesterRank = ctx_.rank;
     h.regionId = d.regionId;
     h.groupId = ctx_.groupId;
-    iovec v{&h, sizeof(h)};
+    const bool auth = static_cast<size_t>(rank) < ctx_.capabilities.size();
+    WireCapability cap{};
+    if (auth) {
+      h.caps |= kCapAuth;
+      cap = ctx_.capabilities[static_cast<size_t>(rank)];
+    }
+    iovec v[2] = {{&h, sizeof(h)}, {&cap, sizeof(cap)}};
     int err = 0;
-    IoResult r = writeAll(ch->fd.get(), &v, 1, ctx_.netTimeoutMs, nullptr, &err);
+    IoResult r = writeAll(ch->fd.get(), v, auth ? 2 : 1, ctx_.netTimeoutMs, nullptr, &err);
     WireHelloReply reply{};
     if (r == IoResult::Ok)
       r = readExact(ch->fd.get(), &reply, sizeof(reply), ctx_.netTimeoutMs, ctx_.netTimeoutMs, nullptr, &err);
@@ -179,6 +201,7 @@ class TcpTransport : public FetchTransport {
     if (reply.regionId != d.regionId)
       KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who, " serves region 0x", std::hex, reply.regionId, ", not 0x",
                    d.regionId, " (a stale descriptor)");
+    ch->serverCaps = reply.caps;
     return ch;
   }
 
@@ -325,21 +348,15 @@ std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
     dst[i] = {r.dst + p.offset, p.blocks};
   }
   WireRequest q{};
-  q.magic = kWireRequestMagic;
+  q.magic = plan_->push ? kWireWriteMagic : kWireRequestMagic;
   q.numRuns = static_cast<uint32_t>(b.count);
   q.requestId = t_.nextRequestId();
   q.generation = plan_->generation;
   q.layoutHash = t.hashes[static_cast<size_t>(b.rank)];
   iovec v[2] = {{&q, sizeof(q)}, {src.data(), src.size() * sizeof(WireRun)}};
   int err = 0;
-  auto ioFailure = [&](IoResult r, const char* during) {
-    if (r == IoResult::Stopped) return std::string("stopped");
-    if (r == IoResult::Closed) return cat(who, " closed the connection ", during, " (did it exit or die?)");
-    if (r == IoResult::Timeout)
-      return cat("no progress from ", who, " for ", c.netTimeoutMs, " ms ", during,
-                 " (link down, host unreachable, or the source hung)");
-    return cat(who, ": socket error ", during, ": ", std::strerror(err));
-  };
+  auto ioFailure = [&](IoResult r, const char* during) { return ioFailureText(who, r, during, c.netTimeoutMs, err); };
+  if (plan_->push) return pushBatch(ch, b, q, src, dst, stale, retryable);
   IoResult r = writeAll(fd, v, 2, c.netTimeoutMs, &stop_, &err);
   WireReply head{};
   if (r == IoResult::Ok) r = readExact(fd, &head, sizeof(head), c.netTimeoutMs, c.netTimeoutMs, &stop_, &err);
@@ -419,6 +436,82 @@ std::string TcpJob::doBatch(Channel& ch, const Batch& b, bool* retryable) {
   } else {  // stream-ordered: the copies follow the caller's stream; the slots are reused once they finished
     landed(b.first, b.count);
   }
+  return "";
+}
+
+std::string TcpJob::pushBatch(Channel& ch, const Batch& b, const WireRequest& q, const std::vector<WireRun>& remote,
+                              const std::vector<WireRun>& local, bool stale, bool* retryable) {
+  const NetContext& c = t_.ctx();
+  const MemberLayouts& t = *c.table;
+  const int fd = ch.fd.get();
+  const std::string who = describePeer(c, b.rank);
+  if (!(ch.serverCaps & kCapWrite)) return cat(who, " serves this memory for reads only (registered read-only)");
+  int err = 0;
+  // Header and runs leave with the first bytes of the payload (one system call for a small write).
+  std::vector<char> head(sizeof(q) + remote.size() * sizeof(WireRun));
+  std::memcpy(head.data(), &q, sizeof(q));
+  std::memcpy(head.data() + sizeof(q), remote.data(), remote.size() * sizeof(WireRun));
+  const FetchRegionView* mine = &t.views[static_cast<size_t>(c.rank) * t.numRegions];
+  SegmentCursor cursor(mine, t.numRegions, local.data(), local.size());
+  IoResult r = IoResult::Ok;
+  if (c.kind == MemoryKind::Host) {
+    r = sendSegments(fd, cursor, c.local, b.bytes, c.netTimeoutMs, &stop_, &err, head.data(), head.size());
+  } else {
+    // CUDA: device -> slot k while slot k^1 is on the wire.
+    if (!ch.staging) ch.staging = makeHostStaging(c.device, kSlotBytes, 2);
+    HostStaging& st = *ch.staging;
+    iovec hv{head.data(), head.size()};
+    r = writeAll(fd, &hv, 1, c.netTimeoutMs, &stop_, &err, true);
+    uint64_t left = b.bytes;
+    size_t filled[2] = {0, 0};
+    auto fill = [&](int k) {
+      std::vector<CopyDesc> copies;
+      size_t at = 0;
+      uint64_t off = 0, len = 0;
+      while (at < st.slotBytes() && left > 0 && cursor.take(std::min<uint64_t>(left, st.slotBytes() - at), &off, &len)) {
+        copies.push_back({st.slot(k) + at, c.local + off, static_cast<size_t>(len), 1, 0, 0});
+        at += len;
+        left -= len;
+      }
+      filled[k] = at;
+      if (!copies.empty()) st.toHost(k, copies);
+    };
+    if (r == IoResult::Ok) {
+      fill(0);
+      fill(1);
+      for (int k = 0; filled[k] > 0 && r == IoResult::Ok; k ^= 1) {
+        st.waitSlot(k);
+        iovec v{st.slot(k), filled[k]};
+        r = writeAll(fd, &v, 1, c.netTimeoutMs, &stop_, &err);
+        if (r == IoResult::Ok) fill(k);
+      }
+      st.waitSlot(0);
+      st.waitSlot(1);
+    }
+  }
+  WireReply reply{};
+  // A refused write is answered before its payload is read and the connection closed: a failed send still looks
+  // for that answer (briefly), so that the error is the server's reason, not a broken pipe.
+  IoResult rr = readExact(fd, &reply, sizeof(reply), r == IoResult::Ok ? c.netTimeoutMs : 200, c.netTimeoutMs, &stop_,
+                          &err);
+  if (rr != IoResult::Ok) {
+    *retryable = stale && r != IoResult::Ok && (rr == IoResult::Closed || rr == IoResult::Error);
+    return ioFailureText(who, r != IoResult::Ok ? r : rr, r != IoResult::Ok ? "during the write" : "before its reply",
+                         c.netTimeoutMs, err);
+  }
+  std::string why = decodeReply(&reply, sizeof(reply), &reply);
+  if (!why.empty()) return cat(who, " sent a malformed reply: ", why);
+  if (reply.requestId != q.requestId)
+    return cat(who, " answered request ", reply.requestId, " instead of ", q.requestId);
+  if (reply.status != 0) {
+    char text[kMaxWireErrorText + 1] = {0};
+    readExact(fd, text, reply.errorBytes, c.netTimeoutMs, c.netTimeoutMs, &stop_, &err);
+    return cat(who, " refused the write: ", wireStatusName(static_cast<WireStatus>(reply.status)), ": ", text);
+  }
+  if (r != IoResult::Ok) return ioFailureText(who, r, "during the write", c.netTimeoutMs, err);
+  if (reply.payloadBytes != b.bytes)
+    return cat(who, " took ", reply.payloadBytes, " bytes of a write of ", b.bytes);
+  landed(b.first, b.count);
   return "";
 }
 

@@ -1,0 +1,236 @@
+// kvcomm: endpoints. KV transfers between processes that meet at run time -- a prefill and a decode instance, a KV
+// server and the engines it serves -- with no communicator and no collective step. Each process makes one Endpoint,
+// registers the memory it already has with its KV layout, and hands each registration's metadata (a byte string) to
+// its peers over its own channel (vLLM's kv_transfer_params, a bootstrap server, an RPC). A peer connects from the
+// metadata alone and reads remote blocks into its own registered memory, or writes its blocks into the remote's.
+//
+// The same transport plug-ins carry it as the Fetcher (fetch/transport/): this part carries TCP (any host, the
+// same host included); same-host peer mappings and RDMA are the next part (docs/endpoint.md says what is there).
+//
+// Security (docs/endpoint.md#threat-model): each registration has a 128-bit bearer capability in its metadata; the
+// endpoint refuses a connection without it before saying anything about the memory. revoke() replaces it and bumps
+// the registration's generation, so metadata from before a revoke, an unregister or a restart is refused, naming
+// which. TCP carries the capability in plaintext: it guards against stale and confused peers and other local users,
+// not against an attacker on the network.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvcomm/api.hpp"
+#include "kvcomm/arena.hpp"
+#include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_layout.hpp"
+#include "kvcomm/symm.hpp"
+
+namespace kvcomm {
+
+/// Options of Endpoint::create.
+struct EndpointOptions {
+  /// How peers' errors name this endpoint ("" : "pid <pid>"); at most 63 bytes travel in the metadata.
+  std::string name;
+  /// "a.b.c.d:port" or "[v6]:port" to listen on ("" : this host's address as KVCOMM_SOCKET_IFNAME picks it, an
+  /// ephemeral port).
+  std::string tcpAddress;
+  /// A transfer with no progress for this long fails, naming the peer and the blocks (a dead or hung peer). < 0:
+  /// KVCOMM_FETCH_NET_TIMEOUT_MS (3000).
+  int64_t timeoutMs = -1;
+  /// Parallel connections per (local registration, remote registration) pair.
+  int connectionsPerPeer = 4;
+};
+
+/// What a registration lets the holders of its metadata do.
+enum class Access {
+  ReadWrite,  ///< peers read its blocks and write into them
+  ReadOnly,   ///< peers read only: a write is refused before any byte lands
+};
+
+/// Options of the register calls.
+struct RegisterOptions {
+  Access access = Access::ReadWrite;
+};
+
+/// Which transport a transfer must take.
+enum class TransferVia {
+  Auto,  ///< the best one both ends offer (this version: TCP)
+  Peer,  ///< same-host peer mappings (not in this version: Unsupported)
+  Tcp,   ///< TCP, even on one host
+  Rdma,  ///< RDMA READ/WRITE (not in this version: Unsupported)
+};
+
+/// Per-transfer options.
+struct TransferOptions {
+  /// A demanded transport that cannot run is an Unsupported error naming why, never a silent fallback.
+  TransferVia via = TransferVia::Auto;
+};
+
+class Endpoint;
+
+/// Memory registered with an endpoint (a handle; copies share the registration). Valid until unregistered.
+class KVCOMM_API Registration {
+ public:
+  Registration();
+  ~Registration();
+  Registration(const Registration&);
+  Registration& operator=(const Registration&);
+  Registration(Registration&&) noexcept;
+  Registration& operator=(Registration&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+
+  /// Random 64-bit id (in the metadata).
+  uint64_t id() const;
+  /// Starts at 1; revoke() increments it.
+  uint64_t generation() const;
+  void* data() const;
+  size_t bytes() const;
+  MemoryKind kind() const;
+  int device() const;
+  /// The registered layout, normalised (blockStride 0 reads back as blockBytes).
+  const KvLayout& layout() const;
+  Access access() const;
+  /// False once unregistered.
+  bool registered() const;
+
+  /// The metadata peers connect with: versioned bytes (endpoint id, addresses, layout, generation and the 128-bit
+  /// capability). Anyone holding them may read (and, ReadWrite, write) this memory: hand them to peers only.
+  std::vector<uint8_t> metadata() const;
+  /// Replaces the capability and increments the generation: every earlier metadata is refused from now on (new
+  /// connections: "capability refused"; connections already open: their next request, "stale generation"). Give
+  /// peers metadata() again. Transfers in flight end at their next request with that error.
+  void revoke();
+
+  struct Impl;
+
+ private:
+  friend class Endpoint;
+  explicit Registration(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+/// A peer's registration as this endpoint knows it from its metadata (Endpoint::connect).
+class KVCOMM_API RemoteMemory {
+ public:
+  RemoteMemory();
+  ~RemoteMemory();
+  RemoteMemory(const RemoteMemory&);
+  RemoteMemory& operator=(const RemoteMemory&);
+  RemoteMemory(RemoteMemory&&) noexcept;
+  RemoteMemory& operator=(RemoteMemory&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+
+  /// The peer's name (EndpointOptions::name) and its registration's id and generation, as the metadata says.
+  std::string peerName() const;
+  uint64_t id() const;
+  uint64_t generation() const;
+  const KvLayout& layout() const;
+  MemoryKind kind() const;
+  Access access() const;
+  /// Where its endpoint listens ("host:port").
+  std::string address() const;
+
+  struct Impl;
+
+ private:
+  friend class Endpoint;
+  explicit RemoteMemory(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+/// A polled transfer (Endpoint::read / write). Destroying it waits until nothing it started can still touch either
+/// side's memory (a transfer in flight is cancelled first).
+class KVCOMM_API Transfer {
+ public:
+  Transfer();
+  ~Transfer();
+  Transfer(Transfer&&) noexcept;
+  Transfer& operator=(Transfer&&) noexcept;
+  bool valid() const { return impl_ != nullptr; }
+  /// Non-blocking. failedBlocks are destination ids: local block ids of a read, remote ones of a write.
+  FetchStatus test();
+  /// Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns InProgress and cancels nothing.
+  FetchStatus wait(int64_t timeoutMs = -1);
+  /// What the transfer does: pairs, runs after coalescing, bytes, and the runs per transport (tcpRuns, ...).
+  const FetchPlanInfo& info() const;
+  /// The transport that carries it.
+  FetchTransportKind transport() const;
+
+  struct Impl;
+
+ private:
+  friend class Endpoint;
+  explicit Transfer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+/// One per process: its listener, its registrations and its connections to peers. Thread-safe.
+class KVCOMM_API Endpoint {
+ public:
+  /// Listens (TCP) and is ready to register memory and connect to peers. Throws SystemError when it cannot listen.
+  static Endpoint create(const EndpointOptions& options = {});
+
+  Endpoint();
+  /// close().
+  ~Endpoint();
+  Endpoint(Endpoint&&) noexcept;
+  Endpoint& operator=(Endpoint&&) noexcept;
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  bool valid() const { return impl_ != nullptr; }
+
+  /// Random 64-bit id of this endpoint (a restarted process has another: its old metadata is refused).
+  uint64_t id() const;
+  std::string name() const;
+  /// Where it listens ("host:port").
+  std::string address() const;
+
+  /// Registers [base, base + bytes) of host memory (MemoryKind::Host: any pinned, plain or mapped memory of this
+  /// process) or CUDA device memory (MemoryKind::Cuda: cudaMalloc, the caching allocator's blocks, VMM mappings;
+  /// `device` is its ordinal) with its KV layout. Throws InvalidArgumentError when the layout is malformed (the
+  /// Fetcher's rules) or does not fit in `bytes`, or base is null.
+  Registration registerMemory(void* base, size_t bytes, MemoryKind kind, const KvLayout& layout, int device = -1,
+                              const RegisterOptions& options = {});
+  /// This rank's memory of a SymmetricBuffer (its backed part must hold the layout).
+  Registration registerBuffer(const SymmetricBuffer& buffer, const KvLayout& layout,
+                              const RegisterOptions& options = {});
+  /// An arena this process owns, with its layout; pinned while registered (the arena cannot be freed or shrunk
+  /// until it is unregistered).
+  Registration registerArena(Arena& arena, const RegisterOptions& options = {});
+  /// Unregisters: new connections and requests are refused ("unregistered"), transfers of this endpoint that use
+  /// it are waited for up to `timeoutMs` (< 0: no bound) and then cancelled, and every request a peer is being
+  /// served from it ends; returns when nothing can read or write the memory any more. Idempotent.
+  void unregister(Registration& registration, int64_t timeoutMs = -1);
+
+  /// A peer's registration from its metadata. Lazy (nothing is sent until a transfer) and idempotent (the same
+  /// metadata gives the same handle). Throws InvalidArgumentError naming what is wrong: not kvcomm metadata,
+  /// truncated or corrupted (checksum), a wire version this build does not speak (newer or older), a malformed
+  /// layout. Stale metadata (revoked, unregistered, restarted) is refused by its owner at the first transfer.
+  RemoteMemory connect(const std::vector<uint8_t>& metadata);
+  RemoteMemory connect(const void* metadata, size_t bytes);
+
+  /// Pulls remote blocks into local ones: pair i copies remote block remoteBlocks[i] into local block
+  /// localBlocks[i], in every region (layouts: same region count and blockBytes). -1 on either side skips the pair;
+  /// everything is validated before anything moves (ids in range, no duplicate destination) and consecutive pairs
+  /// coalesce into runs. Polled: the returned Transfer says when it ended and which blocks failed.
+  Transfer read(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
+                const int64_t* localBlocks, size_t count, const TransferOptions& options = {});
+  /// Pushes local blocks into remote ones (the remote registration must be ReadWrite): pair i copies local block
+  /// localBlocks[i] into remote block remoteBlocks[i]. CUDA memory: the blocks must be final when write() is called
+  /// (synchronise the stream that produced them).
+  Transfer write(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
+                 const int64_t* localBlocks, size_t count, const TransferOptions& options = {});
+
+  /// Unregisters everything (waiting for transfers as unregister() does, with no bound), stops listening and
+  /// drops every connection. Idempotent.
+  void close();
+
+  struct Impl;
+
+ private:
+  explicit Endpoint(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvcomm

@@ -1,0 +1,732 @@
+// Endpoints (kvcomm/endpoint.hpp): registrations served by the TCP transport's server (one per endpoint, every
+// registration behind its capability), transfers carried by the TCP transport's requester (one per pair of local and
+// remote registration), planned and validated by the fetch planner over the pair's two layouts.
+#include "kvcomm/endpoint.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "common/log.hpp"
+#include "common/socket.hpp"
+#include "endpoint/metadata.hpp"
+#include "fetch/member_layouts.hpp"
+#include "fetch/planner.hpp"
+#include "fetch/transport/net/net_context.hpp"
+#include "fetch/transport/tcp/tcp_server.hpp"
+#include "fetch/transport/tcp/tcp_transport.hpp"
+#include "kvlayout/kv_layout.hpp"
+#include "symm/buffer_internals.hpp"
+
+namespace kvcomm {
+
+using detail::cat;
+using detail::SockAddr;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string hex(uint64_t v) { return cat("0x", std::hex, v); }
+
+KvLayout normalised(KvLayout l) {
+  for (KvRegion& r : l.regions)
+    if (r.blockStride == 0) r.blockStride = r.blockBytes;
+  return l;
+}
+
+detail::WireCapability freshCapability() {
+  detail::WireCapability c{};
+  detail::randomBytes(c.bytes, sizeof(c.bytes));
+  return c;
+}
+
+uint64_t freshId() {
+  uint64_t id = 0;
+  while (id == 0) detail::randomBytes(&id, sizeof(id));
+  return id;
+}
+
+}  // namespace
+
+// ---- registrations ------------------------------------------------------------------------------------------------
+
+struct Registration::Impl {
+  uint64_t id = 0;
+  char* base = nullptr;
+  size_t bytes = 0;
+  MemoryKind kind = MemoryKind::Host;
+  int device = -1;
+  KvLayout layout;
+  Access access = Access::ReadWrite;
+  // The owning endpoint's identity, as metadata carries it.
+  uint64_t endpointId = 0;
+  std::string endpointName;
+  SockAddr tcp;
+  uint64_t hostKey = 0;
+  std::shared_ptr<detail::ServedMemory> served;  // generation and capability live under served->mu
+  ArenaPin arenaPin;                             // arenas: held while registered
+  SymmetricBuffer buffer;                        // buffers: a handle of our own while registered
+  uint64_t unbackListener = 0;
+  std::atomic<bool> registered{true};
+  std::mutex mu;                                       // transfers
+  std::vector<std::weak_ptr<Transfer::Impl>> transfers;  // that use this registration as local memory
+
+  std::string who() const { return cat("local registration ", hex(id)); }
+  void cancelTransfers(const std::string& why);
+};
+
+Registration::Registration() = default;
+Registration::~Registration() = default;
+Registration::Registration(const Registration&) = default;
+Registration& Registration::operator=(const Registration&) = default;
+Registration::Registration(Registration&&) noexcept = default;
+Registration& Registration::operator=(Registration&&) noexcept = default;
+Registration::Registration(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+
+template <typename P>
+P* require(const std::shared_ptr<P>& p, const char* call, const char* what) {
+  KVCOMM_CHECK_ARG(p != nullptr, call, "an empty ", what, " handle");
+  return p.get();
+}
+
+}  // namespace
+
+uint64_t Registration::id() const { return require(impl_, "Registration::id", "Registration")->id; }
+uint64_t Registration::generation() const {
+  auto* r = require(impl_, "Registration::generation", "Registration");
+  std::shared_lock<std::shared_mutex> lock(r->served->mu);
+  return r->served->generation;
+}
+void* Registration::data() const { return require(impl_, "Registration::data", "Registration")->base; }
+size_t Registration::bytes() const { return require(impl_, "Registration::bytes", "Registration")->bytes; }
+MemoryKind Registration::kind() const { return require(impl_, "Registration::kind", "Registration")->kind; }
+int Registration::device() const { return require(impl_, "Registration::device", "Registration")->device; }
+const KvLayout& Registration::layout() const { return require(impl_, "Registration::layout", "Registration")->layout; }
+Access Registration::access() const { return require(impl_, "Registration::access", "Registration")->access; }
+bool Registration::registered() const {
+  return require(impl_, "Registration::registered", "Registration")->registered.load();
+}
+
+std::vector<uint8_t> Registration::metadata() const {
+  const char* call = "Registration::metadata";
+  auto* r = require(impl_, call, "Registration");
+  KVCOMM_CHECK_ARG(r->registered, call, r->who(), " is unregistered");
+  detail::EndpointMetadata m;
+  m.endpointId = r->endpointId;
+  m.regionId = r->id;
+  {
+    std::shared_lock<std::shared_mutex> lock(r->served->mu);
+    m.generation = r->served->generation;
+    m.capability = r->served->capability;
+  }
+  m.memoryKind = static_cast<uint32_t>(r->kind);
+  m.access = static_cast<uint32_t>(r->access);
+  m.pid = static_cast<int32_t>(::getpid());
+  m.hostKey = r->hostKey;
+  m.tcp = r->tcp;
+  m.name = r->endpointName.substr(0, detail::kMaxNameBytes);
+  m.layout = r->layout;
+  m.layoutHash = layoutHash(r->layout);
+  return detail::encodeMetadata(m);
+}
+
+void Registration::revoke() {
+  const char* call = "Registration::revoke";
+  auto* r = require(impl_, call, "Registration");
+  KVCOMM_CHECK_ARG(r->registered, call, r->who(), " is unregistered");
+  std::unique_lock<std::shared_mutex> lock(r->served->mu);  // waits for requests being served
+  r->served->generation++;
+  r->served->capability = freshCapability();
+}
+
+// ---- remote memory ------------------------------------------------------------------------------------------------
+
+struct RemoteMemory::Impl {
+  detail::EndpointMetadata meta;
+  detail::RemoteDescriptor desc{};
+  std::string who() const {
+    return cat("registration ", hex(meta.regionId), " of endpoint '", meta.name, "' (", meta.tcp.toString(), ")");
+  }
+};
+
+RemoteMemory::RemoteMemory() = default;
+RemoteMemory::~RemoteMemory() = default;
+RemoteMemory::RemoteMemory(const RemoteMemory&) = default;
+RemoteMemory& RemoteMemory::operator=(const RemoteMemory&) = default;
+RemoteMemory::RemoteMemory(RemoteMemory&&) noexcept = default;
+RemoteMemory& RemoteMemory::operator=(RemoteMemory&&) noexcept = default;
+RemoteMemory::RemoteMemory(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::string RemoteMemory::peerName() const { return require(impl_, "RemoteMemory::peerName", "RemoteMemory")->meta.name; }
+uint64_t RemoteMemory::id() const { return require(impl_, "RemoteMemory::id", "RemoteMemory")->meta.regionId; }
+uint64_t RemoteMemory::generation() const {
+  return require(impl_, "RemoteMemory::generation", "RemoteMemory")->meta.generation;
+}
+const KvLayout& RemoteMemory::layout() const {
+  return require(impl_, "RemoteMemory::layout", "RemoteMemory")->meta.layout;
+}
+MemoryKind RemoteMemory::kind() const {
+  return static_cast<MemoryKind>(require(impl_, "RemoteMemory::kind", "RemoteMemory")->meta.memoryKind);
+}
+Access RemoteMemory::access() const {
+  return static_cast<Access>(require(impl_, "RemoteMemory::access", "RemoteMemory")->meta.access);
+}
+std::string RemoteMemory::address() const {
+  return require(impl_, "RemoteMemory::address", "RemoteMemory")->meta.tcp.toString();
+}
+
+// ---- transfers ----------------------------------------------------------------------------------------------------
+
+namespace {
+
+// A local registration and a remote one, as the TCP requester reads and writes between them: member 0 is the local
+// memory, member 1 the remote (writes are validated over the other order: the destination is member 0).
+struct Link {
+  detail::MemberLayouts table;       // 0: local, 1: remote
+  detail::MemberLayouts writeTable;  // 0: remote, 1: local
+  std::unique_ptr<detail::FetchTransport> tcp;
+  std::vector<std::string> names, writeNames;
+};
+
+}  // namespace
+
+struct Transfer::Impl {
+  std::mutex mu;
+  std::shared_ptr<Link> link;
+  std::shared_ptr<Registration::Impl> local;
+  std::shared_ptr<const detail::PlanOutput> plan;
+  std::unique_ptr<detail::TransportOp> op;
+  bool push = false;
+  FetchTransportKind transport = FetchTransportKind::Tcp;
+  std::vector<int64_t> blocksDone;
+  bool ended = false;
+  FetchStatus final;
+
+  // Under mu.
+  FetchStatus poll() {
+    if (ended) return final;
+    bool finished = false;
+    std::string error;
+    op->poll(blocksDone, &finished, &error);
+    FetchStatus s = statusOf(finished, error);
+    if (finished) end(s);
+    return s;
+  }
+  FetchStatus statusOf(bool finished, const std::string& error) const {
+    FetchStatus s;
+    s.bytesTotal = plan->info.bytes;
+    const uint64_t perBlock = link->table.blockBytesSum;
+    for (int64_t b : blocksDone) s.bytesDone += static_cast<size_t>(b) * perBlock;
+    if (!finished) return s;
+    if (error.empty()) {
+      s.state = FetchState::Done;
+      s.bytesDone = s.bytesTotal;
+      return s;
+    }
+    s.state = FetchState::Failed;
+    s.error = error;
+    for (size_t i = 0; i < plan->runs.size(); ++i) {
+      const detail::BlockRun& r = plan->runs[i];
+      const int64_t first = push ? r.src : r.dst;  // destination ids: the remote's for a write
+      for (int64_t k = blocksDone[i]; k < r.blocks; ++k) s.failedBlocks.push_back(first + k);
+    }
+    return s;
+  }
+  void end(const FetchStatus& s) {
+    final = s;
+    ended = true;
+    op.reset();  // finished: joins a thread that has nothing left to do
+  }
+  // Under mu: stops it (nothing it started touches memory after this), failing it with `why` unless it ended.
+  void cancel(const std::string& why) {
+    if (ended) return;
+    bool finished = false;
+    std::string error;
+    op->poll(blocksDone, &finished, &error);
+    op.reset();  // cancels and joins
+    end(statusOf(true, finished && error.empty() ? "" : (error.empty() ? why : error)));
+  }
+};
+
+void Registration::Impl::cancelTransfers(const std::string& why) {
+  std::vector<std::shared_ptr<Transfer::Impl>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& w : transfers)
+      if (auto t = w.lock()) live.push_back(std::move(t));
+    transfers.clear();
+  }
+  for (auto& t : live) {
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->cancel(why);
+  }
+}
+
+Transfer::Transfer() = default;
+Transfer::~Transfer() {
+  if (!impl_) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->cancel("the Transfer handle was destroyed before it ended");
+}
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&& o) noexcept {
+  if (this != &o) {
+    if (impl_) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->cancel("the Transfer handle was replaced before it ended");
+    }
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+Transfer::Transfer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+FetchStatus Transfer::test() {
+  auto* t = require(impl_, "Transfer::test", "Transfer");
+  std::lock_guard<std::mutex> lock(t->mu);
+  return t->poll();
+}
+
+FetchStatus Transfer::wait(int64_t timeoutMs) {
+  auto* t = require(impl_, "Transfer::wait", "Transfer");
+  const bool bounded = timeoutMs >= 0 && timeoutMs < 1000000000000ll;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    FetchStatus s;
+    {
+      std::lock_guard<std::mutex> lock(t->mu);
+      s = t->poll();
+    }
+    if (s.state != FetchState::InProgress || (bounded && Clock::now() >= deadline)) return s;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+const FetchPlanInfo& Transfer::info() const { return require(impl_, "Transfer::info", "Transfer")->plan->info; }
+FetchTransportKind Transfer::transport() const {
+  return require(impl_, "Transfer::transport", "Transfer")->transport;
+}
+
+// ---- the endpoint -------------------------------------------------------------------------------------------------
+
+struct Endpoint::Impl {
+  uint64_t id = 0;
+  std::string name;
+  int64_t timeoutMs = 3000;
+  int connections = 4;
+  uint64_t hostKey = 0;
+  std::shared_ptr<detail::ServedDirectory> directory;
+  std::unique_ptr<detail::TcpServer> server;
+  SockAddr address;
+
+  std::mutex mu;
+  bool closed = false;
+  std::map<uint64_t, std::shared_ptr<Registration::Impl>> registrations;
+  std::map<std::string, std::shared_ptr<RemoteMemory::Impl>> remotes;  // by metadata bytes (connect is idempotent)
+  std::map<std::pair<uint64_t, const RemoteMemory::Impl*>, std::shared_ptr<Link>> links;
+
+  void requireOpen(const char* call) {
+    KVCOMM_CHECK_ARG(!closed, call, "the endpoint is closed");
+  }
+  Registration add(const char* call, char* base, size_t bytes, MemoryKind kind, int device, const KvLayout& layout,
+                   const RegisterOptions& options, const std::vector<Range>& backed);
+  void unregister(Registration::Impl& r, int64_t timeoutMs);
+  std::shared_ptr<Link> linkFor(const std::shared_ptr<Registration::Impl>& local,
+                                const std::shared_ptr<RemoteMemory::Impl>& remote);
+  Transfer start(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
+                 const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
+                 const TransferOptions& options);
+};
+
+Endpoint::Endpoint() = default;
+Endpoint::~Endpoint() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    KVCOMM_WARN("Endpoint: close at destruction: ", e.what());
+  }
+}
+Endpoint::Endpoint(Endpoint&&) noexcept = default;
+Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
+  if (this != &o) {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      KVCOMM_WARN("Endpoint: close at assignment: ", e.what());
+    }
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+Endpoint::Endpoint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Endpoint Endpoint::create(const EndpointOptions& options) {
+  const char* call = "Endpoint::create";
+  KVCOMM_CHECK_ARG(options.connectionsPerPeer >= 1 && options.connectionsPerPeer <= 64, call,
+                   "connectionsPerPeer ", options.connectionsPerPeer, " is outside [1, 64]");
+  auto impl = std::make_shared<Impl>();
+  impl->id = freshId();
+  impl->name = options.name.empty() ? cat("pid ", ::getpid()) : options.name;
+  KVCOMM_CHECK_ARG(impl->name.size() <= detail::kMaxNameBytes, call, "the name '", impl->name, "' is longer than ",
+                   detail::kMaxNameBytes, " bytes");
+  impl->timeoutMs = options.timeoutMs < 0 ? env::fetchNetTimeoutMs() : options.timeoutMs;
+  KVCOMM_CHECK_ARG(impl->timeoutMs > 0, call, "timeoutMs must be positive (or < 0 for the default)");
+  impl->connections = options.connectionsPerPeer;
+  impl->hostKey = detail::thisHostKey();
+  SockAddr at = options.tcpAddress.empty() ? detail::pickLocalAddress() : SockAddr::parse(options.tcpAddress);
+  impl->directory = std::make_shared<detail::ServedDirectory>(impl->id);
+  detail::TcpServerOptions so;
+  so.netTimeoutMs = impl->timeoutMs;
+  so.maxConnections = 1024;  // every client of a KV server, a few connections each
+  impl->server = std::make_unique<detail::TcpServer>(impl->directory, at, so);
+  impl->address = impl->server->endpoint();
+  impl->server->start();
+  return Endpoint(std::move(impl));
+}
+
+uint64_t Endpoint::id() const { return require(impl_, "Endpoint::id", "Endpoint")->id; }
+std::string Endpoint::name() const { return require(impl_, "Endpoint::name", "Endpoint")->name; }
+std::string Endpoint::address() const {
+  return require(impl_, "Endpoint::address", "Endpoint")->address.toString();
+}
+
+Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, MemoryKind kind, int device,
+                                 const KvLayout& layout, const RegisterOptions& options,
+                                 const std::vector<Range>& backed) {
+  KVCOMM_CHECK_ARG(base != nullptr, call, "a null base address");
+  KVCOMM_CHECK_ARG(bytes > 0, call, "0 bytes");
+  KVCOMM_CHECK_ARG(kind == MemoryKind::Host || kind == MemoryKind::Cuda, call,
+                   "memory kind must be Host or Cuda (Auto cannot tell what a pointer is)");
+  KVCOMM_CHECK_ARG(kind == MemoryKind::Host || device >= 0, call, "CUDA memory needs its device ordinal (", device,
+                   ")");
+  KVCOMM_CHECK_ARG(options.access == Access::ReadWrite || options.access == Access::ReadOnly, call,
+                   "access ", static_cast<int>(options.access), " is not an Access");
+  KVCOMM_CHECK_ARG(!layout.regions.empty(), call, "the layout has no region");
+  detail::validateLayout(
+      layout, bytes,
+      [&](uint64_t off, uint64_t n) { return detail::rangeCovered(backed.data(), backed.size(), off, n); }, call);
+  auto r = std::make_shared<Registration::Impl>();
+  r->id = freshId();
+  r->base = base;
+  r->bytes = bytes;
+  r->kind = kind;
+  r->device = kind == MemoryKind::Cuda ? device : -1;
+  r->layout = normalised(layout);
+  r->access = options.access;
+  r->endpointId = id;
+  r->endpointName = name;
+  r->tcp = address;
+  r->hostKey = hostKey;
+  auto served = std::make_shared<detail::ServedMemory>();
+  served->base = base;
+  served->kind = kind;
+  served->device = r->device;
+  served->regionId = r->id;
+  served->groupId = id;
+  uint64_t minBlocks = ~0ull;
+  for (const KvRegion& g : r->layout.regions) {
+    served->regions.push_back({g.offset, g.blockBytes, g.blockStride, g.numBlocks});
+    served->blockBytesSum += g.blockBytes;
+    minBlocks = std::min<uint64_t>(minBlocks, g.numBlocks);
+  }
+  served->minBlocks = minBlocks;
+  served->writable = options.access == Access::ReadWrite;
+  served->staleAdvice = "the registration was revoked by its owner: connect with its new metadata";
+  served->closedReason = cat("registration ", hex(r->id), " was unregistered by its owner");
+  served->generation = 1;
+  served->layoutHash = layoutHash(r->layout);
+  served->backed = backed;
+  served->needsCapability = true;
+  served->capability = freshCapability();
+  r->served = served;
+  std::lock_guard<std::mutex> lock(mu);
+  requireOpen(call);
+  registrations[r->id] = r;
+  directory->add(served);
+  return Registration(r);
+}
+
+Registration Endpoint::registerMemory(void* base, size_t bytes, MemoryKind kind, const KvLayout& layout, int device,
+                                      const RegisterOptions& options) {
+  const char* call = "Endpoint::registerMemory";
+  auto* e = require(impl_, call, "Endpoint");
+  return e->add(call, static_cast<char*>(base), bytes, kind, device, layout, options, {{0, bytes}});
+}
+
+Registration Endpoint::registerBuffer(const SymmetricBuffer& buffer, const KvLayout& layout,
+                                      const RegisterOptions& options) {
+  const char* call = "Endpoint::registerBuffer";
+  auto* e = require(impl_, call, "Endpoint");
+  KVCOMM_CHECK_ARG(buffer.valid(), call, "an empty SymmetricBuffer");
+  auto symm = detail::BufferAccess::impl(buffer);
+  Registration reg = e->add(call, static_cast<char*>(buffer.local()), buffer.capacity(), buffer.kind(),
+                            detail::bufferDevice(*symm), layout, options, buffer.backedRanges());
+  Registration::Impl& r = *reg.impl_;
+  r.buffer = detail::BufferAccess::share(buffer);
+  // Memory the buffer stops backing is neither served nor written by a transfer of ours afterwards.
+  std::weak_ptr<Registration::Impl> weak = reg.impl_;
+  r.unbackListener = detail::addUnbackListener(*symm, [weak](const std::vector<Range>& ranges) {
+    if (auto me = weak.lock()) {
+      me->served->unback(ranges);
+      me->cancelTransfers(cat(me->who(), ": the buffer stopped backing part of its memory"));
+    }
+  });
+  return reg;
+}
+
+Registration Endpoint::registerArena(Arena& arena, const RegisterOptions& options) {
+  const char* call = "Endpoint::registerArena";
+  auto* e = require(impl_, call, "Endpoint");
+  KVCOMM_CHECK_ARG(arena.valid() && !arena.freed(), call, "an empty or freed Arena");
+  ArenaPin pin = arena.pin(0, arena.bytes());  // no free or shrink while registered
+  Registration reg = e->add(call, static_cast<char*>(arena.data()), arena.bytes(), arena.kind(), arena.device(),
+                            arena.layout(), options, {{0, arena.bytes()}});
+  reg.impl_->arenaPin = std::move(pin);
+  return reg;
+}
+
+void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
+  if (!r.registered.exchange(false)) return;
+  directory->remove(r.id);  // no new connection names it
+  // Our transfers that use it: waited for up to the bound, then cancelled.
+  const bool bounded = timeoutMs >= 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
+  for (;;) {
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      for (auto& w : r.transfers)
+        if (auto t = w.lock()) {
+          std::lock_guard<std::mutex> tl(t->mu);
+          running |= t->poll().state == FetchState::InProgress;
+        }
+    }
+    if (!running || (bounded && Clock::now() >= deadline)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  r.cancelTransfers(cat(r.who(), " was unregistered while the transfer ran"));
+  r.served->close();  // waits for every request being served from it; later ones are refused
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    registrations.erase(r.id);
+    for (auto it = links.begin(); it != links.end();)
+      it = it->first.first == r.id ? links.erase(it) : std::next(it);
+  }
+  if (r.unbackListener) {
+    detail::removeUnbackListener(*detail::BufferAccess::impl(r.buffer), r.unbackListener);
+    r.unbackListener = 0;
+  }
+  r.buffer = SymmetricBuffer();
+  r.arenaPin.release();
+}
+
+void Endpoint::unregister(Registration& registration, int64_t timeoutMs) {
+  const char* call = "Endpoint::unregister";
+  auto* e = require(impl_, call, "Endpoint");
+  auto* r = require(registration.impl_, call, "Registration");
+  KVCOMM_CHECK_ARG(r->endpointId == e->id, call, r->who(), " belongs to another endpoint");
+  e->unregister(*r, timeoutMs);
+}
+
+RemoteMemory Endpoint::connect(const std::vector<uint8_t>& metadata) { return connect(metadata.data(), metadata.size()); }
+
+RemoteMemory Endpoint::connect(const void* metadata, size_t bytes) {
+  const char* call = "Endpoint::connect";
+  auto* e = require(impl_, call, "Endpoint");
+  KVCOMM_CHECK_ARG(metadata != nullptr || bytes == 0, call, "null metadata");
+  std::string key(static_cast<const char*>(metadata), bytes);
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->requireOpen(call);
+    auto it = e->remotes.find(key);
+    if (it != e->remotes.end()) return RemoteMemory(it->second);
+  }
+  auto r = std::make_shared<RemoteMemory::Impl>();
+  std::string why = detail::decodeMetadata(metadata, bytes, &r->meta);
+  KVCOMM_CHECK_ARG(why.empty(), call, why);
+  detail::RemoteDescriptor& d = r->desc;
+  d.head = detail::makeHead(detail::kCapDirect | detail::kCapTcp |
+                            (r->meta.access == static_cast<uint32_t>(Access::ReadWrite) ? uint32_t{detail::kCapWrite} : 0u));
+  d.memoryKind = r->meta.memoryKind;
+  d.regionId = r->meta.regionId;
+  d.generation = r->meta.generation;
+  d.layoutHash = r->meta.layoutHash;
+  d.tcp = r->meta.tcp;
+  std::lock_guard<std::mutex> lock(e->mu);
+  e->requireOpen(call);
+  auto [it, fresh] = e->remotes.emplace(key, r);
+  (void)fresh;  // a racing connect of the same metadata: both get the first
+  return RemoteMemory(it->second);
+}
+
+std::shared_ptr<Link> Endpoint::Impl::linkFor(const std::shared_ptr<Registration::Impl>& local,
+                                              const std::shared_ptr<RemoteMemory::Impl>& remote) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(local->id, remote.get());
+  auto it = links.find(key);
+  if (it != links.end()) return it->second;
+  const char* call = "Endpoint (transfer)";
+  auto link = std::make_shared<Link>();
+  const std::string me = local->who(), peer = cat("remote ", remote->who());
+  link->table = detail::pairLayouts(local->layout, remote->meta.layout, call, me, peer);
+  link->writeTable = detail::pairLayouts(remote->meta.layout, local->layout, call, peer, me);
+  link->names = {me, peer};
+  link->writeNames = {peer, me};
+  detail::NetContext ctx;
+  ctx.local = local->base;
+  ctx.kind = local->kind;
+  ctx.device = local->device;
+  ctx.rank = 0;
+  ctx.groupId = remote->meta.endpointId;
+  ctx.table = &link->table;
+  ctx.descs = {detail::RemoteDescriptor{}, remote->desc};
+  ctx.netTimeoutMs = timeoutMs;
+  ctx.connectionsPerSource = connections;
+  ctx.capabilities = {detail::WireCapability{}, remote->meta.capability};
+  ctx.sourceNames = {local->who(), cat("endpoint '", remote->meta.name, "'")};
+  link->tcp = detail::makeTcpTransport(std::move(ctx));
+  links[key] = link;
+  return link;
+}
+
+Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& localReg,
+                               const RemoteMemory& remoteMem, const int64_t* remoteBlocks, const int64_t* localBlocks,
+                               size_t count, const TransferOptions& options) {
+  auto local = localReg.impl_;
+  auto remote = remoteMem.impl_;
+  require(local, call, "Registration");
+  require(remote, call, "RemoteMemory");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    requireOpen(call);
+  }
+  KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
+  KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
+  switch (options.via) {
+    case TransferVia::Auto:
+    case TransferVia::Tcp:
+      break;
+    case TransferVia::Peer:
+      KVCOMM_THROW(Unsupported, call, "the peer (same-host mapping) transport is not available to endpoints in this "
+                                      "version; demand Tcp or Auto");
+    case TransferVia::Rdma:
+      KVCOMM_THROW(Unsupported, call, "the RDMA transport is not available to endpoints in this version; demand Tcp "
+                                      "or Auto");
+    default:
+      KVCOMM_THROW(InvalidArgument, call, "via ", static_cast<int>(options.via), " is not a TransferVia");
+  }
+  if (remote->meta.tcp.len == 0)
+    KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
+  if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
+    KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
+  KVCOMM_CHECK_ARG(count == 0 || (remoteBlocks && localBlocks), call, count, " pairs but a null id array");
+  std::shared_ptr<Link> link = linkFor(local, remote);
+
+  auto plan = std::make_shared<detail::PlanOutput>();
+  detail::PlanInput in;
+  in.myRank = 0;
+  in.reachable = {1, 1};
+  in.unreachableWhy = {"", ""};
+  in.path = FetchPath::Host;  // the runs' same-host path is not used: every run goes over the network
+  std::vector<size_t FetchPlanInfo::*> counters = {nullptr, &FetchPlanInfo::tcpRuns};
+  in.counters = &counters;
+  in.call = call;
+  FetchRequest q;
+  q.srcRank = 1;
+  q.count = count;
+  if (!push) {
+    in.table = &link->table;
+    in.names = link->names;
+    q.srcBlocks = remoteBlocks;
+    q.dstBlocks = localBlocks;
+    detail::planFetch({q}, in, *plan);
+  } else {
+    // Validated with the remote as the destination (its blocks must not be written twice), then turned round into
+    // the pair's order (member 1, the remote: src; the local blocks: dst).
+    in.table = &link->writeTable;
+    in.names = link->writeNames;
+    q.srcBlocks = localBlocks;
+    q.dstBlocks = remoteBlocks;
+    detail::planFetch({q}, in, *plan);
+    for (detail::BlockRun& r : plan->runs) {
+      std::swap(r.src, r.dst);
+      r.rank = 1;
+    }
+    for (size_t i = 0; i < plan->pairs.count; ++i) {
+      std::swap(plan->pairs.src[i], plan->pairs.dst[i]);
+      plan->pairs.rank[i] = 1;
+    }
+    plan->push = true;
+  }
+  plan->generation = remote->meta.generation;
+  plan->info.path = FetchPath::Network;
+
+  auto t = std::make_shared<Transfer::Impl>();
+  t->link = link;
+  t->local = local;
+  t->plan = plan;
+  t->push = push;
+  t->blocksDone.assign(plan->runs.size(), 0);
+  if (plan->runs.empty()) {
+    t->end(t->statusOf(true, ""));
+    return Transfer(t);
+  }
+  std::vector<size_t> runs(plan->runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
+  t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
+  std::lock_guard<std::mutex> lock(local->mu);
+  if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
+    std::lock_guard<std::mutex> tl(t->mu);
+    t->cancel(cat(local->who(), " was unregistered while the transfer started"));
+  } else {
+    // Drop the entries of transfers that ended and went away, so a long-lived registration's list stays short.
+    local->transfers.erase(std::remove_if(local->transfers.begin(), local->transfers.end(),
+                                          [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
+                           local->transfers.end());
+    local->transfers.push_back(t);
+  }
+  return Transfer(t);
+}
+
+Transfer Endpoint::read(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
+                        const int64_t* localBlocks, size_t count, const TransferOptions& options) {
+  const char* call = "Endpoint::read";
+  return require(impl_, call, "Endpoint")
+      ->start(call, false, local, remote, remoteBlocks, localBlocks, count, options);
+}
+
+Transfer Endpoint::write(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
+                         const int64_t* localBlocks, size_t count, const TransferOptions& options) {
+  const char* call = "Endpoint::write";
+  return require(impl_, call, "Endpoint")->start(call, true, local, remote, remoteBlocks, localBlocks, count, options);
+}
+
+void Endpoint::close() {
+  if (!impl_) return;
+  Impl& e = *impl_;
+  std::vector<std::shared_ptr<Registration::Impl>> regs;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (e.closed) return;
+    e.closed = true;
+    for (auto& [id, r] : e.registrations) regs.push_back(r);
+  }
+  for (auto& r : regs) e.unregister(*r, -1);
+  e.server.reset();  // ends every connection and joins its threads
+  std::lock_guard<std::mutex> lock(e.mu);
+  e.links.clear();
+  e.remotes.clear();
+}
+
+}  // namespace kvcomm

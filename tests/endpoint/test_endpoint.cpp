@@ -1,0 +1,563 @@
+// Endpoints between real processes (fork, no MPI, no communicator): a server and clients that meet through metadata
+// alone. Every byte of both sides is checked against an oracle of where each block's content came from (guard bytes
+// between and around blocks, untouched blocks, -1 skips); refusals, faults and churn leave nothing behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arena/harness.hpp"
+#include "kvcomm/endpoint.hpp"
+#include "kvcomm/error.hpp"
+
+namespace {
+
+using namespace kvcomm;
+using kvtest::arena::Gate;
+using kvtest::arena::runAll;
+using kvtest::arena::spawn;
+using kvtest::arena::reap;
+
+// ---- the oracle ---------------------------------------------------------------------------------------------------
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Memory as an oracle sees it: guard bytes everywhere, and block (region, block) holding the content of `tag`.
+struct Image {
+  KvLayout layout;
+  std::vector<uint8_t> bytes;
+  Image(const KvLayout& l, size_t n, uint64_t guardSeed) : layout(l), bytes(n) {
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(mix(guardSeed * 1315423911u + i / 8) >> (i % 8 * 8));
+  }
+  size_t at(size_t r, int64_t b) const {
+    const KvRegion& g = layout.regions[r];
+    return g.offset + static_cast<size_t>(b) * (g.blockStride ? g.blockStride : g.blockBytes);
+  }
+  // Content of `tag` in region r (what moves with a block).
+  void put(size_t r, int64_t b, uint64_t tag) {
+    const size_t n = layout.regions[r].blockBytes, o = at(r, b);
+    for (size_t i = 0; i < n; ++i) bytes[o + i] = static_cast<uint8_t>(mix(tag * 0x100000001b3ull + r * 7919 + i / 8) >> (i % 8 * 8));
+  }
+  void copyBlock(const Image& from, int64_t src, int64_t dst) {
+    for (size_t r = 0; r < layout.regions.size(); ++r)
+      std::memcpy(&bytes[at(r, dst)], &from.bytes[from.at(r, src)], layout.regions[r].blockBytes);
+  }
+};
+
+std::string firstDifference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) return "sizes differ";
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i]) {
+      size_t bad = 0;
+      for (size_t j = i; j < got.size(); ++j) bad += got[j] != want[j];
+      return "byte " + std::to_string(i) + " differs (" + std::to_string(bad) + " bytes in all)";
+    }
+  return "";
+}
+
+size_t extent(const KvLayout& l) {
+  size_t e = 0;
+  for (const KvRegion& g : l.regions)
+    e = std::max(e, g.offset + (g.numBlocks - 1) * (g.blockStride ? g.blockStride : g.blockBytes) + g.blockBytes);
+  return e + 64;  // guard bytes after the last block
+}
+
+// ---- layouts ------------------------------------------------------------------------------------------------------
+
+struct Shape {
+  const char* name;
+  KvLayout layout;
+};
+
+// Split K/V: two regions interleaved per block (K at 0, V at blockBytes, stride 2 blocks + a gap).
+KvLayout splitKv(size_t blockBytes, size_t blocks) {
+  KvLayout l;
+  l.regions.push_back({32, blockBytes, 2 * blockBytes + 32, blocks});
+  l.regions.push_back({32 + blockBytes, blockBytes, 2 * blockBytes + 32, blocks});
+  return l;
+}
+// `layers` regions one after another, blocks packed, a gap between regions.
+KvLayout layered(size_t layers, size_t blockBytes, size_t blocks) {
+  KvLayout l;
+  size_t off = 16;
+  for (size_t j = 0; j < layers; ++j) {
+    l.regions.push_back({off, blockBytes, blockBytes, blocks});
+    off += blockBytes * blocks + 48;
+  }
+  return l;
+}
+
+std::vector<Shape> shapes() {
+  return {{"split_kv_4k", splitKv(4096, 64)},
+          {"layers64_16B", layered(64, 16, 64)},
+          {"layers1_2MiB", layered(1, 2u << 20, 12)},
+          {"layers3_gaps", kvtest::arena::testLayout(48)}};
+}
+
+// ---- processes ----------------------------------------------------------------------------------------------------
+
+std::string tempPath(const char* what) {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "/tmp/kvcomm-endpoint-%s-%d-%u", what, static_cast<int>(getpid()),
+                static_cast<unsigned>(std::random_device{}()));
+  return buf;
+}
+
+void writeFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::rename(tmp.c_str(), path.c_str());  // readers see all of it or nothing
+}
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+EndpointOptions local(const char* name) {
+  EndpointOptions o;
+  o.name = name;
+  o.tcpAddress = "127.0.0.1:0";
+  return o;
+}
+
+uint64_t testSeed() {
+  static const uint64_t seed = [] {
+    uint64_t s = std::random_device{}();
+    std::printf("endpoint tests: seed %llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+int openFds() { return kvtest::arena::fds(); }
+int threads() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// ---- a server and 8 clients, pull and push, several layouts --------------------------------------------------------
+
+class EndpointShapes : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(EndpointShapes, AServerAndEightClientsPullAndPushByteExact) {
+  const Shape shape = shapes()[GetParam()];
+  const KvLayout& layout = shape.layout;
+  const size_t bytes = extent(layout);
+  const int64_t blocks = static_cast<int64_t>(layout.regions[0].numBlocks);
+  const int clients = 8;
+  const uint64_t seed = testSeed() ^ GetParam();
+  const std::string metaPath = tempPath("meta");
+  Gate ready, done;
+  // Clients read from the lower half of the server's blocks and write into the upper half: client c owns remote
+  // blocks [half + c * per, half + (c + 1) * per).
+  const int64_t half = blocks / 2, per = std::max<int64_t>(1, half / clients);
+  auto serverImage = [&] {
+    Image im(layout, bytes, seed + 1);
+    for (size_t r = 0; r < layout.regions.size(); ++r)
+      for (int64_t b = 0; b < blocks; ++b) im.put(r, b, seed * 31 + static_cast<uint64_t>(b));
+    return im;
+  };
+  auto clientImage = [&](int c) {
+    Image im(layout, bytes, seed + 100 + static_cast<uint64_t>(c));
+    for (size_t r = 0; r < layout.regions.size(); ++r)
+      for (int64_t b = 0; b < per; ++b) im.put(r, b, seed * 131 + static_cast<uint64_t>(c) * 1000 + b);  // to push
+    return im;
+  };
+  // Client c's pull: remote blocks in the lower half into local blocks from `per` up, shuffled, every 5th pair -1.
+  auto pulls = [&](int c, std::vector<int64_t>& remote, std::vector<int64_t>& mine) {
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(c));
+    for (int64_t b = per; b < blocks; ++b) mine.push_back(b);
+    std::shuffle(mine.begin(), mine.end(), rng);
+    mine.resize(static_cast<size_t>(std::min<int64_t>(half, static_cast<int64_t>(mine.size()))));
+    for (size_t i = 0; i < mine.size(); ++i) remote.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(half)));
+    for (size_t i = 0; i < mine.size(); i += 5) (i % 10 ? remote[i] : mine[i]) = -1;
+  };
+
+  pid_t server = spawn([&] {
+    Endpoint ep = Endpoint::create(local("server"));
+    Image im = serverImage();
+    Registration reg = ep.registerMemory(im.bytes.data(), im.bytes.size(), MemoryKind::Host, layout);
+    writeFile(metaPath, reg.metadata());
+    for (int c = 0; c < clients; ++c) ready.pass();
+    for (int c = 0; c < clients; ++c)
+      if (!done.wait(120000)) return false;
+    // Expected: the server's own blocks, and each client's pushed blocks in its range of the upper half.
+    Image want = serverImage();
+    for (int c = 0; c < clients; ++c) {
+      Image from = clientImage(c);
+      for (int64_t b = 0; b < per && half + c * per + b < blocks; ++b) want.copyBlock(from, b, half + c * per + b);
+    }
+    std::string diff = firstDifference(im.bytes, want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "server memory after the pushes: %s\n", diff.c_str());
+    return diff.empty();
+  });
+  std::vector<std::function<bool()>> bodies;
+  for (int c = 0; c < clients; ++c)
+    bodies.push_back([&, c] {
+      if (!ready.wait(60000)) return false;
+      Endpoint ep = Endpoint::create(local("client"));
+      RemoteMemory remote = ep.connect(readFile(metaPath));
+      Image im = clientImage(c);
+      Registration reg = ep.registerMemory(im.bytes.data(), im.bytes.size(), MemoryKind::Host, layout);
+      std::vector<int64_t> src, dst;
+      pulls(c, src, dst);
+      Transfer t = ep.read(reg, remote, src.data(), dst.data(), src.size());
+      FetchStatus s = t.wait(60000);
+      bool ok = s.state == FetchState::Done && s.bytesDone == s.bytesTotal && t.info().tcpRuns > 0;
+      if (!ok) std::fprintf(stderr, "client %d read: %s\n", c, s.error.c_str());
+      Image want = clientImage(c);
+      Image srv = serverImage();
+      for (size_t i = 0; i < src.size(); ++i)
+        if (src[i] >= 0 && dst[i] >= 0) want.copyBlock(srv, src[i], dst[i]);
+      std::string diff = firstDifference(im.bytes, want.bytes);
+      if (!diff.empty()) std::fprintf(stderr, "client %d after its read: %s\n", c, diff.c_str());
+      ok = ok && diff.empty();
+      // Push local blocks [0, per) into its range of the upper half.
+      std::vector<int64_t> from, to;
+      for (int64_t b = 0; b < per && half + c * per + b < blocks; ++b) {
+        from.push_back(b);
+        to.push_back(half + c * per + b);
+      }
+      Transfer w = ep.write(reg, remote, to.data(), from.data(), to.size());
+      FetchStatus ws = w.wait(60000);
+      if (ws.state != FetchState::Done) std::fprintf(stderr, "client %d write: %s\n", c, ws.error.c_str());
+      ok = ok && ws.state == FetchState::Done;
+      done.pass();
+      return ok;
+    });
+  EXPECT_TRUE(runAll(bodies, 180));
+  EXPECT_EQ(reap(server, 180), 0);
+  std::remove(metaPath.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EndpointShapes, ::testing::Range<size_t>(0, 4),
+                         [](const ::testing::TestParamInfo<size_t>& i) { return shapes()[i.param].name; });
+
+// ---- one process: refusals and lifetimes (server and client endpoints side by side) ---------------------------------
+
+struct Pair {
+  KvLayout layout = splitKv(1024, 32);
+  size_t bytes = extent(layout);
+  std::vector<uint8_t> serverMem = std::vector<uint8_t>(bytes, 0x5a), clientMem = std::vector<uint8_t>(bytes, 0xc3);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Registration served = server.registerMemory(serverMem.data(), bytes, MemoryKind::Host, layout);
+  Registration mine = client.registerMemory(clientMem.data(), bytes, MemoryKind::Host, layout);
+  std::vector<int64_t> ids{0, 1, 2, 3};
+
+  FetchStatus pull(const RemoteMemory& r) { return client.read(mine, r, ids.data(), ids.data(), ids.size()).wait(20000); }
+};
+
+void expectFailure(const FetchStatus& s, const std::string& needle) {
+  EXPECT_EQ(s.state, FetchState::Failed);
+  EXPECT_NE(s.error.find(needle), std::string::npos) << s.error;
+}
+
+template <typename F>
+std::string thrown(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Endpoint, MetadataThatIsTruncatedForeignOrFromAnotherVersionIsRefusedNamingWhy) {
+  Pair p;
+  std::vector<uint8_t> m = p.served.metadata();
+  auto cut = m;
+  cut.resize(m.size() - 1);
+  EXPECT_NE(thrown([&] { p.client.connect(cut); }).find("truncated"), std::string::npos);
+  EXPECT_NE(thrown([&] { p.client.connect(m.data(), 7); }).find("truncated"), std::string::npos);
+  auto foreign = m;
+  foreign[0] ^= 0xff;
+  EXPECT_NE(thrown([&] { p.client.connect(foreign); }).find("not kvcomm endpoint metadata"), std::string::npos);
+  auto future = m;  // a peer whose oldest version is newer than this build's newest
+  future[4] = 9, future[6] = 9;
+  EXPECT_NE(thrown([&] { p.client.connect(future); }).find("newer than this kvcomm reads"), std::string::npos);
+  auto past = m;
+  past[4] = 0, past[6] = 0;  // version 0: never valid
+  EXPECT_NE(thrown([&] { p.client.connect(past); }).find("bad version range"), std::string::npos);
+  auto flipped = m;
+  flipped[m.size() - 3] ^= 1;  // a layout byte: the checksum catches it
+  EXPECT_NE(thrown([&] { p.client.connect(flipped); }).find("checksum"), std::string::npos);
+  // Nothing was sent anywhere: the server memory is as it was.
+  EXPECT_EQ(p.serverMem, std::vector<uint8_t>(p.bytes, 0x5a));
+  // And the genuine metadata works, idempotently.
+  RemoteMemory a = p.client.connect(m), b = p.client.connect(m);
+  EXPECT_EQ(a.id(), b.id());
+  EXPECT_EQ(p.pull(a).state, FetchState::Done);
+}
+
+// Rewrites the checksum of forged metadata (FNV-1a 32 of every byte after the 16-byte head, at offset 12): the
+// format is public, so a forger can; only the capability stops it.
+void reseal(std::vector<uint8_t>& m) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 16; i < m.size(); ++i) h = (h ^ m[i]) * 16777619u;
+  std::memcpy(&m[12], &h, 4);
+}
+
+TEST(Endpoint, AForgedOrRevokedCapabilityIsRefusedBeforeAnyMemoryIsDescribedOrTouched) {
+  Pair p;
+  std::vector<uint8_t> m = p.served.metadata();
+  auto forged = m;
+  forged[16 + 24] ^= 0x01;  // first byte of the capability (body offset 24)
+  reseal(forged);
+  RemoteMemory f = p.client.connect(forged);
+  expectFailure(p.pull(f), "capability refused");
+  std::vector<int64_t> ids{5, 6};
+  expectFailure(p.client.write(p.mine, f, ids.data(), ids.data(), 2).wait(20000), "capability refused");
+  EXPECT_EQ(p.serverMem, std::vector<uint8_t>(p.bytes, 0x5a));
+  EXPECT_EQ(p.clientMem, std::vector<uint8_t>(p.bytes, 0xc3));
+
+  RemoteMemory ok = p.client.connect(m);
+  EXPECT_EQ(p.pull(ok).state, FetchState::Done);  // a connection is open now
+  const uint64_t g = p.served.generation();
+  p.served.revoke();
+  EXPECT_EQ(p.served.generation(), g + 1);
+  // The open connection's next request is stale; a new connection with the old metadata is refused.
+  expectFailure(p.pull(ok), "revoked");
+  Endpoint other = Endpoint::create(local("other"));
+  Registration om = other.registerMemory(p.clientMem.data(), p.bytes, MemoryKind::Host, p.layout);
+  expectFailure(other.read(om, other.connect(m), p.ids.data(), p.ids.data(), 4).wait(20000), "capability refused");
+  // The new metadata works.
+  EXPECT_EQ(p.pull(p.client.connect(p.served.metadata())).state, FetchState::Done);
+}
+
+TEST(Endpoint, ReadOnlyRegistrationsRefuseWritesAndBadPairsAreRefusedBeforeAnythingMoves) {
+  Pair p;
+  std::vector<uint8_t> roMem(p.bytes, 0x11);
+  RegisterOptions ro;
+  ro.access = Access::ReadOnly;
+  Registration r = p.server.registerMemory(roMem.data(), p.bytes, MemoryKind::Host, p.layout, -1, ro);
+  RemoteMemory rm = p.client.connect(r.metadata());
+  EXPECT_NE(thrown([&] { p.client.write(p.mine, rm, p.ids.data(), p.ids.data(), 4); }).find("read-only"),
+            std::string::npos);
+  EXPECT_EQ(roMem, std::vector<uint8_t>(p.bytes, 0x11));
+  RemoteMemory m = p.client.connect(p.served.metadata());
+  std::vector<int64_t> src{0, 99}, dst{0, 1};
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, src.data(), dst.data(), 2); }).find("source block 99"),
+            std::string::npos);
+  std::vector<int64_t> dup{3, 3};
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, src.data(), dup.data(), 1 + 1); }).find("outside"),
+            std::string::npos);
+  std::vector<int64_t> s2{0, 1};
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, s2.data(), dup.data(), 2); }).find("duplicate destination"),
+            std::string::npos);
+  EXPECT_NE(thrown([&] { p.client.write(p.mine, m, dup.data(), s2.data(), 2); }).find("duplicate destination"),
+            std::string::npos);
+  std::vector<int64_t> neg{-2};
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, neg.data(), s2.data(), 1); }).find("outside"), std::string::npos);
+  TransferOptions peer;
+  peer.via = TransferVia::Peer;
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, s2.data(), s2.data(), 2, peer); }).find("not available"),
+            std::string::npos);
+  // Layouts that cannot pair (another block size) are named.
+  KvLayout other = splitKv(512, 32);
+  std::vector<uint8_t> om(extent(other));
+  Registration o = p.client.registerMemory(om.data(), om.size(), MemoryKind::Host, other);
+  EXPECT_NE(thrown([&] { p.client.read(o, m, s2.data(), s2.data(), 2); }).find("blocks of"), std::string::npos);
+  EXPECT_EQ(p.serverMem, std::vector<uint8_t>(p.bytes, 0x5a));
+  EXPECT_EQ(p.clientMem, std::vector<uint8_t>(p.bytes, 0xc3));
+  // All -1: nothing to do, done at once.
+  std::vector<int64_t> skip{-1, -1};
+  Transfer t = p.client.read(p.mine, m, skip.data(), s2.data(), 2);
+  EXPECT_EQ(t.test().state, FetchState::Done);
+  EXPECT_EQ(t.info().pairsSkipped, 2u);
+}
+
+TEST(Endpoint, UnregisterDrainsTransfersAndPeersLearnOfIt) {
+  // Big blocks, a slow pace of reads: unregistering the client's memory mid-read cancels the read, and nothing lands
+  // after unregister() returns.
+  KvLayout layout = layered(1, 1u << 20, 64);
+  const size_t bytes = extent(layout);
+  std::vector<uint8_t> srv(bytes, 0x42), cli(bytes, 0);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Registration s = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+  Registration c = client.registerMemory(cli.data(), bytes, MemoryKind::Host, layout);
+  RemoteMemory r = client.connect(s.metadata());
+  std::vector<int64_t> ids(64);
+  for (int64_t i = 0; i < 64; ++i) ids[static_cast<size_t>(i)] = i;
+  Transfer t = client.read(c, r, ids.data(), ids.data(), ids.size());
+  client.unregister(c, 0);
+  FetchStatus st = t.test();
+  EXPECT_NE(st.state, FetchState::InProgress);
+  std::memset(cli.data(), 0x99, bytes);  // nothing may land after unregister returned
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cli, std::vector<uint8_t>(bytes, 0x99));
+  EXPECT_FALSE(c.registered());
+  EXPECT_NE(thrown([&] { client.read(c, r, ids.data(), ids.data(), 1); }).find("unregistered"), std::string::npos);
+
+  // The server unregisters: a peer's next transfer fails naming it.
+  std::vector<uint8_t> cli2(bytes, 0);
+  Registration c2 = client.registerMemory(cli2.data(), bytes, MemoryKind::Host, layout);
+  EXPECT_EQ(client.read(c2, r, ids.data(), ids.data(), 2).wait(20000).state, FetchState::Done);
+  server.unregister(s);
+  expectFailure(client.read(c2, r, ids.data(), ids.data(), 2).wait(20000), "unregistered");
+  std::memset(srv.data(), 0x77, bytes);  // the server may reuse its memory now
+  std::vector<int64_t> two{0, 1};
+  expectFailure(client.write(c2, r, two.data(), two.data(), 2).wait(20000), "unregistered");
+  EXPECT_EQ(srv, std::vector<uint8_t>(bytes, 0x77));
+}
+
+TEST(Endpoint, ChurnOfAThousandConnectTransferDisconnectCyclesLeavesNothingBehind) {
+  KvLayout layout = splitKv(256, 16);
+  const size_t bytes = extent(layout);
+  std::vector<uint8_t> srv(bytes), cli(bytes);
+  for (size_t i = 0; i < bytes; ++i) srv[i] = static_cast<uint8_t>(i * 7);
+  Endpoint server = Endpoint::create(local("server"));
+  Registration s = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+  const std::vector<uint8_t> meta = s.metadata();
+  std::vector<int64_t> ids{0, 1, 2, 3, 4, 5, 6, 7};
+  int fd0 = -1, th0 = -1;
+  for (int cycle = 0; cycle < 1000; ++cycle) {
+    {
+      Endpoint client = Endpoint::create(local("client"));
+      Registration c = client.registerMemory(cli.data(), bytes, MemoryKind::Host, layout);
+      RemoteMemory r = client.connect(meta);
+      FetchStatus st = (cycle % 2 ? client.write(c, r, ids.data(), ids.data(), ids.size())
+                                  : client.read(c, r, ids.data(), ids.data(), ids.size()))
+                           .wait(20000);
+      ASSERT_EQ(st.state, FetchState::Done) << "cycle " << cycle << ": " << st.error;
+    }
+    if (cycle == 9) {  // after warm-up (allocator arenas, the server's first threads)
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server reaps finished connections
+      fd0 = openFds();
+      th0 = threads();
+    }
+  }
+  // The server reaps finished connection threads as it polls: give it a moment.
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
+      << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
+}
+
+TEST(Endpoint, SixtyFourClientsAtOnceAgainstOneServer) {
+  KvLayout layout = layered(2, 4096, 128);
+  const size_t bytes = extent(layout);
+  std::vector<uint8_t> srv(bytes);
+  for (size_t i = 0; i < bytes; ++i) srv[i] = static_cast<uint8_t>(mix(i) & 0xff);
+  Endpoint server = Endpoint::create(local("server"));
+  Registration s = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+  const std::vector<uint8_t> meta = s.metadata();
+  std::atomic<int> good{0};
+  std::vector<std::thread> ts;
+  for (int c = 0; c < 64; ++c)
+    ts.emplace_back([&, c] {
+      try {
+        Endpoint client = Endpoint::create(local("client"));
+        std::vector<uint8_t> mine(bytes, 0);
+        Registration r = client.registerMemory(mine.data(), bytes, MemoryKind::Host, layout);
+        std::vector<int64_t> src(32), dst(32);
+        for (int i = 0; i < 32; ++i) src[static_cast<size_t>(i)] = (c + i * 3) % 128, dst[static_cast<size_t>(i)] = i;
+        FetchStatus st = client.read(r, client.connect(meta), src.data(), dst.data(), 32).wait(60000);
+        bool same = st.state == FetchState::Done;
+        for (size_t j = 0; j < 2 && same; ++j)
+          for (int i = 0; i < 32 && same; ++i) {
+            const KvRegion& g = layout.regions[j];
+            same = std::memcmp(&mine[g.offset + static_cast<size_t>(i) * g.blockStride],
+                               &srv[g.offset + static_cast<size_t>(src[static_cast<size_t>(i)]) * g.blockStride],
+                               g.blockBytes) == 0;
+          }
+        good += same;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "client %d: %s\n", c, e.what());
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(good.load(), 64);
+}
+
+// ---- faults between processes ---------------------------------------------------------------------------------------
+
+TEST(EndpointFaults, AServerKilledMidReadOrMidWriteFailsTheTransferWithinFiveSecondsNamingBlocksAndARestartIsReachable) {
+  KvLayout layout = layered(1, 1u << 20, 256);
+  const size_t bytes = extent(layout);
+  for (bool push : {false, true}) {
+    const std::string metaPath = tempPath("kill");
+    Gate ready;
+    pid_t server = spawn([&] {
+      std::vector<uint8_t> srv(bytes, 0x3c);
+      Endpoint ep = Endpoint::create(local("victim"));
+      Registration reg = ep.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+      writeFile(metaPath, reg.metadata());
+      ready.pass();
+      pause();
+      return true;
+    });
+    ASSERT_TRUE(ready.wait(30000));
+    std::vector<uint8_t> cli(bytes, 0);
+    EndpointOptions o = local("client");
+    o.timeoutMs = 2000;
+    o.connectionsPerPeer = 1;
+    Endpoint client = Endpoint::create(o);
+    Registration c = client.registerMemory(cli.data(), bytes, MemoryKind::Host, layout);
+    RemoteMemory r = client.connect(readFile(metaPath));
+    std::vector<int64_t> ids(256);
+    for (int64_t i = 0; i < 256; ++i) ids[static_cast<size_t>(i)] = i;
+    // Many rounds of 256 MiB: the kill lands while one runs.
+    Transfer t = push ? client.write(c, r, ids.data(), ids.data(), ids.size())
+                      : client.read(c, r, ids.data(), ids.data(), ids.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill(server, SIGKILL);
+    auto t0 = std::chrono::steady_clock::now();
+    FetchStatus st = t.wait(20000);
+    const double secs = kvtest::arena::since(t0);
+    reap(server);
+    if (st.state == FetchState::Done) {  // it finished before the kill: nothing to check but the restart
+      std::printf("(%s finished before the kill)\n", push ? "write" : "read");
+    } else {
+      EXPECT_EQ(st.state, FetchState::Failed);
+      EXPECT_LT(secs, 5.0);
+      EXPECT_FALSE(st.failedBlocks.empty());
+      EXPECT_NE(st.error.find("victim"), std::string::npos) << st.error;
+    }
+    // The server restarts on the same address with new metadata: the old metadata is refused naming the restart,
+    // the new one works.
+    Gate again;
+    const std::string address = r.address();
+    pid_t restarted = spawn([&] {
+      std::vector<uint8_t> srv(bytes, 0x3d);
+      EndpointOptions so = local("victim");
+      so.tcpAddress = address;
+      Endpoint ep = Endpoint::create(so);
+      Registration reg = ep.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+      writeFile(metaPath, reg.metadata());
+      again.pass();
+      pause();
+      return true;
+    });
+    ASSERT_TRUE(again.wait(30000));
+    expectFailure(client.read(c, r, ids.data(), ids.data(), 2).wait(20000), "restarted (now 0x");
+    RemoteMemory fresh = client.connect(readFile(metaPath));
+    EXPECT_EQ(client.read(c, fresh, ids.data(), ids.data(), 2).wait(20000).state, FetchState::Done);
+    EXPECT_EQ(cli[layout.regions[0].offset], 0x3d);
+    kill(restarted, SIGKILL);
+    reap(restarted);
+    std::remove(metaPath.c_str());
+  }
+}
+
+}  // namespace
