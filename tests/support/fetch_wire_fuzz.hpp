@@ -44,7 +44,8 @@ inline int fuzzFetchRequest(const uint8_t* data, size_t size) {
   if (size >= sizeof(WireRequest)) {
     std::string why = decodeRequest(data, sizeof(WireRequest), &q);
     if (!why.empty()) return 0;
-    KVCOMM_FUZZ_CHECK(q.magic == kWireRequestMagic && q.numRuns >= 1 && q.numRuns <= kMaxRunsPerRequest);
+    KVCOMM_FUZZ_CHECK((q.magic == kWireRequestMagic || q.magic == kWireWriteMagic) && q.numRuns >= 1 &&
+                      q.numRuns <= kMaxRunsPerRequest);
     const size_t body = q.numRuns * sizeof(WireRun);
     if (size - sizeof(WireRequest) >= body) {
       static WireRun runs[kMaxRunsPerRequest];
