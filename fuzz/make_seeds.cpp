@@ -9,6 +9,7 @@
 
 #include "comm/topology_build.hpp"
 #include "comm/wire.hpp"
+#include "endpoint/metadata.hpp"
 #include "symm/fd_exchange.hpp"
 #include "symm/rendezvous.hpp"
 
@@ -139,6 +140,19 @@ int main(int argc, char** argv) {
     append(v, r);
     append(v, r);
     write("symm_request", "grow", v);
+  }
+  {  // an endpoint registration's metadata: two regions, a TCP address
+    EndpointMetadata m;
+    m.endpointId = 0x1111;
+    m.regionId = 0x2222;
+    m.generation = 3;
+    m.memoryKind = 1;
+    m.tcp = SockAddr::parse("127.0.0.1:4242");
+    m.name = "prefill-0";
+    m.layout.regions = {{0, 4096, 8192, 16}, {4096, 4096, 8192, 16}};
+    m.layoutHash = kvcomm::layoutHash(m.layout);
+    std::vector<uint8_t> b = encodeMetadata(m);
+    write("endpoint_metadata", "two_regions", std::vector<char>(b.begin(), b.end()));
   }
   return 0;
 }

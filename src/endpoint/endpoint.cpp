@@ -33,7 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string hex(uint64_t v) { return cat("0x", std::hex, v); }
+std::string hex(uint64_t v) {
+  return cat("0x", std::hex, v);
+}
 
 KvLayout normalised(KvLayout l) {
   for (KvRegion& r : l.regions)
@@ -75,7 +77,7 @@ struct Registration::Impl {
   SymmetricBuffer buffer;                        // buffers: a handle of our own while registered
   uint64_t unbackListener = 0;
   std::atomic<bool> registered{true};
-  std::mutex mu;                                       // transfers
+  std::mutex mu;                                         // transfers
   std::vector<std::weak_ptr<Transfer::Impl>> transfers;  // that use this registration as local memory
 
   std::string who() const { return cat("local registration ", hex(id)); }
@@ -100,18 +102,32 @@ P* require(const std::shared_ptr<P>& p, const char* call, const char* what) {
 
 }  // namespace
 
-uint64_t Registration::id() const { return require(impl_, "Registration::id", "Registration")->id; }
+uint64_t Registration::id() const {
+  return require(impl_, "Registration::id", "Registration")->id;
+}
 uint64_t Registration::generation() const {
   auto* r = require(impl_, "Registration::generation", "Registration");
   std::shared_lock<std::shared_mutex> lock(r->served->mu);
   return r->served->generation;
 }
-void* Registration::data() const { return require(impl_, "Registration::data", "Registration")->base; }
-size_t Registration::bytes() const { return require(impl_, "Registration::bytes", "Registration")->bytes; }
-MemoryKind Registration::kind() const { return require(impl_, "Registration::kind", "Registration")->kind; }
-int Registration::device() const { return require(impl_, "Registration::device", "Registration")->device; }
-const KvLayout& Registration::layout() const { return require(impl_, "Registration::layout", "Registration")->layout; }
-Access Registration::access() const { return require(impl_, "Registration::access", "Registration")->access; }
+void* Registration::data() const {
+  return require(impl_, "Registration::data", "Registration")->base;
+}
+size_t Registration::bytes() const {
+  return require(impl_, "Registration::bytes", "Registration")->bytes;
+}
+MemoryKind Registration::kind() const {
+  return require(impl_, "Registration::kind", "Registration")->kind;
+}
+int Registration::device() const {
+  return require(impl_, "Registration::device", "Registration")->device;
+}
+const KvLayout& Registration::layout() const {
+  return require(impl_, "Registration::layout", "Registration")->layout;
+}
+Access Registration::access() const {
+  return require(impl_, "Registration::access", "Registration")->access;
+}
 bool Registration::registered() const {
   return require(impl_, "Registration::registered", "Registration")->registered.load();
 }
@@ -166,8 +182,12 @@ RemoteMemory::RemoteMemory(RemoteMemory&&) noexcept = default;
 RemoteMemory& RemoteMemory::operator=(RemoteMemory&&) noexcept = default;
 RemoteMemory::RemoteMemory(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-std::string RemoteMemory::peerName() const { return require(impl_, "RemoteMemory::peerName", "RemoteMemory")->meta.name; }
-uint64_t RemoteMemory::id() const { return require(impl_, "RemoteMemory::id", "RemoteMemory")->meta.regionId; }
+std::string RemoteMemory::peerName() const {
+  return require(impl_, "RemoteMemory::peerName", "RemoteMemory")->meta.name;
+}
+uint64_t RemoteMemory::id() const {
+  return require(impl_, "RemoteMemory::id", "RemoteMemory")->meta.regionId;
+}
 uint64_t RemoteMemory::generation() const {
   return require(impl_, "RemoteMemory::generation", "RemoteMemory")->meta.generation;
 }
@@ -313,7 +333,9 @@ FetchStatus Transfer::wait(int64_t timeoutMs) {
   }
 }
 
-const FetchPlanInfo& Transfer::info() const { return require(impl_, "Transfer::info", "Transfer")->plan->info; }
+const FetchPlanInfo& Transfer::info() const {
+  return require(impl_, "Transfer::info", "Transfer")->plan->info;
+}
 FetchTransportKind Transfer::transport() const {
   return require(impl_, "Transfer::transport", "Transfer")->transport;
 }
@@ -336,17 +358,14 @@ struct Endpoint::Impl {
   std::map<std::string, std::shared_ptr<RemoteMemory::Impl>> remotes;  // by metadata bytes (connect is idempotent)
   std::map<std::pair<uint64_t, const RemoteMemory::Impl*>, std::shared_ptr<Link>> links;
 
-  void requireOpen(const char* call) {
-    KVCOMM_CHECK_ARG(!closed, call, "the endpoint is closed");
-  }
+  void requireOpen(const char* call) { KVCOMM_CHECK_ARG(!closed, call, "the endpoint is closed"); }
   Registration add(const char* call, char* base, size_t bytes, MemoryKind kind, int device, const KvLayout& layout,
                    const RegisterOptions& options, const std::vector<Range>& backed);
   void unregister(Registration::Impl& r, int64_t timeoutMs);
   std::shared_ptr<Link> linkFor(const std::shared_ptr<Registration::Impl>& local,
                                 const std::shared_ptr<RemoteMemory::Impl>& remote);
   Transfer start(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
-                 const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
-                 const TransferOptions& options);
+                 const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count, const TransferOptions& options);
 };
 
 Endpoint::Endpoint() = default;
@@ -373,8 +392,8 @@ Endpoint::Endpoint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Endpoint Endpoint::create(const EndpointOptions& options) {
   const char* call = "Endpoint::create";
-  KVCOMM_CHECK_ARG(options.connectionsPerPeer >= 1 && options.connectionsPerPeer <= 64, call,
-                   "connectionsPerPeer ", options.connectionsPerPeer, " is outside [1, 64]");
+  KVCOMM_CHECK_ARG(options.connectionsPerPeer >= 1 && options.connectionsPerPeer <= 64, call, "connectionsPerPeer ",
+                   options.connectionsPerPeer, " is outside [1, 64]");
   auto impl = std::make_shared<Impl>();
   impl->id = freshId();
   impl->name = options.name.empty() ? cat("pid ", ::getpid()) : options.name;
@@ -395,8 +414,12 @@ Endpoint Endpoint::create(const EndpointOptions& options) {
   return Endpoint(std::move(impl));
 }
 
-uint64_t Endpoint::id() const { return require(impl_, "Endpoint::id", "Endpoint")->id; }
-std::string Endpoint::name() const { return require(impl_, "Endpoint::name", "Endpoint")->name; }
+uint64_t Endpoint::id() const {
+  return require(impl_, "Endpoint::id", "Endpoint")->id;
+}
+std::string Endpoint::name() const {
+  return require(impl_, "Endpoint::name", "Endpoint")->name;
+}
 std::string Endpoint::address() const {
   return require(impl_, "Endpoint::address", "Endpoint")->address.toString();
 }
@@ -410,8 +433,8 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
                    "memory kind must be Host or Cuda (Auto cannot tell what a pointer is)");
   KVCOMM_CHECK_ARG(kind == MemoryKind::Host || device >= 0, call, "CUDA memory needs its device ordinal (", device,
                    ")");
-  KVCOMM_CHECK_ARG(options.access == Access::ReadWrite || options.access == Access::ReadOnly, call,
-                   "access ", static_cast<int>(options.access), " is not an Access");
+  KVCOMM_CHECK_ARG(options.access == Access::ReadWrite || options.access == Access::ReadOnly, call, "access ",
+                   static_cast<int>(options.access), " is not an Access");
   KVCOMM_CHECK_ARG(!layout.regions.empty(), call, "the layout has no region");
   detail::validateLayout(
       layout, bytes,
@@ -520,8 +543,7 @@ void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
   {
     std::lock_guard<std::mutex> lock(mu);
     registrations.erase(r.id);
-    for (auto it = links.begin(); it != links.end();)
-      it = it->first.first == r.id ? links.erase(it) : std::next(it);
+    for (auto it = links.begin(); it != links.end();) it = it->first.first == r.id ? links.erase(it) : std::next(it);
   }
   if (r.unbackListener) {
     detail::removeUnbackListener(*detail::BufferAccess::impl(r.buffer), r.unbackListener);
@@ -539,7 +561,9 @@ void Endpoint::unregister(Registration& registration, int64_t timeoutMs) {
   e->unregister(*r, timeoutMs);
 }
 
-RemoteMemory Endpoint::connect(const std::vector<uint8_t>& metadata) { return connect(metadata.data(), metadata.size()); }
+RemoteMemory Endpoint::connect(const std::vector<uint8_t>& metadata) {
+  return connect(metadata.data(), metadata.size());
+}
 
 RemoteMemory Endpoint::connect(const void* metadata, size_t bytes) {
   const char* call = "Endpoint::connect";
@@ -556,8 +580,9 @@ RemoteMemory Endpoint::connect(const void* metadata, size_t bytes) {
   std::string why = detail::decodeMetadata(metadata, bytes, &r->meta);
   KVCOMM_CHECK_ARG(why.empty(), call, why);
   detail::RemoteDescriptor& d = r->desc;
-  d.head = detail::makeHead(detail::kCapDirect | detail::kCapTcp |
-                            (r->meta.access == static_cast<uint32_t>(Access::ReadWrite) ? uint32_t{detail::kCapWrite} : 0u));
+  d.head =
+      detail::makeHead(detail::kCapDirect | detail::kCapTcp |
+                       (r->meta.access == static_cast<uint32_t>(Access::ReadWrite) ? uint32_t{detail::kCapWrite} : 0u));
   d.memoryKind = r->meta.memoryKind;
   d.regionId = r->meta.regionId;
   d.generation = r->meta.generation;
@@ -600,9 +625,9 @@ std::shared_ptr<Link> Endpoint::Impl::linkFor(const std::shared_ptr<Registration
   return link;
 }
 
-Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& localReg,
-                               const RemoteMemory& remoteMem, const int64_t* remoteBlocks, const int64_t* localBlocks,
-                               size_t count, const TransferOptions& options) {
+Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& localReg, const RemoteMemory& remoteMem,
+                               const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
+                               const TransferOptions& options) {
   auto local = localReg.impl_;
   auto remote = remoteMem.impl_;
   require(local, call, "Registration");
@@ -618,16 +643,17 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     case TransferVia::Tcp:
       break;
     case TransferVia::Peer:
-      KVCOMM_THROW(Unsupported, call, "the peer (same-host mapping) transport is not available to endpoints in this "
-                                      "version; demand Tcp or Auto");
+      KVCOMM_THROW(Unsupported, call,
+                   "the peer (same-host mapping) transport is not available to endpoints in this "
+                   "version; demand Tcp or Auto");
     case TransferVia::Rdma:
-      KVCOMM_THROW(Unsupported, call, "the RDMA transport is not available to endpoints in this version; demand Tcp "
-                                      "or Auto");
+      KVCOMM_THROW(Unsupported, call,
+                   "the RDMA transport is not available to endpoints in this version; demand Tcp "
+                   "or Auto");
     default:
       KVCOMM_THROW(InvalidArgument, call, "via ", static_cast<int>(options.via), " is not a TransferVia");
   }
-  if (remote->meta.tcp.len == 0)
-    KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
+  if (remote->meta.tcp.len == 0) KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
   if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
     KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
   KVCOMM_CHECK_ARG(count == 0 || (remoteBlocks && localBlocks), call, count, " pairs but a null id array");
@@ -702,8 +728,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
 Transfer Endpoint::read(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
                         const int64_t* localBlocks, size_t count, const TransferOptions& options) {
   const char* call = "Endpoint::read";
-  return require(impl_, call, "Endpoint")
-      ->start(call, false, local, remote, remoteBlocks, localBlocks, count, options);
+  return require(impl_, call, "Endpoint")->start(call, false, local, remote, remoteBlocks, localBlocks, count, options);
 }
 
 Transfer Endpoint::write(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,

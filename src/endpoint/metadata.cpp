@@ -101,7 +101,8 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
   const size_t regionBytes = bytes - sizeof(MetadataHead) - sizeof(MetadataBody);
   if (b.numRegions == 0 || b.numRegions > kMaxFetchRegions || regionBytes != b.numRegions * sizeof(RegionRecord))
     return cat("metadata names ", b.numRegions, " regions in ", regionBytes, " bytes of region records");
-  if (b.memoryKind != static_cast<uint32_t>(MemoryKind::Host) && b.memoryKind != static_cast<uint32_t>(MemoryKind::Cuda))
+  if (b.memoryKind != static_cast<uint32_t>(MemoryKind::Host) &&
+      b.memoryKind != static_cast<uint32_t>(MemoryKind::Cuda))
     return cat("bad memory kind ", b.memoryKind);
   if (b.access > 1) return cat("bad access ", b.access);
   SockAddr tcp;
@@ -129,7 +130,8 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
     m.layout.regions.push_back({rec.offset, rec.blockBytes, rec.blockStride, rec.numBlocks});
   }
   try {  // the peer's layout must be one it could have registered
-    validateLayout(m.layout, ~0ull, [](uint64_t, uint64_t) { return true; }, "metadata");
+    validateLayout(
+        m.layout, ~0ull, [](uint64_t, uint64_t) { return true; }, "metadata");
   } catch (const Error& e) {
     return cat("the metadata's layout is malformed: ", e.what());
   }

@@ -87,16 +87,15 @@ MemberLayouts exchangeLayouts(Communicator& comm, const KvLayout& mine) {
 
 MemberLayouts pairLayouts(const KvLayout& a, const KvLayout& b, const char* call, const std::string& aName,
                           const std::string& bName) {
-  KVCOMM_CHECK_ARG(a.regions.size() == b.regions.size(), call, aName, " has ", a.regions.size(), " regions but ",
-                   bName, " has ", b.regions.size(), " (a transfer copies every region of a block)");
+  KVCOMM_CHECK_ARG(a.regions.size() == b.regions.size(), call, aName, " has ", a.regions.size(), " regions but ", bName,
+                   " has ", b.regions.size(), " (a transfer copies every region of a block)");
   const size_t most = a.regions.size();
   std::vector<FetchRegionView> all(2 * most);
   for (size_t j = 0; j < most; ++j) {
     all[j] = viewOf(a.regions[j]);
     all[most + j] = viewOf(b.regions[j]);
   }
-  return buildTable(all, most, most, {a.version, b.version}, call,
-                    [&](size_t r) { return r == 0 ? aName : bName; });
+  return buildTable(all, most, most, {a.version, b.version}, call, [&](size_t r) { return r == 0 ? aName : bName; });
 }
 
 }  // namespace detail

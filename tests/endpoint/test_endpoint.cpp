@@ -23,9 +23,9 @@ namespace {
 
 using namespace kvcomm;
 using kvtest::arena::Gate;
+using kvtest::arena::reap;
 using kvtest::arena::runAll;
 using kvtest::arena::spawn;
-using kvtest::arena::reap;
 
 // ---- the oracle ---------------------------------------------------------------------------------------------------
 
@@ -50,7 +50,8 @@ struct Image {
   // Content of `tag` in region r (what moves with a block).
   void put(size_t r, int64_t b, uint64_t tag) {
     const size_t n = layout.regions[r].blockBytes, o = at(r, b);
-    for (size_t i = 0; i < n; ++i) bytes[o + i] = static_cast<uint8_t>(mix(tag * 0x100000001b3ull + r * 7919 + i / 8) >> (i % 8 * 8));
+    for (size_t i = 0; i < n; ++i)
+      bytes[o + i] = static_cast<uint8_t>(mix(tag * 0x100000001b3ull + r * 7919 + i / 8) >> (i % 8 * 8));
   }
   void copyBlock(const Image& from, int64_t src, int64_t dst) {
     for (size_t r = 0; r < layout.regions.size(); ++r)
@@ -147,7 +148,9 @@ uint64_t testSeed() {
   return seed;
 }
 
-int openFds() { return kvtest::arena::fds(); }
+int openFds() {
+  return kvtest::arena::fds();
+}
 int threads() {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -190,7 +193,8 @@ TEST_P(EndpointShapes, AServerAndEightClientsPullAndPushByteExact) {
     for (int64_t b = per; b < blocks; ++b) mine.push_back(b);
     std::shuffle(mine.begin(), mine.end(), rng);
     mine.resize(static_cast<size_t>(std::min<int64_t>(half, static_cast<int64_t>(mine.size()))));
-    for (size_t i = 0; i < mine.size(); ++i) remote.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(half)));
+    for (size_t i = 0; i < mine.size(); ++i)
+      remote.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(half)));
     for (size_t i = 0; i < mine.size(); i += 5) (i % 10 ? remote[i] : mine[i]) = -1;
   };
 
@@ -266,7 +270,9 @@ struct Pair {
   Registration mine = client.registerMemory(clientMem.data(), bytes, MemoryKind::Host, layout);
   std::vector<int64_t> ids{0, 1, 2, 3};
 
-  FetchStatus pull(const RemoteMemory& r) { return client.read(mine, r, ids.data(), ids.data(), ids.size()).wait(20000); }
+  FetchStatus pull(const RemoteMemory& r) {
+    return client.read(mine, r, ids.data(), ids.data(), ids.size()).wait(20000);
+  }
 };
 
 void expectFailure(const FetchStatus& s, const std::string& needle) {
@@ -492,7 +498,8 @@ TEST(Endpoint, SixtyFourClientsAtOnceAgainstOneServer) {
 
 // ---- faults between processes ---------------------------------------------------------------------------------------
 
-TEST(EndpointFaults, AServerKilledMidReadOrMidWriteFailsTheTransferWithinFiveSecondsNamingBlocksAndARestartIsReachable) {
+TEST(EndpointFaults,
+     AServerKilledMidReadOrMidWriteFailsTheTransferWithinFiveSecondsNamingBlocksAndARestartIsReachable) {
   KvLayout layout = layered(1, 1u << 20, 256);
   const size_t bytes = extent(layout);
   for (bool push : {false, true}) {

@@ -47,7 +47,8 @@ ALLOWED = {
 PUBLIC = {
     "comm.hpp": "comm", "bootstrap.hpp": "comm", "capabilities.hpp": "platform", "symm.hpp": "symm",
     "kv_layout.hpp": "kvlayout", "barrier.hpp": "barrier", "publish.hpp": "publish", "fetch.hpp": "fetch",
-    "arena.hpp": "arena", "endpoint.hpp": "endpoint", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella", "kvcomm.h": "capi",
+    "arena.hpp": "arena", "endpoint.hpp": "endpoint", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella",
+    "kvcomm.h": "capi",
     "device/barrier.hpp": "dev-barrier", "device/publish.hpp": "dev-publish", "device/fetch.hpp": "dev-fetch",
 }
 

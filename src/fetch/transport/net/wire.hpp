@@ -9,11 +9,12 @@
 //   secret) follows it; a server whose registration demands one refuses a hello without it or with another one
 //   (Unauthorized) before it says anything about the memory.
 // Phase 2 (requests, one at a time per connection): a Request header and `numRuns` Runs (a write: then the payload,
-//   in the order a read's reply carries it); the server re-validates the request against what it serves now (generation, layout hash, ids, bytes backed) before it touches memory and
-//   answers a Reply: status Ok and `payloadBytes` bytes (run by run, region by region, the run's blocks back to
-//   back), or an error status and a message of at most kMaxWireErrorText bytes. A header that is not a request (bad
-//   magic, a run count outside [1, kMaxRunsPerRequest]) ends the connection after its error reply: the stream
-//   cannot be trusted after it. Decoding never allocates: headers and runs have fixed caps.
+//   in the order a read's reply carries it); the server re-validates the request against what it serves now
+//   (generation, layout hash, ids, bytes backed) before it touches memory and answers a Reply: status Ok and
+//   `payloadBytes` bytes (run by run, region by region, the run's blocks back to back), or an error status and a
+//   message of at most kMaxWireErrorText bytes. A header that is not a request (bad magic, a run count outside [1,
+//   kMaxRunsPerRequest]) ends the connection after its error reply: the stream cannot be trusted after it. Decoding
+//   never allocates: headers and runs have fixed caps.
 // Every field is in the host's byte order, little-endian on every platform kvcomm builds for (checked below); the
 // magics make a peer of another byte order fail phase 1.
 #pragma once
@@ -124,8 +125,7 @@ struct WireReply {
 };
 
 static_assert(sizeof(WireHello) == 32 && sizeof(WireCapability) == 16 && sizeof(WireHelloReply) == 136 &&
-              sizeof(WireRequest) == 32 &&
-              sizeof(WireRun) == 16 && sizeof(WireReply) == 32);
+              sizeof(WireRequest) == 32 && sizeof(WireRun) == 16 && sizeof(WireReply) == 32);
 static_assert(std::is_trivially_copyable_v<WireHello> && std::is_trivially_copyable_v<WireHelloReply> &&
               std::is_trivially_copyable_v<WireRequest> && std::is_trivially_copyable_v<WireReply>);
 

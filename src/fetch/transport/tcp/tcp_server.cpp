@@ -275,8 +275,8 @@ void TcpServer::serve(Conn& c) {
       mem.reset();  // refused before anything about the memory is said
     }
   }
-  const uint32_t caps = ((kCapDirect | kCapTcp) | (mem && mem->writable ? uint32_t{kCapWrite} : 0u)) &
-                        ~fetchTestHooks().withhold;
+  const uint32_t caps =
+      ((kCapDirect | kCapTcp) | (mem && mem->writable ? uint32_t{kCapWrite} : 0u)) & ~fetchTestHooks().withhold;
   WireHelloReply reply = makeHelloReply(refusal, refusal == WireStatus::Ok ? version : kFetchProtocolVersion, caps,
                                         mem ? mem->regionId : 0, why);
   if (!sendStruct(fd, &reply, sizeof(reply), stall, &stop_) || refusal != WireStatus::Ok) {

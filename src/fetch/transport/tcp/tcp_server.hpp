@@ -22,8 +22,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <shared_mutex>
+#include <string>
 #include <thread>
 #include <vector>
 

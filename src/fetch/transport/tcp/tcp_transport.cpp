@@ -40,9 +40,8 @@ struct Batch {
 };
 
 std::string describePeer(const NetContext& c, int rank) {
-  const std::string name = static_cast<size_t>(rank) < c.sourceNames.size()
-                               ? c.sourceNames[static_cast<size_t>(rank)]
-                               : cat("source rank ", rank);
+  const std::string name = static_cast<size_t>(rank) < c.sourceNames.size() ? c.sourceNames[static_cast<size_t>(rank)]
+                                                                            : cat("source rank ", rank);
   return cat(name, " (", c.descs[static_cast<size_t>(rank)].tcp.toString(), ")");
 }
 
@@ -468,7 +467,8 @@ std::string TcpJob::pushBatch(Channel& ch, const Batch& b, const WireRequest& q,
       std::vector<CopyDesc> copies;
       size_t at = 0;
       uint64_t off = 0, len = 0;
-      while (at < st.slotBytes() && left > 0 && cursor.take(std::min<uint64_t>(left, st.slotBytes() - at), &off, &len)) {
+      while (at < st.slotBytes() && left > 0 &&
+             cursor.take(std::min<uint64_t>(left, st.slotBytes() - at), &off, &len)) {
         copies.push_back({st.slot(k) + at, c.local + off, static_cast<size_t>(len), 1, 0, 0});
         at += len;
         left -= len;
@@ -492,8 +492,8 @@ std::string TcpJob::pushBatch(Channel& ch, const Batch& b, const WireRequest& q,
   WireReply reply{};
   // A refused write is answered before its payload is read and the connection closed: a failed send still looks
   // for that answer (briefly), so that the error is the server's reason, not a broken pipe.
-  IoResult rr = readExact(fd, &reply, sizeof(reply), r == IoResult::Ok ? c.netTimeoutMs : 200, c.netTimeoutMs, &stop_,
-                          &err);
+  IoResult rr =
+      readExact(fd, &reply, sizeof(reply), r == IoResult::Ok ? c.netTimeoutMs : 200, c.netTimeoutMs, &stop_, &err);
   if (rr != IoResult::Ok) {
     *retryable = stale && r != IoResult::Ok && (rr == IoResult::Closed || rr == IoResult::Error);
     return ioFailureText(who, r != IoResult::Ok ? r : rr, r != IoResult::Ok ? "during the write" : "before its reply",
@@ -509,8 +509,7 @@ std::string TcpJob::pushBatch(Channel& ch, const Batch& b, const WireRequest& q,
     return cat(who, " refused the write: ", wireStatusName(static_cast<WireStatus>(reply.status)), ": ", text);
   }
   if (r != IoResult::Ok) return ioFailureText(who, r, "during the write", c.netTimeoutMs, err);
-  if (reply.payloadBytes != b.bytes)
-    return cat(who, " took ", reply.payloadBytes, " bytes of a write of ", b.bytes);
+  if (reply.payloadBytes != b.bytes) return cat(who, " took ", reply.payloadBytes, " bytes of a write of ", b.bytes);
   landed(b.first, b.count);
   return "";
 }
