@@ -11,9 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#ifdef KVCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "arena/harness.hpp"
 #include "kvcomm/endpoint.hpp"
@@ -565,6 +570,104 @@ TEST(EndpointFaults,
     reap(restarted);
     std::remove(metaPath.c_str());
   }
+}
+
+// ---- CUDA memory (GPU machine) -------------------------------------------------------------------------------------
+
+#ifdef KVCOMM_HAVE_CUDA
+// Device memory holding `im` (cudaMalloc, as PyTorch's caching allocator makes it), freed at scope end.
+struct DeviceCopy {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit DeviceCopy(const Image& im) : n(im.bytes.size()) {
+    if (cudaMalloc(&p, n) != cudaSuccess || cudaMemcpy(p, im.bytes.data(), n, cudaMemcpyHostToDevice) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc/cudaMemcpy failed");
+  }
+  ~DeviceCopy() { cudaFree(p); }
+  std::vector<uint8_t> read() const {
+    std::vector<uint8_t> v(n);
+    if (cudaMemcpy(v.data(), p, n, cudaMemcpyDeviceToHost) != cudaSuccess) throw std::runtime_error("cudaMemcpy");
+    return v;
+  }
+};
+#endif
+
+TEST(EndpointCuda, CudaMallocMemoryOnBothSidesAndAHostServerIntoGpuSlots) {
+  if (kvtest::arena::gpuCount() == 0) GTEST_SKIP() << kvtest::arena::noGpuReason();
+#ifdef KVCOMM_HAVE_CUDA
+  // Blocks of 3 MiB: more than one 4 MiB staging slot per request, so slots alternate.
+  KvLayout layout = splitKv(3u << 20, 8);
+  const size_t bytes = extent(layout);
+  const uint64_t seed = testSeed() ^ 0xc0da;
+  const std::string metaPath = tempPath("cuda"), hostMetaPath = tempPath("cuda-host");
+  Gate ready, done;
+  auto serverImage = [&](uint64_t s) {
+    Image im(layout, bytes, s + 1);
+    for (size_t r = 0; r < 2; ++r)
+      for (int64_t b = 0; b < 8; ++b) im.put(r, b, s * 31 + static_cast<uint64_t>(b));
+    return im;
+  };
+  auto clientImage = [&] {
+    Image im(layout, bytes, seed + 7);
+    for (size_t r = 0; r < 2; ++r) im.put(r, 0, seed * 77);  // block 0 is pushed
+    return im;
+  };
+  pid_t server = spawn([&] {
+    if (!kvtest::arena::useDevice(MemoryKind::Cuda, 0)) return false;
+    Endpoint ep = Endpoint::create(local("gpu-server"));
+    Image im = serverImage(seed);
+    DeviceCopy dev(im);
+    Registration reg = ep.registerMemory(dev.p, bytes, MemoryKind::Cuda, layout, 0);
+    Image hostIm = serverImage(seed + 1000);
+    Registration hreg = ep.registerMemory(hostIm.bytes.data(), bytes, MemoryKind::Host, layout);
+    writeFile(metaPath, reg.metadata());
+    writeFile(hostMetaPath, hreg.metadata());
+    ready.pass();
+    if (!done.wait(120000)) return false;
+    Image want = serverImage(seed);
+    want.copyBlock(clientImage(), 0, 7);  // the client pushed its block 0 into block 7
+    std::string diff = firstDifference(dev.read(), want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "GPU server after the push: %s\n", diff.c_str());
+    return diff.empty();
+  });
+  pid_t client = spawn([&] {
+    if (!ready.wait(60000)) return false;
+    const int device = kvtest::arena::gpuCount() > 1 ? 1 : 0;
+    if (!kvtest::arena::useDevice(MemoryKind::Cuda, device)) return false;
+    Endpoint ep = Endpoint::create(local("gpu-client"));
+    Image im = clientImage();
+    DeviceCopy dev(im);
+    Registration reg = ep.registerMemory(dev.p, bytes, MemoryKind::Cuda, layout, device);
+    std::vector<int64_t> src{2, 3, 4, -1, 6}, dst{1, 2, 3, 4, 5};
+    FetchStatus s = ep.read(reg, ep.connect(readFile(metaPath)), src.data(), dst.data(), 5).wait(60000);
+    bool ok = s.state == FetchState::Done;
+    if (!ok) std::fprintf(stderr, "GPU read: %s\n", s.error.c_str());
+    Image want = clientImage(), srv = serverImage(seed);
+    for (size_t i = 0; i < 5; ++i)
+      if (src[i] >= 0) want.copyBlock(srv, src[i], dst[i]);
+    std::string diff = firstDifference(dev.read(), want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "GPU client after the read: %s\n", diff.c_str());
+    ok = ok && diff.empty();
+    std::vector<int64_t> from{0}, to{7};
+    FetchStatus w = ep.write(reg, ep.connect(readFile(metaPath)), to.data(), from.data(), 1).wait(60000);
+    if (w.state != FetchState::Done) std::fprintf(stderr, "GPU write: %s\n", w.error.c_str());
+    ok = ok && w.state == FetchState::Done;
+    // A host-memory server's blocks into GPU slots.
+    std::vector<int64_t> hs{0, 1}, hd{6, 7};
+    FetchStatus h = ep.read(reg, ep.connect(readFile(hostMetaPath)), hs.data(), hd.data(), 2).wait(60000);
+    ok = ok && h.state == FetchState::Done;
+    Image hsrv = serverImage(seed + 1000);
+    for (size_t i = 0; i < 2; ++i) want.copyBlock(hsrv, hs[i], hd[i]);
+    diff = firstDifference(dev.read(), want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "GPU client after the host read: %s\n", diff.c_str());
+    done.pass();
+    return ok && diff.empty();
+  });
+  EXPECT_EQ(reap(client, 180), 0);
+  EXPECT_EQ(reap(server, 180), 0);
+  std::remove(metaPath.c_str());
+  std::remove(hostMetaPath.c_str());
+#endif
 }
 
 }  // namespace

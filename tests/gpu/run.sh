@@ -70,6 +70,11 @@ if [ "$what" != perf ]; then
   timeout 120 examples/arena_kv/run.sh "$build" 2>&1 | tee "$OUT/arena_example.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
+  step "endpoint tests (processes that meet through metadata; CUDA: cudaMalloc memory on both sides)"
+  timeout 600 "$build/tests/endpoint/kvcomm_endpoint_tests" --gtest_color=no 2>&1 | tee "$OUT/endpoint.txt" | \
+    grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) |Failure" | head -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
   for bin in kvcomm_mpi_tests kvcomm_gpu_tests; do
     step "$bin (mpirun -np $np, CUDA backend where a GPU is present)"
     # The TP2/PCP2 CUDA cases need 4 ranks: they run in the 4-rank step below, not here.
@@ -107,8 +112,8 @@ if [ "$what" != perf ]; then
 
   # A GPU is present, so every CUDA case must have run: a skipped one fails the script (its reason is in the log).
   step "skipped CUDA cases"
-  tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" "$OUT/arena.txt" ||
-    status=1
+  tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" "$OUT/arena.txt" \
+    "$OUT/endpoint.txt" || status=1
 
   step "C ABI test and C example (mpirun -np 4, host memory)"
   timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_test" 2>&1 | tee "$OUT/capi.txt" | tail -3
