@@ -24,6 +24,7 @@
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/endpoint.hpp"
 #include "kvcomm/fetch.hpp"
 
 #ifdef KVCOMM_HAVE_CUDA
@@ -230,11 +231,17 @@ int runNetwork(const NetOptions& o) {
                 Column{"p10_us", Kind::Num, "10th percentile"}, Column{"p90_us", Kind::Num, "90th percentile"},
                 Column{"GBps", Kind::Num, "bytes / median"},
                 Column{"vs_raw", Kind::Num,
-                       "raw_us / us: throughput as a fraction of one plain TCP connection carrying the same bytes"}},
+                       "raw_us / us: throughput as a fraction of one plain TCP connection carrying the same bytes"},
+                Column{"vs_fetch", Kind::Num,
+                       "fetch_us / us (endpoint rows): throughput as a fraction of the collective Fetcher's over TCP "
+                       "on the same bytes"}},
                where);
     rep.note(
-        "Every variant of a case is timed in rotation (kvcomm, kvcomm on one connection, raw, kvcomm, ...), so "
-        "all see the same load.");
+        "Every variant of a case is timed in rotation (kvcomm, kvcomm on one connection, raw, endpoint read, endpoint "
+        "write, kvcomm, ...), so all see the same load.");
+    rep.note(
+        "Endpoint rows: two processes that meet through metadata (kvcomm::Endpoint, no communicator), the same "
+        "buffers registered, the same pairs; 'host us' is the time read()/write() take to validate, plan and post.");
     rep.note(cuda ? "The baseline receives the bytes into pinned memory and cudaMemcpy's them into GPU memory."
                   : "The baseline receives the bytes into one host buffer.");
     for (const NetCase& c : cases) {
@@ -269,8 +276,36 @@ int runNetwork(const NetOptions& o) {
       setenv("KVCOMM_FETCH_TCP_CONNECTIONS", "1", 1);
       auto f1 = kvcomm::Fetcher::create(buf, layout);
       unsetenv("KVCOMM_FETCH_TCP_CONNECTIONS");
+      // Endpoints over the same memory: rank 1 registers its buffer and hands its metadata over (the communicator
+      // stands in for the engine's own channel).
+      kvcomm::EndpointOptions eo;
+      char ip[INET_ADDRSTRLEN] = {0};
+      in_addr at = interfaceAddress(o.ifname);
+      inet_ntop(AF_INET, &at, ip, sizeof(ip));
+      eo.tcpAddress = std::string(ip) + ":0";
+      eo.name = "rank " + std::to_string(me);
+      kvcomm::Endpoint ep = kvcomm::Endpoint::create(eo);
+      kvcomm::Registration reg = ep.registerBuffer(buf, layout);
+      std::vector<uint8_t> meta = reg.metadata();
+      std::vector<uint64_t> metaSize(2);
+      metaSize[static_cast<size_t>(me)] = meta.size();
+      comm.allgather(metaSize.data(), sizeof(uint64_t));
+      std::vector<uint8_t> metas(2 * std::max(metaSize[0], metaSize[1]));
+      std::memcpy(metas.data() + static_cast<size_t>(me) * metas.size() / 2, meta.data(), meta.size());
+      comm.allgather(metas.data(), metas.size() / 2);
       comm.barrier();
       if (me == 0) {
+        kvcomm::RemoteMemory peer = ep.connect(metas.data() + metas.size() / 2, metaSize[1]);
+        std::vector<double> postUs[2];
+        auto endpointOnce = [&](bool push) {
+          auto t0 = std::chrono::steady_clock::now();
+          kvcomm::Transfer t = push ? ep.write(reg, peer, src.data(), dst.data(), c.blocks)
+                                    : ep.read(reg, peer, src.data(), dst.data(), c.blocks);
+          postUs[push].push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+          kvcomm::FetchStatus st = t.wait();
+          if (st.state != kvcomm::FetchState::Done) throw std::runtime_error("endpoint transfer: " + st.error);
+        };
         if (f.transport(1) != kvcomm::FetchTransportKind::Tcp)
           throw std::runtime_error(std::string("rank 1 is reached by ") + kvcomm::fetchTransportName(f.transport(1)) +
                                    ", not tcp: run the two ranks on two hosts (or namespaces)");
@@ -282,16 +317,28 @@ int runNetwork(const NetOptions& o) {
           if (cuda) cu(cudaMemcpy(devStage, stage, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 #endif
         };
-        std::vector<Stats> st = rotatedStatsUs({[&] { measure(f); }, [&] { measure(f1); }, rawOnce}, o.reps, 2);
+        std::vector<Stats> st = rotatedStatsUs({[&] { measure(f); }, [&] { measure(f1); }, rawOnce,
+                                                [&] { endpointOnce(false); }, [&] { endpointOnce(true); }},
+                                               o.reps, 2);
         const double base = st[2].median;
-        auto row = [&](const std::string& op, const Stats& x) {
+        auto row = [&](const std::string& op, const Stats& x, bool endpoint) {
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
                    op, std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90), fmt(bytes / x.median / 1e3, 3),
-                   fmt(base / x.median, 2)});
+                   fmt(base / x.median, 2), endpoint ? fmt(st[0].median / x.median, 2) : "-"});
         };
-        row("kvcomm fetch over TCP", st[0]);
-        row("kvcomm fetch over TCP, one connection", st[1]);
-        row(cuda ? "baseline: plain TCP send/recv + cudaMemcpy" : "baseline: plain TCP send/recv", st[2]);
+        row("kvcomm fetch over TCP", st[0], false);
+        row("kvcomm fetch over TCP, one connection", st[1], false);
+        row(cuda ? "baseline: plain TCP send/recv + cudaMemcpy" : "baseline: plain TCP send/recv", st[2], false);
+        row("endpoint read (pull) over TCP", st[3], true);
+        row("endpoint write (push) over TCP", st[4], true);
+        for (int push = 0; push < 2; ++push) {
+          postUs[push].erase(postUs[push].begin(), postUs[push].begin() + 2);  // the warm-up calls
+          Stats h = stats(postUs[push]);
+          rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
+                   push ? "endpoint write: host us in write() (validate, plan, post)"
+                        : "endpoint read: host us in read() (validate, plan, post)",
+                   std::to_string(h.reps), fmt(h.median), fmt(h.p10), fmt(h.p90), "-", "-", "-"});
+        }
       }
       comm.barrier();
       if (withRdma) {
@@ -303,12 +350,12 @@ int runNetwork(const NetOptions& o) {
           Stats x = rotatedStatsUs({[&] { measure(fr); }}, o.reps, 2)[0];
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
                    "kvcomm fetch over RDMA READ", std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90),
-                   fmt(bytes / x.median / 1e3, 3), "-"});
+                   fmt(bytes / x.median / 1e3, 3), "-", "-"});
         }
         comm.barrier();
       } else if (me == 0) {
         rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                 "kvcomm fetch over RDMA READ: not run (no RDMA device)", "-", "-", "-", "-", "-", "-"});
+                 "kvcomm fetch over RDMA READ: not run (no RDMA device)", "-", "-", "-", "-", "-", "-", "-"});
       }
     }
     if (me == 0) {

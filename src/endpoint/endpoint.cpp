@@ -224,7 +224,7 @@ struct Transfer::Impl {
   std::shared_ptr<Link> link;
   std::shared_ptr<Registration::Impl> local;
   std::shared_ptr<const detail::PlanOutput> plan;
-  std::unique_ptr<detail::TransportOp> op;
+  std::shared_ptr<detail::TransportOp> op;  // shared with a waiter (Transfer::wait) between its polls
   bool push = false;
   FetchTransportKind transport = FetchTransportKind::Tcp;
   std::vector<int64_t> blocksDone;
@@ -264,7 +264,8 @@ struct Transfer::Impl {
   void end(const FetchStatus& s) {
     final = s;
     ended = true;
-    op.reset();  // finished: joins a thread that has nothing left to do
+    if (op) op->stop();  // finished: joins a thread that has nothing left to do
+    op.reset();
   }
   // Under mu: stops it (nothing it started touches memory after this), failing it with `why` unless it ended.
   void cancel(const std::string& why) {
@@ -272,7 +273,7 @@ struct Transfer::Impl {
     bool finished = false;
     std::string error;
     op->poll(blocksDone, &finished, &error);
-    op.reset();  // cancels and joins
+    op->stop();  // cancels and joins: nothing it started writes after this
     end(statusOf(true, finished && error.empty() ? "" : (error.empty() ? why : error)));
   }
 };
@@ -320,16 +321,21 @@ FetchStatus Transfer::wait(int64_t timeoutMs) {
   auto* t = require(impl_, "Transfer::wait", "Transfer");
   const bool bounded = timeoutMs >= 0 && timeoutMs < 1000000000000ll;
   const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
-  auto pause = std::chrono::microseconds(20);
   for (;;) {
-    FetchStatus s;
+    std::shared_ptr<detail::TransportOp> op;
     {
       std::lock_guard<std::mutex> lock(t->mu);
-      s = t->poll();
+      FetchStatus s = t->poll();
+      if (s.state != FetchState::InProgress || (bounded && Clock::now() >= deadline)) return s;
+      op = t->op;
     }
-    if (s.state != FetchState::InProgress || (bounded && Clock::now() >= deadline)) return s;
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(1000));
+    // Woken when it ends, outside the lock (an unregister may cancel it meanwhile: stop() leaves the object alive
+    // for this wait), in slices so that a bounded wait keeps its bound.
+    int64_t slice = 50;
+    if (bounded)
+      slice = std::min<int64_t>(
+          slice, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1);
+    op->waitEnded(std::max<int64_t>(slice, 0));
   }
 }
 

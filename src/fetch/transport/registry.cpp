@@ -4,7 +4,16 @@
 #include "fetch/transport/tcp/tcp_plugin.hpp"
 #include "fetch/transport/transport.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace kvcomm::detail {
+
+bool TransportOp::waitEnded(int64_t timeoutMs) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs, 0, 1)));
+  return false;
+}
 
 const std::vector<TransportEntry>& transportRegistry() {
   static const std::vector<TransportEntry> entries = {

@@ -45,6 +45,12 @@ class TransportOp {
   /// blocks have landed in every region (visible in this rank's memory); sets *finished when the operation ended
   /// (everything landed, or it failed with *error set: the blocks not counted are not known to have landed).
   virtual void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) = 0;
+  /// Blocks until the operation ended or `timeoutMs` passed (>= 0); true when it ended. The default sleeps up to a
+  /// millisecond and says false (the caller polls).
+  virtual bool waitEnded(int64_t timeoutMs);
+  /// Cancels and returns once nothing the operation started can still write (what destruction does, leaving the
+  /// object to poll: a waiter on another thread may still hold it). Idempotent.
+  virtual void stop() {}
 };
 
 /// What a Fetcher hands every transport it creates: this rank's buffer and layouts, the knobs read at create.

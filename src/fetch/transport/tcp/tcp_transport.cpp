@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -522,12 +523,24 @@ class TcpOp : public TransportOp {
     driver_ = std::thread([this, rank = detail::currentRank()] {
       detail::RankScope scope(rank);
       job_.run();
+      std::lock_guard<std::mutex> lock(mu_);
       finished_ = true;
+      ended_.notify_all();
     });
   }
-  ~TcpOp() override {
+  bool waitEnded(int64_t timeoutMs) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (timeoutMs < 0) {
+      ended_.wait(lock, [&] { return finished_.load(); });
+      return true;
+    }
+    return ended_.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return finished_.load(); });
+  }
+  ~TcpOp() override { stop(); }
+  void stop() override {
     job_.cancel();
-    driver_.join();
+    std::lock_guard<std::mutex> lock(joinMu_);
+    if (driver_.joinable()) driver_.join();
   }
   void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     bool f = finished_.load();
@@ -538,6 +551,9 @@ class TcpOp : public TransportOp {
 
  private:
   TcpJob job_;
+  std::mutex joinMu_;
+  std::mutex mu_;
+  std::condition_variable ended_;
   std::atomic<bool> finished_{false};
   std::thread driver_;
 };
