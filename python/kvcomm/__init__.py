@@ -23,7 +23,15 @@ Arenas share KV memory between independent processes of one host (a KV server an
     s = kvcomm.ArenaSession.connect("@kv")              # client process
     kv = s.import_(s.receive())                          # kv.view(): the arena's bytes, zero-copy
 
-See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier, fetch and arenas.
+Endpoints move KV blocks between processes that meet at run time (any hosts), from a registration's metadata alone::
+
+    ep = kvcomm.Endpoint("decode")
+    mine = ep.register(kv_cache, layout)                 # a numpy array or torch tensor, host or CUDA
+    remote = ep.connect(metadata)                        # bytes from the peer's registration.metadata()
+    ep.read(mine, remote, [3, 4], [10, 11]).wait()       # its blocks 3, 4 -> my 10, 11
+
+See docs/python.md for torch tensors, CUDA graphs, torch.distributed bootstraps, Barrier, fetch, arenas and
+endpoints.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from ._errors import (
 )
 from ._arena import Arena, ArenaCapability, ArenaGrowth, ArenaImport, ArenaPin, ArenaServer, ArenaSession, OwnerLoss
 from ._barrier import Barrier
+from ._endpoint import Access, Endpoint, Registration, RemoteMemory, Transfer, TransferVia
 from ._fetch import (
     FetchOperation,
     FetchPath,
@@ -104,11 +113,12 @@ def use_local_device(local_rank: int) -> int:
 
 
 __all__ = [
-    "AbortedError", "Arena", "ArenaCapability", "ArenaGrowth", "ArenaImport", "ArenaPin", "ArenaServer",
-    "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Error", "ErrorCode",
-    "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchTransport", "FetchRequest", "FetchState", "FetchStatus",
-    "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups", "MemoryKind", "NetworkError", "OwnerLoss",
-    "PublishMode", "PublishThen", "Publisher", "RemoteError", "SymmetricBuffer", "SystemError", "TimeoutError",
-    "UniqueId", "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
+    "AbortedError", "Access", "Arena", "ArenaCapability", "ArenaGrowth", "ArenaImport", "ArenaPin", "ArenaServer",
+    "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Endpoint", "Error",
+    "ErrorCode", "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchTransport", "FetchRequest",
+    "FetchState", "FetchStatus", "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups",
+    "MemoryKind", "NetworkError", "OwnerLoss", "PublishMode", "PublishThen", "Publisher", "Registration", "RemoteError",
+    "RemoteMemory", "SymmetricBuffer", "SystemError", "TimeoutError", "Transfer", "TransferVia", "UniqueId",
+    "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
     "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",
 ]

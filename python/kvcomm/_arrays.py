@@ -22,7 +22,7 @@ import math
 import operator
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -264,13 +264,14 @@ INT32 = frozenset({("i", 4)})
 SLOT_TYPES = frozenset({("i", 8), ("i", 4)})
 
 
-def require(obj: Any, name: str, call: str, rank: int, *, device: str, device_id: int = -1, device_why: str = "",
-            dtypes: Optional[Iterable[Tuple[str, int]]] = None, dtype_text: str = "", ndim: Optional[int] = None,
-            min_ndim: int = 0, layout: str = "contiguous", aligned: bool = False, max_len: Optional[int] = None,
-            max_len_name: str = "", expected: str = "") -> ArrayView:
+def require(obj: Any, name: str, call: str, rank: int, *, device: Union[str, Tuple[str, ...]], device_id: int = -1,
+            device_why: str = "", dtypes: Optional[Iterable[Tuple[str, int]]] = None, dtype_text: str = "",
+            ndim: Optional[int] = None, min_ndim: int = 0, layout: str = "contiguous", aligned: bool = False,
+            max_len: Optional[int] = None, max_len_name: str = "", expected: str = "") -> ArrayView:
     """`obj` as an ArrayView that kvcomm may read in place, or InvalidArgumentError naming `name` (and `call`, `rank`).
 
-    device: 'cpu' or 'cuda' (device_id >= 0: that CUDA ordinal too; device_why: the message's reason);
+    device: 'cpu' or 'cuda', or a tuple of those accepted (device_id >= 0: that CUDA ordinal too; device_why: the
+    message's reason);
     dtypes: the accepted (kind, itemsize) pairs (None: any dtype whose bytes can be copied: not Python objects),
     always in native byte order; ndim: the exact dimensionality (min_ndim: at least); layout: 'contiguous' (dense
     row-major), 'rows' (each row src[i] one run of bytes) or 'any'; aligned: the pointer is a multiple of the element
@@ -280,10 +281,12 @@ def require(obj: Any, name: str, call: str, rank: int, *, device: str, device_id
         what = f"{type(obj).__name__} is not an array kvcomm reads"
         raise invalid(call, rank, f"{name}: {what}" + (f": {why}" if why else f" (expected {expected})" if expected
                                                      else ""))
-    if v.device != device:
+    devices = (device,) if isinstance(device, str) else tuple(device)
+    if v.device not in devices:
+        wanted = " or ".join(map(repr, devices))
         raise invalid(call, rank, f"{name}: the array is on device '{v.device}', but "
-                      f"{device_why or f'kvcomm needs {device!r} arrays here'}")
-    if device == "cuda" and device_id >= 0 and v.device_id >= 0 and v.device_id != device_id:
+                      f"{device_why or f'kvcomm needs {wanted} arrays here'}")
+    if v.device == "cuda" and device_id >= 0 and v.device_id >= 0 and v.device_id != device_id:
         raise invalid(call, rank, f"{name}: the array is on cuda:{v.device_id}, the buffer on cuda:{device_id}")
     if dtypes is not None and (v.kind, v.itemsize) not in dtypes:
         raise invalid(call, rank, f"{name} must be {dtype_text}, got {v.dtype_name} (arrays are read in place and "

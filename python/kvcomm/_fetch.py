@@ -101,6 +101,17 @@ def _regions(layout: Any, call: str, rank: int) -> List[Tuple[int, int, int, int
     return out
 
 
+def host_ids(obj: Any, name: str, call: str, rank: int, elsewhere: str) -> ArrayView:
+    """Block ids read on the host (a 1-D contiguous int64 CPU array, or a Python list of ints converted to one), at
+    most kvcomm.limits.MAX_FETCH_PAIRS; `elsewhere` says where ids in device memory go instead."""
+    if is_int_list(obj):
+        obj = int64_list(obj, name, "block id", call, rank, limits.MAX_FETCH_PAIRS, "kvcomm.limits.MAX_FETCH_PAIRS")
+    return require(obj, name, call, rank, device="cpu", device_why=f"host block ids must be on the CPU ({elsewhere})",
+                   dtypes=INT64, dtype_text="int64", ndim=1, layout="contiguous", aligned=True,
+                   max_len=limits.MAX_FETCH_PAIRS, max_len_name="kvcomm.limits.MAX_FETCH_PAIRS",
+                   expected="an int64 numpy array, a torch CPU tensor, or a list of ints")
+
+
 def layout_hash(layout: Any, version: int = 0) -> int:
     """FNV-1a hash of a layout (a list of KvRegion or 4-tuples, and the engine's version): what requests
     (src_layout_hash) and peers compare."""
@@ -246,14 +257,7 @@ class Fetcher(DeviceErrors):
         return self._buffer.rank
 
     def _host_ids(self, obj: Any, name: str, call: str) -> ArrayView:
-        rank = self._rank
-        if is_int_list(obj):
-            obj = int64_list(obj, name, "block id", call, rank, limits.MAX_FETCH_PAIRS, "kvcomm.limits.MAX_FETCH_PAIRS")
-        return require(obj, name, call, rank, device="cpu",
-                       device_why="host block ids must be on the CPU (ids in device memory go through "
-                       "fetch_device())", dtypes=INT64, dtype_text="int64", ndim=1, layout="contiguous",
-                       aligned=True, max_len=limits.MAX_FETCH_PAIRS, max_len_name="kvcomm.limits.MAX_FETCH_PAIRS",
-                       expected="an int64 numpy array, a torch CPU tensor, or a list of ints")
+        return host_ids(obj, name, call, self._rank, "ids in device memory go through fetch_device()")
 
     def _requests(self, requests: Requests, call: str) -> Tuple[list, list]:
         rank = self._rank

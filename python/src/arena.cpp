@@ -22,24 +22,6 @@ namespace kvcomm::py {
 
 namespace {
 
-// (offset, blockBytes, blockStride, numBlocks)
-using RawRegion = std::tuple<size_t, size_t, size_t, size_t>;
-
-KvLayout toLayout(const std::vector<RawRegion>& regions, uint64_t version) {
-  KvLayout l;
-  l.version = version;
-  for (const RawRegion& r : regions)
-    l.regions.push_back({std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)});
-  return l;
-}
-
-// (regions, version)
-std::tuple<std::vector<RawRegion>, uint64_t> fromLayout(const KvLayout& l) {
-  std::vector<RawRegion> out;
-  for (const KvRegion& r : l.regions) out.emplace_back(r.offset, r.blockBytes, r.blockStride, r.numBlocks);
-  return {out, l.version};
-}
-
 [[noreturn]] void invalid(const std::string& call, const std::string& cause) {
   throw InvalidArgumentError("kvcomm [rank ?] " + call + ": " + cause);
 }

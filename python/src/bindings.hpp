@@ -4,11 +4,19 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kvcomm/device_error.hpp"
+#include "kvcomm/kv_layout.hpp"
 #include "kvcomm/stream.hpp"
+
+namespace kvcomm {
+struct FetchStatus;
+}
 
 namespace kvcomm::py {
 
@@ -23,6 +31,20 @@ void bindFetch(nb::module_& m);
 void bindArena(nb::module_& m);
 void bindArrays(nb::module_& m);
 void bindLimits(nb::module_& m);
+void bindEndpoint(nb::module_& m);
+
+// A layout region as the package passes it (kvcomm/_fetch.py checked it): (offset, blockBytes, blockStride, numBlocks).
+using RawRegion = std::tuple<size_t, size_t, size_t, size_t>;
+
+/// The KvLayout of checked regions and the engine's version.
+KvLayout toLayout(const std::vector<RawRegion>& regions, uint64_t version);
+
+/// A layout as (regions, version), the form the package reads back.
+std::tuple<std::vector<RawRegion>, uint64_t> fromLayout(const KvLayout& l);
+
+/// A polled status as the package's FetchStatus is built from it: (state, bytesDone, bytesTotal, failedBlocks as an
+/// int64 numpy array, error).
+nb::object statusToPython(FetchStatus&& s);
 
 // Arguments of the native methods the package exposes as they are (Communicator, UniqueId, ParallelGroups) are taken as
 // Python objects and checked here, so that a wrong type or a value the C++ signature cannot hold is the library's

@@ -1,7 +1,6 @@
 // Fetcher: layouts, plans, fetches on raw id pointers the package validated, polled operations; every call that can
 // block or copy runs without the GIL.
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -15,13 +14,6 @@
 
 namespace kvcomm::py {
 
-namespace {
-
-// (offset, blockBytes, blockStride, numBlocks)
-using RawRegion = std::tuple<size_t, size_t, size_t, size_t>;
-// (srcRank, srcBlocks address, dstBlocks address, count, srcLayoutHash)
-using RawRequest = std::tuple<int, uintptr_t, uintptr_t, size_t, uint64_t>;
-
 KvLayout toLayout(const std::vector<RawRegion>& regions, uint64_t version) {
   KvLayout l;
   l.version = version;
@@ -29,6 +21,25 @@ KvLayout toLayout(const std::vector<RawRegion>& regions, uint64_t version) {
     l.regions.push_back({std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)});
   return l;
 }
+
+std::tuple<std::vector<RawRegion>, uint64_t> fromLayout(const KvLayout& l) {
+  std::vector<RawRegion> out;
+  for (const KvRegion& r : l.regions) out.emplace_back(r.offset, r.blockBytes, r.blockStride, r.numBlocks);
+  return {out, l.version};
+}
+
+nb::object statusToPython(FetchStatus&& s) {
+  auto* blocks = new std::vector<int64_t>(std::move(s.failedBlocks));
+  nb::capsule owner(blocks, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+  size_t shape[1] = {blocks->size()};
+  nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> failed(blocks->data(), 1, shape, owner);
+  return nb::make_tuple(s.state, s.bytesDone, s.bytesTotal, nb::cast(failed, nb::rv_policy::reference), s.error);
+}
+
+namespace {
+
+// (srcRank, srcBlocks address, dstBlocks address, count, srcLayoutHash)
+using RawRequest = std::tuple<int, uintptr_t, uintptr_t, size_t, uint64_t>;
 
 std::vector<FetchRequest> toRequests(const std::vector<RawRequest>& raw) {
   std::vector<FetchRequest> out;
@@ -51,15 +62,6 @@ FetchOptions toOptions(FetchPath path, size_t copyEngineMinRunBytes, uint64_t ma
   o.copyEngineMinRunBytes = copyEngineMinRunBytes;
   o.maxBytesPerSecond = maxBytesPerSecond;
   return o;
-}
-
-// (state, bytesDone, bytesTotal, failedBlocks as an int64 numpy array, error)
-nb::object statusToPython(FetchStatus&& s) {
-  auto* blocks = new std::vector<int64_t>(std::move(s.failedBlocks));
-  nb::capsule owner(blocks, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-  size_t shape[1] = {blocks->size()};
-  nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> failed(blocks->data(), 1, shape, owner);
-  return nb::make_tuple(s.state, s.bytesDone, s.bytesTotal, nb::cast(failed, nb::rv_policy::reference), s.error);
 }
 
 #define KVCOMM_FETCH_OPTION_ARGS \
@@ -194,14 +196,7 @@ void bindFetch(nb::module_& m) {
       .def("refresh", &Fetcher::refresh, nb::call_guard<nb::gil_scoped_release>(),
            "Collective: revalidates every member's layout and adopts the buffer's generation.")
       .def(
-          "layout",
-          [](const Fetcher& f, int rank) {
-            const KvLayout& l = f.layout(rank);
-            std::vector<RawRegion> out;
-            for (const KvRegion& r : l.regions) out.emplace_back(r.offset, r.blockBytes, r.blockStride, r.numBlocks);
-            return std::make_pair(out, l.version);
-          },
-          nb::arg("rank"),
+          "layout", [](const Fetcher& f, int rank) { return fromLayout(f.layout(rank)); }, nb::arg("rank"),
           "Member `rank`'s registered layout: ([(offset, block_bytes, block_stride, num_blocks)], "
           "version).")
       .def("layout_hash", &Fetcher::layoutHash, nb::arg("rank"))

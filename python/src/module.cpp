@@ -27,4 +27,5 @@ NB_MODULE(_kvcomm, m) {
   kvcomm::py::bindBarrier(m);
   kvcomm::py::bindFetch(m);
   kvcomm::py::bindArena(m);
+  kvcomm::py::bindEndpoint(m);
 }

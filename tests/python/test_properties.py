@@ -1327,18 +1327,222 @@ def _arena_records(c: Ctx) -> None:
     c.check("ArenaGrowth(1, 0)", lambda: kvcomm.ArenaGrowth(1, 0), OK)
 
 
+# -- endpoints: two endpoints of this process; the client's registration is the buffer's own memory, so that every
+# refused call is checked for writing nothing there, and every read against an oracle of it
+
+
+EP_PEER = np.random.default_rng(13).integers(0, 256, 4096, dtype=np.uint8)  # the server's memory (REGION fits)
+
+
+class Endpoints:
+    """A server endpoint serving EP_PEER with REGION, a client endpoint with the buffer registered, connected."""
+
+    def __init__(self, c: Ctx) -> None:
+        self.server = kvcomm.Endpoint("props server", tcp_address="127.0.0.1:0")
+        self.client = kvcomm.Endpoint("props client", tcp_address="127.0.0.1:0")
+        self.peer = EP_PEER.copy()
+        self.served = self.server.register(self.peer, [REGION])
+        self.mine = self.client.register_buffer(c.buf, [REGION])
+        self.remote = self.client.connect(self.served.metadata())
+
+    def read(self, **kw: Any) -> Any:
+        args = dict(local=self.mine, remote=self.remote, remote_blocks=SRC_IDS, local_blocks=DST_IDS)
+        args.update(kw)
+        st = self.client.read(**args).wait(30000)
+        if not st.done:
+            raise kvcomm.InternalError(f"read failed: {st.error}")
+        return st
+
+    def write(self, src: Any = SRC_IDS, dst: Any = DST_IDS, **kw: Any) -> Any:
+        """A write whose effect on the server's memory is checked here against pairs (src[i] -> dst[i]), the ids the
+        call's arguments hold (the buffer is only read)."""
+        args = dict(local=self.mine, remote=self.remote, remote_blocks=DST_IDS, local_blocks=SRC_IDS)
+        args.update(kw)
+        try:
+            st = self.client.write(**args).wait(30000)
+        except kvcomm.Error:
+            if not np.array_equal(self.peer, EP_PEER):
+                self.peer[:] = EP_PEER
+                raise kvcomm.InternalError("a refused write changed the server's memory") from None
+            raise
+        try:
+            if not st.done:
+                raise kvcomm.InternalError(f"write failed: {st.error}")
+            want = EP_PEER.copy()
+            off, nbytes, stride, _ = REGION
+            for s, d in zip(np.asarray(src).tolist(), np.asarray(dst).tolist()):
+                if s != -1 and d != -1:
+                    want[off + d * stride:off + d * stride + nbytes] = PATTERN[off + s * stride:off + s * stride + nbytes]
+            if not np.array_equal(self.peer, want):
+                raise kvcomm.InternalError("the server's memory differs from the write's oracle")
+            return st
+        finally:
+            self.peer[:] = EP_PEER
+
+
+_ENDPOINTS: List[Endpoints] = []
+
+
+def _endpoints(c: Ctx) -> Endpoints:
+    if not _ENDPOINTS:
+        _ENDPOINTS.append(Endpoints(c))
+    return _ENDPOINTS[0]
+
+
+def read_oracle(src: Any, dst: Any) -> np.ndarray:
+    """The buffer after the server's block src[i] was read into block dst[i] (-1: skipped), from the pattern."""
+    img = PATTERN.copy()
+    off, nbytes, stride, _ = REGION
+    for s, d in zip(np.asarray(src).tolist(), np.asarray(dst).tolist()):
+        if s != -1 and d != -1:
+            img[off + d * stride:off + d * stride + nbytes] = EP_PEER[off + s * stride:off + s * stride + nbytes]
+    return img
+
+
+ACCESS = enum_domain(kvcomm.Access, {"read_write": kvcomm.Access.ReadWrite, "read_only": kvcomm.Access.ReadOnly})
+VIA = enum_domain(kvcomm.TransferVia, {"auto": kvcomm.TransferVia.Auto, "tcp": kvcomm.TransferVia.Tcp,
+                                       "peer": kvcomm.TransferVia.Peer, "rdma": kvcomm.TransferVia.Rdma},
+                  ok_override={kvcomm.TransferVia.Peer: bad(kvcomm.UnsupportedError),
+                               kvcomm.TransferVia.Rdma: bad(kvcomm.UnsupportedError)})
+NOT_ZERO_MS = [(v, BAD if e.ok and int(v) == 0 else e) for v, e in MS]  # 0: no time for any progress
+
+
+@entry("Endpoint", "Endpoint.create", "Endpoint.close")
+def _endpoint_create(c: Ctx) -> None:
+    for fn, label in ((kvcomm.Endpoint, "Endpoint"), (kvcomm.Endpoint.create, "Endpoint.create")):
+        c.vary(label, lambda **kw: fn(**kw).close(), {"tcp_address": "127.0.0.1:0"},
+               {"name": [("", OK), ("x" * 63, OK), ("x" * 64, bad(match="longer than")), (None, BAD), (3, BAD),
+                         (b"x", BAD)],
+                "tcp_address": [("127.0.0.1:0", OK), ("nowhere", bad(kvcomm.Error)), (None, BAD), (3, BAD)],
+                "timeout_ms": NOT_ZERO_MS, "connections_per_peer": int_domain(1, 64)})
+    ep = kvcomm.Endpoint(tcp_address="127.0.0.1:0")
+    c.check("Endpoint.close() twice", lambda: (ep.close(), ep.close()), OK)
+    c.check("Endpoint.register() (closed)", lambda: ep.register(np.zeros(4096, np.uint8), [REGION]),
+            bad(match="closed"))
+
+
+def _register_arrays() -> List[Tuple[Any, Expect]]:
+    ro = np.zeros(CAPACITY, np.uint8)
+    ro.setflags(write=False)
+    return [(np.zeros(CAPACITY, np.uint8), OK), (np.zeros(CAPACITY // 4, np.float32), OK),
+            (np.zeros((64, CAPACITY // 64), np.uint8), OK), (bytearray(CAPACITY), OK),
+            (Lazy(lambda: np.zeros(CAPACITY, np.uint8).__dlpack__(), "<DLPack capsule>"), OK),
+            (ro, bad(match="read-only")), (bytes(CAPACITY), bad(match="read-only")),
+            (np.zeros(2 * CAPACITY, np.uint8)[::2], bad(match="contiguous")), (np.zeros(100, np.uint8), BAD),
+            (np.zeros(CAPACITY // 4, ">i4"), bad(match="byte order")), (np.zeros(CAPACITY, object), BAD),
+            ([0] * 16, BAD), (None, BAD), ("x", BAD), (3, BAD)]
+
+
+@entry("Endpoint.register", "Endpoint.register_buffer", "Endpoint.register_arena", "Endpoint.unregister",
+       "Registration", "Registration.metadata", "Registration.revoke")
+def _endpoint_register(c: Ctx) -> None:
+    E = _endpoints(c)
+    ep = E.server
+
+    def register(**kw: Any) -> Any:
+        ep.unregister(ep.register(**kw))
+
+    c.vary("Endpoint.register", register, {"array": np.zeros(CAPACITY, np.uint8), "layout": [REGION]},
+           {"array": _register_arrays(), "layout": regions_domain(), "access": ACCESS,
+            "version": int_domain(0, U64_MAX)})
+    c.check("Endpoint.register(read-only array, access='read_only')",
+            lambda: register(array=bytes(CAPACITY), layout=[REGION], access="read_only"), OK)
+    c.vary("Endpoint.register_buffer", lambda **kw: E.client.unregister(E.client.register_buffer(**kw)),
+           {"buffer": c.buf, "layout": [REGION]},
+           {"buffer": [(c.buf, OK)] + [(v, BAD) for v in NOT_OBJECTS + [c.comm]],
+            "layout": [([REGION], OK), ([(0, 64, 0, CAPACITY)], BAD), (None, BAD)], "access": ACCESS})
+    arena = kvcomm.Arena(ARENA_LAYOUT, kind="host")
+    c.vary("Endpoint.register_arena", lambda **kw: ep.unregister(ep.register_arena(**kw)), {"arena": arena},
+           {"arena": [(arena, OK)] + [(v, BAD) for v in NOT_OBJECTS + [c.buf]], "access": ACCESS})
+    arena.close()
+    c.vary("Endpoint.unregister",
+           lambda **kw: ep.unregister(**{"registration": ep.register(np.zeros(4096, np.uint8), [REGION]), **kw}), {},
+           {"registration": [(v, BAD) for v in NOT_OBJECTS + [E.remote]], "timeout_ms": with_none(MS)})
+    for v in NOT_OBJECTS:
+        c.check(f"Registration({v!r})", lambda v=v: kvcomm.Registration(v), BAD)
+    reg = ep.register(np.zeros(4096, np.uint8), [REGION])
+    c.check("Registration.metadata()", lambda: isinstance(reg.metadata(), bytes) or 1 / 0, OK)
+    c.check("Registration.revoke()", lambda: (reg.revoke(), reg.generation == 2 or 1 / 0), OK)
+    ep.unregister(reg)
+    c.check("Registration.metadata() (unregistered)", reg.metadata, ANY)
+
+
+@entry("Endpoint.connect", "RemoteMemory")
+def _endpoint_connect(c: Ctx) -> None:
+    E = _endpoints(c)
+    md = E.served.metadata()
+    c.vary("Endpoint.connect", E.client.connect, {"metadata": md},
+           {"metadata": [(md, OK), (bytearray(md), OK), (memoryview(md), OK), (md[:-1], bad(match="truncated")),
+                         (md[:7], bad(match="truncated")), (b"", BAD), (md + b"x", BAD), (bytes(len(md)), BAD),
+                         (md.hex(), BAD), (None, BAD), (3, BAD), ([1], BAD)]})
+    for v in NOT_OBJECTS:
+        c.check(f"RemoteMemory({v!r})", lambda v=v: kvcomm.RemoteMemory(v), BAD)
+
+
+@entry("Endpoint.read", "Endpoint.write", "Transfer", "Transfer.test", "Transfer.wait")
+def _endpoint_transfers(c: Ctx) -> None:
+    E = _endpoints(c)
+    src_cases, dst_cases = _id_cases(SRC_IDS), _id_cases(DST_IDS)
+    for k, case in enumerate(src_cases):
+        if k % 3 == 0:
+            c.check(f"Endpoint.read(remote_blocks={case.label})", lambda o=case.obj: E.read(remote_blocks=_value(o)),
+                    OK if case.ok else BAD, (lambda r, v=case.values: read_oracle(v, DST_IDS)) if case.ok else None)
+            c.check(f"Endpoint.write(local_blocks={case.label})",
+                    lambda o=case.obj, v=case.values: E.write(v, DST_IDS, local_blocks=_value(o)), OK if case.ok else BAD)
+    for k, case in enumerate(dst_cases):
+        if k % 3 == 1:
+            c.check(f"Endpoint.read(local_blocks={case.label})", lambda o=case.obj: E.read(local_blocks=_value(o)),
+                    OK if case.ok else BAD, (lambda r, v=case.values: read_oracle(SRC_IDS, v)) if case.ok else None)
+            c.check(f"Endpoint.write(remote_blocks={case.label})",
+                    lambda o=case.obj, v=case.values: E.write(SRC_IDS, v, remote_blocks=_value(o)), OK if case.ok else BAD)
+    for text, s, d, e in (("padding", [1, -1, 3, 7], [10, 11, -1, 20], OK),
+                          ("id 40 (num_blocks)", [1, 2, 3, 40], DST_IDS, BAD),
+                          ("id -2", [1, 2, 3, -2], DST_IDS, BAD),
+                          ("id INT64_MAX", [1, 2, 3, I64_MAX], DST_IDS, BAD),
+                          ("duplicate destination", [1, 2], [10, 10], BAD),
+                          ("lengths differ", [1, 2, 3], DST_IDS, BAD),
+                          ("empty", [], [], OK)):
+        s, d = np.array(s, np.int64), np.array(d, np.int64)
+        c.check(f"Endpoint.read(ids {text})", lambda s=s, d=d: E.read(remote_blocks=s, local_blocks=d), e,
+                (lambda r, s=s, d=d: read_oracle(s, d)) if e.ok else None)
+        c.check(f"Endpoint.write(ids {text})", lambda s=s, d=d: E.write(s, d, local_blocks=s, remote_blocks=d), e)
+    big = np.zeros(L.MAX_FETCH_PAIRS + 1, np.int64)
+    c.check("Endpoint.read(2**24 + 1 ids)", lambda: E.read(remote_blocks=big, local_blocks=big),
+            bad(match="MAX_FETCH_PAIRS"))
+    others = [(v, BAD) for v in NOT_OBJECTS]
+    for name, fn in (("read", E.read), ("write", E.write)):
+        c.vary(f"Endpoint.{name}", fn, {},
+               {"local": [(E.mine, OK), (E.served, bad(match="another endpoint")), (E.remote, BAD)] + others,
+                "remote": [(E.remote, OK), (E.mine, BAD)] + others, "via": VIA},
+               oracle=(lambda r: read_oracle(SRC_IDS, DST_IDS)) if name == "read" else None)
+    for v in NOT_OBJECTS:
+        c.check(f"Transfer({v!r})", lambda v=v: kvcomm.Transfer(v), BAD)
+    t = E.client.read(E.mine, E.remote, SRC_IDS, DST_IDS)
+    c.check("Transfer.wait()", lambda: t.wait().done or 1 / 0, OK, lambda r: read_oracle(SRC_IDS, DST_IDS))
+    c.view[:] = read_oracle(SRC_IDS, DST_IDS)  # the transfer is done: its bytes stay while it is polled below
+    c.pattern = c.view.copy()
+    try:
+        c.check("Transfer.test()", lambda: t.test().done or 1 / 0, OK)
+        for v, e in with_none(MS):
+            c.check(f"Transfer.wait({v!r})", lambda v=v: t.wait(v), e)
+    finally:
+        c.pattern = PATTERN
+        c.restore()
+
+
 # -- types without calls of their own to generate: enums, exceptions, native records
 
 
 @entry("MemoryKind", "FetchPath", "FetchState", "PublishMode", "PublishThen", "ErrorCode", "Axis", "OwnerLoss",
-       "FetchTransport")
+       "FetchTransport", "Access", "TransferVia")
 def _enums(c: Ctx) -> None:
     """Python enums: lookup by value follows Python's Enum (ValueError for a non-member; kvcomm calls taking an enum
     refuse anything else with InvalidArgumentError, above). Their members are what the docs list."""
     want = {kvcomm.MemoryKind: ["Auto", "Cuda", "Host"], kvcomm.FetchPath: ["Auto", "Kernel", "CopyEngine", "Host", "Network"],
             kvcomm.FetchState: ["InProgress", "Done", "Failed"], kvcomm.PublishMode: ["Direct", "Fallback"],
             kvcomm.PublishThen: ["Nothing", "Barrier", "Signal"], kvcomm.Axis: ["TP", "PCP", "PP", "DP"],
-            kvcomm.OwnerLoss: ["Keep", "Release"], kvcomm.FetchTransport: ["None_", "Peer", "Tcp", "Rdma"]}
+            kvcomm.OwnerLoss: ["Keep", "Release"], kvcomm.FetchTransport: ["None_", "Peer", "Tcp", "Rdma"],
+            kvcomm.Access: ["ReadWrite", "ReadOnly"], kvcomm.TransferVia: ["Auto", "Peer", "Tcp", "Rdma"]}
     for e, names in want.items():
         c.check(f"{e.__name__} members", lambda e=e, names=names: list(e.__members__) == names or 1 / 0, OK)
         values = [int(m.value) for m in e]
