@@ -102,6 +102,10 @@ if [ "$what" != perf ]; then
   timeout 300 tests/scripts/netns_fetch.sh "$build/tests/unit/fetch_probe" --kind cuda --hosts 2 --cases suite,mixed \
     2>&1 | tee "$OUT/netns_fetch_cuda.txt" | grep -E "^(PASS|FAIL|SKIPPED)|rank .* exited"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "endpoints across hosts: a GPU server and GPU clients in 3 other network namespaces"
+  timeout 200 tests/scripts/netns_endpoint.sh "$build/tests/endpoint/endpoint_probe" --kind cuda --hosts 4 \
+    --per-host 1 2>&1 | tee "$OUT/netns_endpoint_cuda.txt" | grep -E "^(PASS|FAIL|SKIPPED)"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
   step "fetch across hosts: the host-memory suite (4 namespaces: kill -9, link down, malformed requests)"
   timeout 300 tests/scripts/netns_fetch.sh "$build/tests/unit/fetch_probe" 2>&1 | tee "$OUT/netns_fetch_host.txt" | \
     grep -E "^(PASS [a-z]|FAIL|SKIPPED)|^(kill|linkdown|malformed):"

@@ -21,32 +21,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$cases" ] || { [ "$kind" = cuda ] && cases=suite || cases=suite,mixed,kill,linkdown,malformed; }
-skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-tag=$$
-sw=kfs$tag
-net="10.$((100 + tag % 100)).$((tag % 250))"
-work=$(mktemp -d)
-ns=() ifs=()
-cleanup() {
-  for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null; done
-  ip netns del "$sw" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-err=$(ip netns add "$sw" 2>&1) || skip "ip netns add failed: $err"
-err=$(ip -n "$sw" link add br0 type bridge 2>&1) || skip "a bridge cannot be made here: $err"
-ip -n "$sw" link set br0 up || skip "bridge up failed"
-for ((i = 0; i < hosts; i++)); do
-  n=kfh$i$tag; ns+=("$n"); ifs+=("kfe$i$tag")
-  ip netns add "$n" || skip "namespace $n failed"
-  err=$(ip link add "kfe$i$tag" type veth peer name "kfp$i$tag" 2>&1) || skip "veth pair failed: $err"
-  ip link set "kfe$i$tag" netns "$n" && ip link set "kfp$i$tag" netns "$sw" || skip "moving veth ends failed"
-  ip -n "$sw" link set "kfp$i$tag" master br0 && ip -n "$sw" link set "kfp$i$tag" up || skip "bridge port failed"
-  ip -n "$n" addr add "$net.$((i + 1))/24" dev "kfe$i$tag" || skip "address failed"
-  ip -n "$n" link set lo up && ip -n "$n" link set "kfe$i$tag" up || skip "link up failed"
-done
+source "$(dirname "$0")/netns_hosts.sh"
+netns_hosts "$hosts" kf
 
 pids=()
 start_rank() {  # case rank size host-index mode
