@@ -7,7 +7,7 @@ metadata alone and reads remote blocks into its own registered memory, or writes
 Arrays go through _arrays.require and layouts through the Fetcher's checks; block ids are validated like the Fetcher's
 host ids. A registration keeps what it registered alive until it is unregistered (or the endpoint closed), so a peer
 never reads or writes memory Python has released. Messages say "[rank -1]": endpoints have no rank. The C++ rules hold
-underneath (docs/endpoint.md): stale metadata (revoked, unregistered, restarted) fails the transfer with the owner's
+underneath (docs/api/endpoint.md): stale metadata (revoked, unregistered, restarted) fails the transfer with the owner's
 reason in its status; a malformed or truncated metadata raises InvalidArgumentError at connect().
 """
 
