@@ -5,9 +5,9 @@
 // metadata alone and reads remote blocks into its own registered memory, or writes its blocks into the remote's.
 //
 // The same transport plug-ins carry it as the Fetcher (fetch/transport/): this part carries TCP (any host, the
-// same host included); same-host peer mappings and RDMA are the next part (docs/endpoint.md says what is there).
+// same host included); same-host peer mappings and RDMA are the next part (docs/api/endpoint.md says what is there).
 //
-// Security (docs/endpoint.md#threat-model): each registration has a 128-bit bearer capability in its metadata; the
+// Security (docs/api/endpoint.md#threat-model): each registration has a 128-bit bearer capability in its metadata; the
 // endpoint refuses a connection without it before saying anything about the memory. revoke() replaces it and bumps
 // the registration's generation, so metadata from before a revoke, an unregister or a restart is refused, naming
 // which. TCP carries the capability in plaintext: it guards against stale and confused peers and other local users,
