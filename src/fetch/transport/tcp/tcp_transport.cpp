@@ -17,6 +17,7 @@
 #include "fetch/transport/net/net_io.hpp"
 #include "fetch/transport/net/run_slices.hpp"
 #include "fetch/transport/net/segments.hpp"
+#include "fetch/transport/net/workers.hpp"
 
 namespace kvcomm::detail {
 
@@ -206,6 +207,7 @@ class TcpTransport : public FetchTransport {
   }
 
   uint64_t nextRequestId() { return ++requestIds_; }
+  Workers& workers() { return workers_; }
 
  private:
   struct Pool {
@@ -215,6 +217,7 @@ class TcpTransport : public FetchTransport {
   NetContext ctx_;
   std::vector<std::unique_ptr<Pool>> pools_;
   std::atomic<uint64_t> requestIds_{0};
+  Workers workers_;  // last: its destructor joins workers that may still be finishing a task of this transport
 };
 
 TcpJob::TcpJob(TcpTransport& t, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs, uint64_t rate,
@@ -520,10 +523,10 @@ class TcpOp : public TransportOp {
  public:
   TcpOp(TcpTransport& t, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs, uint64_t rate, Stream stream)
       : job_(t, std::move(plan), std::move(runs), rate, stream, true) {
-    driver_ = std::thread([this, rank = detail::currentRank()] {
+    t.workers().run([this, rank = detail::currentRank()] {
       detail::RankScope scope(rank);
       job_.run();
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(mu_);  // notified under the lock: a waiter may destroy this op right after
       finished_ = true;
       ended_.notify_all();
     });
@@ -539,8 +542,7 @@ class TcpOp : public TransportOp {
   ~TcpOp() override { stop(); }
   void stop() override {
     job_.cancel();
-    std::lock_guard<std::mutex> lock(joinMu_);
-    if (driver_.joinable()) driver_.join();
+    waitEnded(-1);  // the worker is done with this op (and goes back to the transport's idle workers)
   }
   void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     bool f = finished_.load();
@@ -551,11 +553,9 @@ class TcpOp : public TransportOp {
 
  private:
   TcpJob job_;
-  std::mutex joinMu_;
   std::mutex mu_;
   std::condition_variable ended_;
   std::atomic<bool> finished_{false};
-  std::thread driver_;
 };
 
 std::unique_ptr<TransportOp> TcpTransport::start(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
