@@ -523,6 +523,9 @@ int main(int argc, char** argv) {
   args.option("--net-rank", "R", "cross-host mode without MPI: this process is rank R (0 pulls, 1 serves) of two");
   args.option("--id-file", "FILE", "cross-host mode: rank 0 writes the bootstrap id to FILE, rank 1 reads it");
   args.option("--ifname", "IF", "cross-host mode: the network interface to use (default: the first one that is up)");
+  args.flag("--sweep",
+            "cross-host mode: block sizes 4 KiB-2 MiB x batches 1-16k (endpoint pull/push beside the "
+            "Fetcher and a raw socket) instead of the fixed cases");
   Options o;
   kvbench::NetOptions net;
   std::string kindArg;
@@ -540,6 +543,7 @@ int main(int argc, char** argv) {
       net.kind = kindArg.empty() ? "host" : kindArg;
       net.reps = o.reps;
       net.quick = o.quick;
+      net.sweep = args.given("sweep");
       net.json = o.json;
     }
   });

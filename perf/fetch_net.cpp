@@ -179,6 +179,14 @@ int runNetwork(const NetOptions& o) {
         {"scattered 4 KiB x 2 regions", 4u << 10, 2, most >> 14, true},
         {"1 block of 4 KiB (latency)", 4u << 10, 1, 1, false},
     };
+    if (o.sweep) {  // nixlbench's grid: block size x batch, scattered ids, up to `most` bytes a transfer
+      cases.clear();
+      for (size_t block : {size_t{4} << 10, size_t{64} << 10, size_t{512} << 10, size_t{2} << 20})
+        for (size_t batch : {size_t{1}, size_t{16}, size_t{256}, size_t{4096}, size_t{16384}})
+          if (block * batch <= most)
+            cases.push_back({"sweep " + std::to_string(block >> 10) + " KiB x " + std::to_string(batch), block, 1,
+                             batch, batch > 1});
+    }
     // The baseline: one plain connection from rank 0 to rank 1, set up once.
     std::unique_ptr<RawServer> raw;
     std::vector<sockaddr_in> addrs(2);
@@ -229,7 +237,7 @@ int runNetwork(const NetOptions& o) {
                 Column{"reps", Kind::Int, "timed fetches behind the statistics"},
                 Column{"us", Kind::Num, "median wall-clock us per fetch until the bytes are in rank 0's memory"},
                 Column{"p10_us", Kind::Num, "10th percentile"}, Column{"p90_us", Kind::Num, "90th percentile"},
-                Column{"GBps", Kind::Num, "bytes / median"},
+                Column{"p99_us", Kind::Num, "99th percentile"}, Column{"GBps", Kind::Num, "bytes / median"},
                 Column{"vs_raw", Kind::Num,
                        "raw_us / us: throughput as a fraction of one plain TCP connection carrying the same bytes"},
                 Column{"vs_fetch", Kind::Num,
@@ -323,8 +331,9 @@ int runNetwork(const NetOptions& o) {
         const double base = st[2].median;
         auto row = [&](const std::string& op, const Stats& x, bool endpoint) {
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                   op, std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90), fmt(bytes / x.median / 1e3, 3),
-                   fmt(base / x.median, 2), endpoint ? fmt(st[0].median / x.median, 2) : "-"});
+                   op, std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90), fmt(x.p99),
+                   fmt(bytes / x.median / 1e3, 3), fmt(base / x.median, 2),
+                   endpoint ? fmt(st[0].median / x.median, 2) : "-"});
         };
         row("kvcomm fetch over TCP", st[0], false);
         row("kvcomm fetch over TCP, one connection", st[1], false);
@@ -337,7 +346,7 @@ int runNetwork(const NetOptions& o) {
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
                    push ? "endpoint write: host us in write() (validate, plan, post)"
                         : "endpoint read: host us in read() (validate, plan, post)",
-                   std::to_string(h.reps), fmt(h.median), fmt(h.p10), fmt(h.p90), "-", "-", "-"});
+                   std::to_string(h.reps), fmt(h.median), fmt(h.p10), fmt(h.p90), fmt(h.p99), "-", "-", "-"});
         }
       }
       comm.barrier();
@@ -350,12 +359,12 @@ int runNetwork(const NetOptions& o) {
           Stats x = rotatedStatsUs({[&] { measure(fr); }}, o.reps, 2)[0];
           rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
                    "kvcomm fetch over RDMA READ", std::to_string(x.reps), fmt(x.median), fmt(x.p10), fmt(x.p90),
-                   fmt(bytes / x.median / 1e3, 3), "-", "-"});
+                   fmt(x.p99), fmt(bytes / x.median / 1e3, 3), "-", "-"});
         }
         comm.barrier();
       } else if (me == 0) {
         rep.row({c.name, std::to_string(c.blockBytes), std::to_string(c.blocks * c.regions), std::to_string(bytes),
-                 "kvcomm fetch over RDMA READ: not run (no RDMA device)", "-", "-", "-", "-", "-", "-", "-"});
+                 "kvcomm fetch over RDMA READ: not run (no RDMA device)", "-", "-", "-", "-", "-", "-", "-", "-"});
       }
     }
     if (me == 0) {

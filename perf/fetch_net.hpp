@@ -16,6 +16,9 @@ struct NetOptions {
   std::string kind = "host";
   int reps = 10;
   bool quick = false;
+  /// The endpoint sweep instead of the fixed cases: block sizes 4 KiB to 2 MiB x batches of 1 to 16k blocks (up to
+  /// 64 MiB a transfer; 8 MiB with quick), the Fetcher, the endpoint's pull and push and a raw socket on each.
+  bool sweep = false;
   std::string json;
 };
 

@@ -68,6 +68,7 @@ Stats stats(std::vector<double> v) {
   };
   s.p10 = rank(0.1);
   s.p90 = rank(0.9);
+  s.p99 = rank(0.99);
   return s;
 }
 
