@@ -77,9 +77,14 @@ double median(std::vector<double> v) {
 }
 
 Stats maxOverRanks(const Stats& s) {
-  double mine[3] = {s.median, s.p10, s.p90}, worst[3] = {0, 0, 0};
-  MPI_Allreduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return {worst[0], worst[1], worst[2], s.reps};
+  double mine[4] = {s.median, s.p10, s.p90, s.p99}, worst[4] = {0, 0, 0, 0};
+  MPI_Allreduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  Stats out = s;
+  out.median = worst[0];
+  out.p10 = worst[1];
+  out.p90 = worst[2];
+  out.p99 = worst[3];
+  return out;
 }
 
 Placement placement() {

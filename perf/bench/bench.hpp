@@ -33,7 +33,7 @@ struct Stats {
   double median = 0;
   double p10 = 0;  ///< 10th percentile (nearest rank)
   double p90 = 0;  ///< 90th percentile (nearest rank)
-  double p99 = 0;  ///< 99th percentile (nearest rank; maxOverRanks leaves this rank's)
+  double p99 = 0;  ///< 99th percentile (nearest rank)
   int reps = 0;    ///< how many values
 };
 Stats stats(std::vector<double> values);
