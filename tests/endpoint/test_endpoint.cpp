@@ -21,6 +21,8 @@
 #endif
 
 #include "arena/harness.hpp"
+#include "kvcomm/bootstrap.hpp"
+#include "kvcomm/comm.hpp"
 #include "kvcomm/endpoint.hpp"
 #include "kvcomm/error.hpp"
 
@@ -499,6 +501,52 @@ TEST(Endpoint, SixtyFourClientsAtOnceAgainstOneServer) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(good.load(), 64);
+}
+
+TEST(Endpoint, ArenasAndSymmetricBuffersRegisterAndArePinnedWhileRegistered) {
+  KvLayout layout = splitKv(2048, 16);
+  const size_t bytes = extent(layout);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  std::vector<uint8_t> mine(bytes, 0);
+  Registration c = client.registerMemory(mine.data(), bytes, MemoryKind::Host, layout);
+  std::vector<int64_t> ids{0, 5, 9};
+
+  // An arena this process owns: served, and pinned (free() is refused) until unregistered.
+  ArenaOptions ao;
+  ao.kind = MemoryKind::Host;
+  Arena arena = Arena::create(layout, ao);
+  std::vector<uint8_t> pattern(arena.bytes());
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(mix(i) >> 8);
+  arena.write(0, pattern.data(), pattern.size());
+  Registration a = server.registerArena(arena);
+  EXPECT_EQ(a.layout().regions.size(), 2u);
+  ASSERT_EQ(client.read(c, client.connect(a.metadata()), ids.data(), ids.data(), 3).wait(20000).state,
+            FetchState::Done);
+  for (int64_t b : ids)
+    for (size_t r = 0; r < 2; ++r) {
+      const KvRegion& g = layout.regions[r];
+      const size_t o = g.offset + static_cast<size_t>(b) * g.blockStride;
+      EXPECT_EQ(std::memcmp(&mine[o], &pattern[o], g.blockBytes), 0) << "arena block " << b;
+    }
+  EXPECT_NE(thrown([&] { arena.free(); }), "");  // busy: the registration pins it
+  server.unregister(a);
+  arena.free();
+  EXPECT_TRUE(arena.freed());
+
+  // A SymmetricBuffer's local memory (a communicator of one).
+  auto comm = Communicator::create(std::make_shared<TcpBootstrap>(TcpBootstrap::createUniqueId(), 0, 1));
+  SymmetricBuffer buf = SymmetricBuffer::create(comm, bytes, bytes, MemoryKind::Host);
+  std::memset(buf.local(), 0x6b, bytes);
+  Registration sb = server.registerBuffer(buf, layout);
+  std::fill(mine.begin(), mine.end(), 0);
+  ASSERT_EQ(client.read(c, client.connect(sb.metadata()), ids.data(), ids.data(), 3).wait(20000).state,
+            FetchState::Done);
+  const KvRegion& g = layout.regions[1];
+  EXPECT_EQ(mine[g.offset + 9 * g.blockStride], 0x6b);
+  EXPECT_EQ(mine[g.offset + 1 * g.blockStride], 0);  // a block not read stays
+  server.unregister(sb);
+  buf.close();
 }
 
 // ---- faults between processes ---------------------------------------------------------------------------------------
