@@ -620,6 +620,49 @@ TEST(EndpointFaults,
   }
 }
 
+TEST(EndpointFaults, AClientKilledMidWriteLeavesTheServerServingAndNothingBehind) {
+  KvLayout layout = layered(1, 1u << 20, 256);
+  const size_t bytes = extent(layout);
+  std::vector<uint8_t> srv(bytes, 0x21);
+  Endpoint server = Endpoint::create(local("server"));
+  Registration reg = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
+  const std::string metaPath = tempPath("client-kill");
+  writeFile(metaPath, reg.metadata());
+  Gate started;  // (its pipe before the baseline)
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server's threads settle
+  const int fd0 = openFds(), th0 = threads();
+  pid_t client = spawn([&] {
+    std::vector<uint8_t> mine(bytes, 0x5c);
+    EndpointOptions o = local("doomed");
+    o.connectionsPerPeer = 4;
+    Endpoint ep = Endpoint::create(o);
+    Registration c = ep.registerMemory(mine.data(), bytes, MemoryKind::Host, layout);
+    RemoteMemory r = ep.connect(readFile(metaPath));
+    std::vector<int64_t> ids(256);
+    for (int64_t i = 0; i < 256; ++i) ids[static_cast<size_t>(i)] = i;
+    for (;;) {  // writes until killed
+      Transfer t = ep.write(c, r, ids.data(), ids.data(), ids.size());
+      started.pass();
+      t.wait();
+    }
+    return true;
+  });
+  ASSERT_TRUE(started.wait(30000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(client, SIGKILL);
+  EXPECT_EQ(reap(client), -SIGKILL);
+  // The server drops the dead client's connections (end of stream mid-payload) and keeps serving.
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
+      << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
+  Endpoint next = Endpoint::create(local("next"));
+  std::vector<uint8_t> mine(bytes, 0);
+  Registration c = next.registerMemory(mine.data(), bytes, MemoryKind::Host, layout);
+  std::vector<int64_t> two{0, 255};
+  EXPECT_EQ(next.read(c, next.connect(readFile(metaPath)), two.data(), two.data(), 2).wait(20000).state,
+            FetchState::Done);
+  std::remove(metaPath.c_str());
+}
+
 // ---- CUDA memory (GPU machine) -------------------------------------------------------------------------------------
 
 #ifdef KVCOMM_HAVE_CUDA
