@@ -25,6 +25,7 @@
 #include "kvcomm/comm.hpp"
 #include "kvcomm/endpoint.hpp"
 #include "kvcomm/error.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -157,6 +158,12 @@ uint64_t testSeed() {
 
 int openFds() {
   return kvtest::arena::fds();
+}
+long rssKiB() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 int threads() {
   std::ifstream f("/proc/self/status");
@@ -445,7 +452,8 @@ TEST(Endpoint, ChurnOfAThousandConnectTransferDisconnectCyclesLeavesNothingBehin
   Registration s = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
   const std::vector<uint8_t> meta = s.metadata();
   std::vector<int64_t> ids{0, 1, 2, 3, 4, 5, 6, 7};
-  int fd0 = -1, th0 = -1;
+  int fd0 = -1, th0 = -1, maps0 = -1;
+  long rss0 = 0;
   for (int cycle = 0; cycle < 1000; ++cycle) {
     {
       Endpoint client = Endpoint::create(local("client"));
@@ -460,11 +468,19 @@ TEST(Endpoint, ChurnOfAThousandConnectTransferDisconnectCyclesLeavesNothingBehin
       std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server reaps finished connections
       fd0 = openFds();
       th0 = threads();
+      maps0 = kvtest::arena::mappings();
+      rss0 = rssKiB();
     }
   }
   // The server reaps finished connection threads as it polls: give it a moment.
   EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
       << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
+  // Mappings and memory: flat after the warm-up (a little slack for the allocator's own bookkeeping); a
+  // sanitizer's allocator keeps freed memory, so there only kvcomm's mappings count.
+  EXPECT_LE(kvtest::arena::mappings(), maps0 + 4) << "mappings " << maps0 << " -> " << kvtest::arena::mappings();
+  if (!kvtest::kSanitizerAllocator) {
+    EXPECT_LE(rssKiB(), rss0 + 16 * 1024) << "RSS " << rss0 << " KiB -> " << rssKiB();
+  }
 }
 
 TEST(Endpoint, SixtyFourClientsAtOnceAgainstOneServer) {
@@ -628,7 +644,7 @@ TEST(EndpointFaults, AClientKilledMidWriteLeavesTheServerServingAndNothingBehind
   Registration reg = server.registerMemory(srv.data(), bytes, MemoryKind::Host, layout);
   const std::string metaPath = tempPath("client-kill");
   writeFile(metaPath, reg.metadata());
-  Gate started;  // (its pipe before the baseline)
+  Gate started;                                                 // (its pipe before the baseline)
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server's threads settle
   const int fd0 = openFds(), th0 = threads();
   pid_t client = spawn([&] {
