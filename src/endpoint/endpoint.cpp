@@ -321,7 +321,7 @@ FetchStatus Transfer::wait(int64_t timeoutMs) {
   auto* t = require(impl_, "Transfer::wait", "Transfer");
   const bool bounded = timeoutMs >= 0 && timeoutMs < 1000000000000ll;
   const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
-  for (;;) {
+  for (bool first = true;; first = false) {
     std::shared_ptr<detail::TransportOp> op;
     {
       std::lock_guard<std::mutex> lock(t->mu);
@@ -329,6 +329,9 @@ FetchStatus Transfer::wait(int64_t timeoutMs) {
       if (s.state != FetchState::InProgress || (bounded && Clock::now() >= deadline)) return s;
       op = t->op;
     }
+    // An unbounded wait runs a transfer no worker has started yet itself (a small one then costs what a synchronous
+    // call does); a bounded one must return at its bound, so it only waits.
+    if (first && !bounded && op->runHere()) continue;
     // Woken when it ends, outside the lock (an unregister may cancel it meanwhile: stop() leaves the object alive
     // for this wait), in slices so that a bounded wait keeps its bound.
     int64_t slice = 50;

@@ -48,6 +48,9 @@ class TransportOp {
   /// Blocks until the operation ended or `timeoutMs` passed (>= 0); true when it ended. The default sleeps up to a
   /// millisecond and says false (the caller polls).
   virtual bool waitEnded(int64_t timeoutMs);
+  /// Runs the operation on the calling thread when nothing has started it yet (a waiter with nothing else to do
+  /// saves two thread hand-offs); true when it ran it here (it has ended). The default never does.
+  virtual bool runHere() { return false; }
   /// Cancels and returns once nothing the operation started can still write (what destruction does, leaving the
   /// object to poll: a waiter on another thread may still hold it). Idempotent.
   virtual void stop() {}

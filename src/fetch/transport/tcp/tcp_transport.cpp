@@ -523,13 +523,18 @@ class TcpOp : public TransportOp {
  public:
   TcpOp(TcpTransport& t, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs, uint64_t rate, Stream stream)
       : job_(t, std::move(plan), std::move(runs), rate, stream, true) {
-    t.workers().run([this, rank = detail::currentRank()] {
+    // Whoever claims it first runs it: a worker, or a waiter with nothing else to do (runHere). The loser touches
+    // only the claim, which it co-owns: the op may be gone by then.
+    t.workers().run([this, claim = claim_, rank = detail::currentRank()] {
+      if (claim->exchange(true)) return;
       detail::RankScope scope(rank);
-      job_.run();
-      std::lock_guard<std::mutex> lock(mu_);  // notified under the lock: a waiter may destroy this op right after
-      finished_ = true;
-      ended_.notify_all();
+      runJob();
     });
+  }
+  bool runHere() override {
+    if (claim_->exchange(true)) return false;
+    runJob();
+    return true;
   }
   bool waitEnded(int64_t timeoutMs) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -552,7 +557,15 @@ class TcpOp : public TransportOp {
   }
 
  private:
+  void runJob() {
+    job_.run();
+    std::lock_guard<std::mutex> lock(mu_);  // notified under the lock: a waiter may destroy this op right after
+    finished_ = true;
+    ended_.notify_all();
+  }
+
   TcpJob job_;
+  std::shared_ptr<std::atomic<bool>> claim_ = std::make_shared<std::atomic<bool>>(false);
   std::mutex mu_;
   std::condition_variable ended_;
   std::atomic<bool> finished_{false};
