@@ -10,7 +10,8 @@
 //   (select)   one loop (selectTransports) picks a transport per source and records why a source has none
 //   serve      whether any member reads this rank over it (from the route matrix): serve, or drop the server
 //   connect    a pass over every member's descriptor and the route matrix (collective where the transport needs
-//              it: queue pairs); connectPeer is the pairwise form (one peer from its descriptor, no world)
+//              it: queue pairs). Endpoints (src/endpoint/) meet peers without a world: they make a transport's
+//              requester for one pair of registrations (a two-member NetContext) and serve through its server.
 //   refresh    the buffer changed (backed ranges, chunk keys): collective, after the Fetcher's vote
 //   unback     ranges stop being readable before they are unmapped (release, close of the buffer)
 //   submit / start   runs of a plan: stream-ordered / polled (one call per batch of runs, never per block)
@@ -100,13 +101,6 @@ class FetchTransport {
   virtual void describe(RemoteDescriptor& mine) { (void)mine; }
   virtual void serve(bool readByPeers) { (void)readByPeers; }
   virtual void connect(const ConnectPass& pass) { (void)pass; }
-  /// Pairwise: this rank will read member `rank`, known by its descriptor alone. "" when connected, else why not
-  /// (a transport that connects only collectively says so).
-  virtual std::string connectPeer(int rank, const RemoteDescriptor& desc) {
-    (void)rank;
-    (void)desc;
-    return cat(name(), " connects only collectively (Fetcher::create)");
-  }
   /// Collective: the buffer is at `generation` now (its backed ranges and pieces as they are).
   virtual void refresh(uint64_t generation) { (void)generation; }
   /// `ranges` stop being readable; returns once nothing of this transport reads or serves them.
