@@ -464,7 +464,7 @@ TEST(Endpoint, ChurnOfAThousandConnectTransferDisconnectCyclesLeavesNothingBehin
                            .wait(20000);
       ASSERT_EQ(st.state, FetchState::Done) << "cycle " << cycle << ": " << st.error;
     }
-    if (cycle == 9) {  // after warm-up (allocator arenas, the server's first threads)
+    if (cycle == 99) {  // after warm-up (malloc's per-thread arenas, cached thread stacks, the server's threads)
       std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server reaps finished connections
       fd0 = openFds();
       th0 = threads();
@@ -475,9 +475,10 @@ TEST(Endpoint, ChurnOfAThousandConnectTransferDisconnectCyclesLeavesNothingBehin
   // The server reaps finished connection threads as it polls: give it a moment.
   EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
       << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
-  // Mappings and memory: flat after the warm-up (a little slack for the allocator's own bookkeeping); a
+  // Mappings and memory: flat after the warm-up, up to what glibc may still add under load (a malloc arena or a
+  // cached thread stack: a few mappings, a few MiB), far below one mapping or one buffer per cycle (900 cycles); a
   // sanitizer's allocator keeps freed memory, so there only kvcomm's mappings count.
-  EXPECT_LE(kvtest::arena::mappings(), maps0 + 4) << "mappings " << maps0 << " -> " << kvtest::arena::mappings();
+  EXPECT_LE(kvtest::arena::mappings(), maps0 + 32) << "mappings " << maps0 << " -> " << kvtest::arena::mappings();
   if (!kvtest::kSanitizerAllocator) {
     EXPECT_LE(rssKiB(), rss0 + 16 * 1024) << "RSS " << rss0 << " KiB -> " << rssKiB();
   }
