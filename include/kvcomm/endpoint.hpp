@@ -69,7 +69,9 @@ struct TransferOptions {
 
 class Endpoint;
 
-/// Memory registered with an endpoint (a handle; copies share the registration). Valid until unregistered.
+/// Memory registered with an endpoint (a handle; copies share the registration). Dropping the handles does not
+/// unregister: the endpoint serves the memory until Endpoint::unregister() or close(), so unregister before freeing
+/// it.
 class KVCOMM_API Registration {
  public:
   Registration();
