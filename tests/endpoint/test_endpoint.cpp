@@ -551,19 +551,27 @@ TEST(Endpoint, ArenasAndSymmetricBuffersRegisterAndArePinnedWhileRegistered) {
   arena.free();
   EXPECT_TRUE(arena.freed());
 
-  // A SymmetricBuffer's local memory (a communicator of one).
-  auto comm = Communicator::create(std::make_shared<TcpBootstrap>(TcpBootstrap::createUniqueId(), 0, 1));
-  SymmetricBuffer buf = SymmetricBuffer::create(comm, bytes, bytes, MemoryKind::Host);
-  std::memset(buf.local(), 0x6b, bytes);
-  Registration sb = server.registerBuffer(buf, layout);
-  std::fill(mine.begin(), mine.end(), 0);
-  ASSERT_EQ(client.read(c, client.connect(sb.metadata()), ids.data(), ids.data(), 3).wait(20000).state,
-            FetchState::Done);
-  const KvRegion& g = layout.regions[1];
-  EXPECT_EQ(mine[g.offset + 9 * g.blockStride], 0x6b);
-  EXPECT_EQ(mine[g.offset + 1 * g.blockStride], 0);  // a block not read stays
-  server.unregister(sb);
-  buf.close();
+  // A SymmetricBuffer's local memory (a communicator of one), in a child process: a communicator looks for the
+  // current CUDA device, and the test process must stay free of CUDA for the CUDA cases' children.
+  pid_t child = spawn([&] {
+    Endpoint srv = Endpoint::create(local("buffer server"));
+    Endpoint cli = Endpoint::create(local("buffer client"));
+    std::vector<uint8_t> got(bytes, 0);
+    Registration cr = cli.registerMemory(got.data(), bytes, MemoryKind::Host, layout);
+    auto comm = Communicator::create(std::make_shared<TcpBootstrap>(TcpBootstrap::createUniqueId(), 0, 1));
+    SymmetricBuffer buf = SymmetricBuffer::create(comm, bytes, bytes, MemoryKind::Host);
+    std::memset(buf.local(), 0x6b, bytes);
+    Registration sb = srv.registerBuffer(buf, layout);
+    FetchStatus st = cli.read(cr, cli.connect(sb.metadata()), ids.data(), ids.data(), 3).wait(20000);
+    const KvRegion& g = layout.regions[1];
+    const bool ok = st.state == FetchState::Done && got[g.offset + 9 * g.blockStride] == 0x6b &&
+                    got[g.offset + 1 * g.blockStride] == 0;  // a block not read stays
+    if (!ok) std::fprintf(stderr, "buffer registration: %s\n", st.error.c_str());
+    srv.unregister(sb);
+    buf.close();
+    return ok;
+  });
+  EXPECT_EQ(reap(child, 60), 0);
 }
 
 // ---- faults between processes ---------------------------------------------------------------------------------------
