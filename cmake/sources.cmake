@@ -35,6 +35,7 @@ set(KVCOMM_SOURCES
     src/fetch/transport/net/wire.cpp
     src/fetch/transport/negotiation.cpp
     src/fetch/transport/net/net_io.cpp
+    src/fetch/transport/net/staged_io.cpp
     src/fetch/transport/tcp/tcp_server.cpp
     src/fetch/transport/tcp/tcp_transport.cpp
     src/fetch/transport/tcp/tcp_plugin.cpp

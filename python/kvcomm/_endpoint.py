@@ -80,7 +80,40 @@ def _layout_of(raw: tuple) -> List[KvRegion]:
     return [KvRegion(*r) for r in regions]
 
 
-class Registration:
+class _RegisteredMemory:
+    """What a registration and a peer's view of one (RemoteMemory) both say of it, read from the native object."""
+
+    _native: Any
+
+    @property
+    def id(self) -> int:
+        """Random 64-bit id (in the metadata)."""
+        return self._native.id
+
+    @property
+    def generation(self) -> int:
+        """Starts at 1; revoke() increments it."""
+        return self._native.generation
+
+    @property
+    def kind(self) -> "_kvcomm.MemoryKind":
+        return self._native.kind
+
+    @property
+    def layout(self) -> List[KvRegion]:
+        """The registered layout, normalised (block_stride 0 reads back as block_bytes)."""
+        return _layout_of(self._native.layout)
+
+    @property
+    def layout_version(self) -> int:
+        return self._native.layout[1]
+
+    @property
+    def access(self) -> "_kvcomm.Access":
+        return self._native.access
+
+
+class Registration(_RegisteredMemory):
     """Memory registered with an Endpoint (Endpoint.register, register_buffer, register_arena). Valid until
     ``Endpoint.unregister(registration)`` or ``Endpoint.close()``; until then it keeps what it registered alive."""
 
@@ -96,16 +129,6 @@ class Registration:
         self._writable = writable
 
     @property
-    def id(self) -> int:
-        """Random 64-bit id (in the metadata)."""
-        return self._native.id
-
-    @property
-    def generation(self) -> int:
-        """Starts at 1; revoke() increments it."""
-        return self._native.generation
-
-    @property
     def data_ptr(self) -> int:
         return self._native.data_ptr
 
@@ -114,26 +137,9 @@ class Registration:
         return self._native.bytes
 
     @property
-    def kind(self) -> "_kvcomm.MemoryKind":
-        return self._native.kind
-
-    @property
     def device(self) -> int:
         """CUDA ordinal of the memory (-1 for host memory)."""
         return self._native.device
-
-    @property
-    def layout(self) -> List[KvRegion]:
-        """The registered layout, normalised (block_stride 0 reads back as block_bytes)."""
-        return _layout_of(self._native.layout)
-
-    @property
-    def layout_version(self) -> int:
-        return self._native.layout[1]
-
-    @property
-    def access(self) -> "_kvcomm.Access":
-        return self._native.access
 
     @property
     def registered(self) -> bool:
@@ -161,7 +167,7 @@ class Registration:
                 f"bytes={self.bytes}, access={self.access.name}, {state})")
 
 
-class RemoteMemory:
+class RemoteMemory(_RegisteredMemory):
     """A peer's registration as this endpoint knows it from its metadata (Endpoint.connect)."""
 
     def __init__(self, native: "_kvcomm.RemoteMemory") -> None:
@@ -175,30 +181,6 @@ class RemoteMemory:
     def peer_name(self) -> str:
         """The peer endpoint's name, as its metadata says."""
         return self._native.peer_name
-
-    @property
-    def id(self) -> int:
-        return self._native.id
-
-    @property
-    def generation(self) -> int:
-        return self._native.generation
-
-    @property
-    def layout(self) -> List[KvRegion]:
-        return _layout_of(self._native.layout)
-
-    @property
-    def layout_version(self) -> int:
-        return self._native.layout[1]
-
-    @property
-    def kind(self) -> "_kvcomm.MemoryKind":
-        return self._native.kind
-
-    @property
-    def access(self) -> "_kvcomm.Access":
-        return self._native.access
 
     @property
     def address(self) -> str:

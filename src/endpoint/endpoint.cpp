@@ -682,7 +682,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   q.count = count;
   if (!push) {
     in.table = &link->table;
-    in.names = link->names;
+    in.names = &link->names;
     q.srcBlocks = remoteBlocks;
     q.dstBlocks = localBlocks;
     detail::planFetch({q}, in, *plan);
@@ -690,7 +690,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     // Validated with the remote as the destination (its blocks must not be written twice), then turned round into
     // the pair's order (member 1, the remote: src; the local blocks: dst).
     in.table = &link->writeTable;
-    in.names = link->writeNames;
+    in.names = &link->writeNames;
     q.srcBlocks = localBlocks;
     q.dstBlocks = remoteBlocks;
     detail::planFetch({q}, in, *plan);

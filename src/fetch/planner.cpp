@@ -54,7 +54,7 @@ void planFetch(const std::vector<FetchRequest>& requests, const PlanInput& in, P
   int64_t* pd = out.pairs.dst.data();
   int32_t* pr = out.pairs.rank.data();
   auto nameOf = [&](int rank) {
-    if (!in.names.empty()) return in.names[static_cast<size_t>(rank)];
+    if (in.names) return (*in.names)[static_cast<size_t>(rank)];
     return rank == in.myRank ? std::string("this rank") : cat("rank ", rank);
   };
   size_t kept = 0, skipped = 0;

@@ -47,8 +47,8 @@ struct PlanInput {
   /// By rank (null, or a null entry: counted by path): the FetchPlanInfo field that counts runs from that source,
   /// as the transport that moves them reports it (FetchTransport::runCounter: tcpRuns, rdmaRuns).
   const std::vector<size_t FetchPlanInfo::*>* counters = nullptr;
-  /// By rank (empty: "rank N" and "this rank"): how errors name the members (an endpoint's two registrations).
-  std::vector<std::string> names;
+  /// By rank (null: "rank N" and "this rank"): how errors name the members (an endpoint's two registrations).
+  const std::vector<std::string>* names = nullptr;
   const char* call = "fetch (plan)";
 };
 

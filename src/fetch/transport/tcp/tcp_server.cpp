@@ -15,6 +15,7 @@
 #include "fetch/device_copy.hpp"
 #include "fetch/transport/negotiation.hpp"
 #include "fetch/transport/net/net_io.hpp"
+#include "fetch/transport/net/staged_io.hpp"
 
 namespace kvcomm::detail {
 
@@ -339,30 +340,7 @@ void TcpServer::serve(Conn& c) {
     } else {
       if (!staging) staging = makeHostStaging(mem->device, opt_.stagingSlotBytes, 2);
       if (!sendStruct(fd, &head, sizeof(head), stall, &stop_)) return;
-      // Device -> slot k while slot k^1 is on the wire.
-      uint64_t left = payload;
-      size_t filled[2] = {0, 0};
-      auto fill = [&](int k) {
-        std::vector<CopyDesc> copies;
-        size_t at = 0;
-        uint64_t off = 0, len = 0;
-        while (at < staging->slotBytes() && left > 0 &&
-               cursor.take(std::min<uint64_t>(left, staging->slotBytes() - at), &off, &len)) {
-          copies.push_back({staging->slot(k) + at, mem->base + off, static_cast<size_t>(len), 1, 0, 0});
-          at += len;
-          left -= len;
-        }
-        filled[k] = at;
-        if (!copies.empty()) staging->toHost(k, copies);
-      };
-      fill(0);
-      fill(1);
-      for (int k = 0; filled[k] > 0; k ^= 1) {
-        staging->waitSlot(k);
-        iovec v{staging->slot(k), filled[k]};
-        if (writeAll(fd, &v, 1, stall, &stop_, &err) != IoResult::Ok) return;
-        fill(k);
-      }
+      if (sendStaged(fd, cursor, mem->base, payload, *staging, stall, &stop_, &err) != IoResult::Ok) return;
     }
     ++served_;
   }

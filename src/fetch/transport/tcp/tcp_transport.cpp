@@ -17,6 +17,7 @@
 #include "fetch/transport/net/net_io.hpp"
 #include "fetch/transport/net/run_slices.hpp"
 #include "fetch/transport/net/segments.hpp"
+#include "fetch/transport/net/staged_io.hpp"
 #include "fetch/transport/net/workers.hpp"
 
 namespace kvcomm::detail {
@@ -462,36 +463,9 @@ std::string TcpJob::pushBatch(Channel& ch, const Batch& b, const WireRequest& q,
   } else {
     // CUDA: device -> slot k while slot k^1 is on the wire.
     if (!ch.staging) ch.staging = makeHostStaging(c.device, kSlotBytes, 2);
-    HostStaging& st = *ch.staging;
     iovec hv{head.data(), head.size()};
     r = writeAll(fd, &hv, 1, c.netTimeoutMs, &stop_, &err, true);
-    uint64_t left = b.bytes;
-    size_t filled[2] = {0, 0};
-    auto fill = [&](int k) {
-      std::vector<CopyDesc> copies;
-      size_t at = 0;
-      uint64_t off = 0, len = 0;
-      while (at < st.slotBytes() && left > 0 &&
-             cursor.take(std::min<uint64_t>(left, st.slotBytes() - at), &off, &len)) {
-        copies.push_back({st.slot(k) + at, c.local + off, static_cast<size_t>(len), 1, 0, 0});
-        at += len;
-        left -= len;
-      }
-      filled[k] = at;
-      if (!copies.empty()) st.toHost(k, copies);
-    };
-    if (r == IoResult::Ok) {
-      fill(0);
-      fill(1);
-      for (int k = 0; filled[k] > 0 && r == IoResult::Ok; k ^= 1) {
-        st.waitSlot(k);
-        iovec v{st.slot(k), filled[k]};
-        r = writeAll(fd, &v, 1, c.netTimeoutMs, &stop_, &err);
-        if (r == IoResult::Ok) fill(k);
-      }
-      st.waitSlot(0);
-      st.waitSlot(1);
-    }
+    if (r == IoResult::Ok) r = sendStaged(fd, cursor, c.local, b.bytes, *ch.staging, c.netTimeoutMs, &stop_, &err);
   }
   WireReply reply{};
   // A refused write is answered before its payload is read and the connection closed: a failed send still looks
