@@ -90,7 +90,14 @@ TEST(FetchFaults, SourceKnownDeadIsRefusedAtSubmission) {
     kvcomm::FetchPlan before;
     if (rank == 0) before = fetcher.plan({fromDead});
     comm.barrier();
-    if (rank == 1) raise(SIGKILL);
+    // Rank 1 dies only once rank 0 has left the barrier (a death seen while rank 0 still waited there failed the
+    // barrier instead: about 1 run in 20 on a loaded machine).
+    uint32_t left = 1;
+    if (rank == 0) comm.send(&left, sizeof(left), 1, 77);
+    if (rank == 1) {
+      comm.recv(&left, sizeof(left), 0, 77);
+      raise(SIGKILL);
+    }
     if (!kvtest::waitFor([&] { return comm.failedRank() == 1; }, 5000)) {
       std::fprintf(stderr, "rank 1's death was not noticed within 5 s\n");
       return false;
