@@ -31,6 +31,7 @@ set(KVCOMM_SOURCES
     src/publish/publisher.cpp
     src/fetch/member_layouts.cpp
     src/fetch/planner.cpp
+    src/fetch/transport/peer/peer_memory.cpp
     src/fetch/transport/peer/peer_transport.cpp
     src/fetch/transport/net/wire.cpp
     src/fetch/transport/negotiation.cpp
@@ -44,6 +45,10 @@ set(KVCOMM_SOURCES
     src/fetch/transport/registry.cpp
     src/fetch/fetcher.cpp
     src/endpoint/metadata.cpp
+    src/endpoint/memory_export.cpp
+    src/endpoint/share_server.cpp
+    src/endpoint/peer_mapping.cpp
+    src/endpoint/peer_link.cpp
     src/endpoint/endpoint.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

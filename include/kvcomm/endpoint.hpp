@@ -4,8 +4,9 @@
 // its peers over its own channel (vLLM's kv_transfer_params, a bootstrap server, an RPC). A peer connects from the
 // metadata alone and reads remote blocks into its own registered memory, or writes its blocks into the remote's.
 //
-// The same transport plug-ins carry it as the Fetcher (fetch/transport/): this part carries TCP (any host, the
-// same host included); same-host peer mappings and RDMA are the next part (docs/api/endpoint.md says what is there).
+// The same transport plug-ins carry it as the Fetcher (fetch/transport/): peer mappings on the same host (the peer's
+// registration mapped here over a Unix socket: SM kernel or copy engine, CPU copies for host memory) and TCP
+// anywhere; RDMA is not there yet (docs/api/endpoint.md says what is).
 //
 // Security (docs/api/endpoint.md#threat-model): each registration has a 128-bit bearer capability in its metadata; the
 // endpoint refuses a connection without it before saying anything about the memory. revoke() replaces it and bumps
@@ -22,8 +23,10 @@
 
 #include "kvcomm/api.hpp"
 #include "kvcomm/arena.hpp"
+#include "kvcomm/device_error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kv_layout.hpp"
+#include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm {
@@ -55,8 +58,9 @@ struct RegisterOptions {
 
 /// Which transport a transfer must take.
 enum class TransferVia {
-  Auto,  ///< the best one both ends offer (this version: TCP)
-  Peer,  ///< same-host peer mappings (not in this version: Unsupported)
+  Auto,  ///< peer mappings when both registrations are on this host, of one memory kind, and the peer's memory can
+         ///< be mapped (memfd/shm host memory, VMM or cudaMalloc CUDA memory); else TCP. Transfer::transport() says.
+  Peer,  ///< same-host peer mappings; Unsupported (naming why) when the peer cannot be mapped here
   Tcp,   ///< TCP, even on one host
   Rdma,  ///< RDMA READ/WRITE (not in this version: Unsupported)
 };
@@ -65,6 +69,14 @@ enum class TransferVia {
 struct TransferOptions {
   /// A demanded transport that cannot run is an Unsupported error naming why, never a silent fallback.
   TransferVia via = TransferVia::Auto;
+};
+
+/// Block ids in device memory (CUDA registrations) or host memory (host registrations) for Endpoint::readDevice and
+/// writeDevice: pair i moves remote block remoteBlocks[i] and local block localBlocks[i]; -1 skips the pair.
+struct DeviceTransferBatch {
+  const int64_t* remoteBlocks = nullptr;
+  const int64_t* localBlocks = nullptr;
+  size_t count = 0;
 };
 
 class Endpoint;
@@ -201,8 +213,11 @@ class KVCOMM_API Endpoint {
   /// until it is unregistered).
   Registration registerArena(Arena& arena, const RegisterOptions& options = {});
   /// Unregisters: new connections and requests are refused ("unregistered"), transfers of this endpoint that use
-  /// it are waited for up to `timeoutMs` (< 0: no bound) and then cancelled, and every request a peer is being
-  /// served from it ends; returns when nothing can read or write the memory any more. Idempotent.
+  /// it are waited for up to `timeoutMs` (< 0: no bound) and then cancelled, every request a peer is being served
+  /// from it ends, and same-host peers that mapped it are told and waited for (up to `timeoutMs`) until they
+  /// stopped their copies and unmapped it; returns when nothing can read or write the memory any more. Throws
+  /// Timeout naming the pids when a same-host peer still maps it at the bound (the memory must then stay
+  /// allocated; call unregister again to wait on). Idempotent.
   void unregister(Registration& registration, int64_t timeoutMs = -1);
 
   /// A peer's registration from its metadata. Lazy (nothing is sent until a transfer) and idempotent (the same
@@ -223,6 +238,22 @@ class KVCOMM_API Endpoint {
   /// (synchronise the stream that produced them).
   Transfer write(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
                  const int64_t* localBlocks, size_t count, const TransferOptions& options = {});
+
+  /// Same-host peers only (the path Peer): stream-ordered pull of remote blocks into local ones with the ids in
+  /// device memory, by the gather kernel (CUDA; capture-safe: a CUDA graph replays it with whatever ids the arrays
+  /// hold then) or the CPU (host registrations: synchronous). Ids are checked when the copy runs: a bad pair copies
+  /// nothing and is recorded (pollError). Throws Unsupported when the peer cannot be mapped here, and the owner's
+  /// refusal (stale, forged, unregistered) as InvalidArgumentError. The registration's device must be current. Once
+  /// the peer ends the mapping (unregister, revoke, exit), later runs copy nothing and record BlockOutOfRange; a
+  /// graph that captured one must not be replayed after this endpoint closes.
+  void readDevice(const Registration& local, const RemoteMemory& remote, const DeviceTransferBatch& batch,
+                  Stream stream = nullptr);
+  /// The same, pushing local blocks into remote ones (the remote registration must be ReadWrite).
+  void writeDevice(const Registration& local, const RemoteMemory& remote, const DeviceTransferBatch& batch,
+                   Stream stream = nullptr);
+  /// Reads (and clears) the first error a readDevice/writeDevice between these two recorded. Synchronise the
+  /// stream first.
+  DeviceError pollError(const Registration& local, const RemoteMemory& remote);
 
   /// Unregisters everything (waiting for transfers as unregister() does, with no bound), stops listening and
   /// drops every connection. Idempotent.

@@ -64,6 +64,15 @@ void ipcGetHandle(void* ptr, uint8_t handle[64]) {
   std::memcpy(handle, &h, sizeof(h));
 }
 
+void ipcAllocationOf(const void* ptr, void** base, size_t* bytes) {
+  const CudaDriver& d = requireCudaDriver("legacy IPC export", CudaFeature::LegacyIpc);
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  KVCOMM_CHECK_CU(d.cuMemGetAddressRange(&b, &n, reinterpret_cast<CUdeviceptr>(ptr)));
+  *base = reinterpret_cast<void*>(b);
+  *bytes = n;
+}
+
 void* ipcOpen(const uint8_t handle[64]) {
   const CudaDriver& d = requireCudaDriver("ArenaImport (cuda_ipc)", CudaFeature::LegacyIpc);
   CUipcMemHandle h;

@@ -35,6 +35,8 @@ void copyFromDevice(void* ctx, void* dst, const void* src, size_t bytes);
 void* ipcAllocate(size_t bytes);
 void ipcFree(void* ptr) noexcept;
 void ipcGetHandle(void* ptr, uint8_t handle[64]);
+/// The cuMemAlloc (cudaMalloc) allocation that holds `ptr`: its base and size (the handle covers the whole of it).
+void ipcAllocationOf(const void* ptr, void** base, size_t* bytes);
 void* ipcOpen(const uint8_t handle[64]);
 void ipcClose(void* ptr) noexcept;
 

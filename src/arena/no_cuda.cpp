@@ -32,6 +32,10 @@ void ipcGetHandle(void*, uint8_t*) {
   KVCOMM_THROW(Unsupported, "Arena::ipcHandle", "libkvcomm was built without CUDA");
 }
 
+void ipcAllocationOf(const void*, void**, size_t*) {
+  KVCOMM_THROW(Unsupported, "legacy IPC export", "libkvcomm was built without CUDA");
+}
+
 void* ipcOpen(const uint8_t*) {
   KVCOMM_THROW(Unsupported, "ArenaImport (cuda_ipc)", "libkvcomm was built without CUDA");
 }

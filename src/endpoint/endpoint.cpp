@@ -1,26 +1,37 @@
-// Endpoints (kvcomm/endpoint.hpp): registrations served by the TCP transport's server (one per endpoint, every
-// registration behind its capability), transfers carried by the TCP transport's requester (one per pair of local and
-// remote registration), planned and validated by the fetch planner over the pair's two layouts.
+// Endpoints (kvcomm/endpoint.hpp): registrations served by the TCP transport's server and the same-host share server
+// (one each per endpoint, every registration behind its capability); transfers carried by the peer transport over a
+// mapping of the remote registration (same host) or the TCP transport's requester, one of each per pair of local and
+// remote registration, planned and validated by the fetch planner over the pair's two layouts.
 #include "kvcomm/endpoint.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "arena/cuda_support.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
 #include "endpoint/metadata.hpp"
+#include "endpoint/peer_link.hpp"
+#include "endpoint/peer_mapping.hpp"
+#include "endpoint/share_server.hpp"
 #include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
 #include "fetch/transport/net/net_context.hpp"
 #include "fetch/transport/tcp/tcp_server.hpp"
 #include "fetch/transport/tcp/tcp_transport.hpp"
+#include "kernels/launch.hpp"
+#include "kvcomm/limits.hpp"
 #include "kvlayout/kv_layout.hpp"
 #include "symm/buffer_internals.hpp"
 
@@ -73,6 +84,8 @@ struct Registration::Impl {
   SockAddr tcp;
   uint64_t hostKey = 0;
   std::shared_ptr<detail::ServedMemory> served;  // generation and capability live under served->mu
+  std::weak_ptr<detail::ShareServer> share;      // the endpoint's: same-host peers' leases
+  std::atomic<bool> leasesPending{false};        // an unregister timed out with peers still mapping it
   ArenaPin arenaPin;                             // arenas: held while registered
   SymmetricBuffer buffer;                        // buffers: a handle of our own while registered
   uint64_t unbackListener = 0;
@@ -162,6 +175,8 @@ void Registration::revoke() {
   std::unique_lock<std::shared_mutex> lock(r->served->mu);  // waits for requests being served
   r->served->generation++;
   r->served->capability = freshCapability();
+  lock.unlock();
+  if (auto share = r->share.lock()) share->end(r->id, detail::ShareEnd::Revoked, 0);  // tells, waits for none
 }
 
 // ---- remote memory ------------------------------------------------------------------------------------------------
@@ -169,6 +184,9 @@ void Registration::revoke() {
 struct RemoteMemory::Impl {
   detail::EndpointMetadata meta;
   detail::RemoteDescriptor desc{};
+  std::mutex mu;
+  std::shared_ptr<detail::PeerMapping> mapping;  // same host: mapped at the first peer transfer
+  std::string notShareable;                      // the owner said its memory cannot be mapped (asked once)
   std::string who() const {
     return cat("registration ", hex(meta.regionId), " of endpoint '", meta.name, "' (", meta.tcp.toString(), ")");
   }
@@ -208,13 +226,17 @@ std::string RemoteMemory::address() const {
 
 namespace {
 
-// A local registration and a remote one, as the TCP requester reads and writes between them: member 0 is the local
-// memory, member 1 the remote (writes are validated over the other order: the destination is member 0).
+// A local registration and a remote one, as the TCP requester and the peer transport move blocks between them:
+// member 0 is the local memory, member 1 the remote (writes are validated over the other order: the destination is
+// member 0).
 struct Link {
   detail::MemberLayouts table;       // 0: local, 1: remote
   detail::MemberLayouts writeTable;  // 0: remote, 1: local
   std::unique_ptr<detail::FetchTransport> tcp;
   std::vector<std::string> names, writeNames;
+  std::mutex peerMu;
+  std::unique_ptr<detail::PeerLink> peer;                    // same host, once mapped
+  std::vector<std::weak_ptr<Transfer::Impl>> peerTransfers;  // that use `peer` (cancelled when its mapping ends)
 };
 
 }  // namespace
@@ -226,6 +248,7 @@ struct Transfer::Impl {
   std::shared_ptr<const detail::PlanOutput> plan;
   std::shared_ptr<detail::TransportOp> op;  // shared with a waiter (Transfer::wait) between its polls
   bool push = false;
+  bool dstIsRunSrc = false;  // a TCP write: the runs were turned round, the destination ids are their `src`
   FetchTransportKind transport = FetchTransportKind::Tcp;
   std::vector<int64_t> blocksDone;
   bool ended = false;
@@ -256,7 +279,7 @@ struct Transfer::Impl {
     s.error = error;
     for (size_t i = 0; i < plan->runs.size(); ++i) {
       const detail::BlockRun& r = plan->runs[i];
-      const int64_t first = push ? r.src : r.dst;  // destination ids: the remote's for a write
+      const int64_t first = dstIsRunSrc ? r.src : r.dst;  // destination ids: the remote's for a write
       for (int64_t k = blocksDone[i]; k < r.blocks; ++k) s.failedBlocks.push_back(first + k);
     }
     return s;
@@ -359,6 +382,7 @@ struct Endpoint::Impl {
   uint64_t hostKey = 0;
   std::shared_ptr<detail::ServedDirectory> directory;
   std::unique_ptr<detail::TcpServer> server;
+  std::shared_ptr<detail::ShareServer> share;
   SockAddr address;
 
   std::mutex mu;
@@ -366,15 +390,39 @@ struct Endpoint::Impl {
   std::map<uint64_t, std::shared_ptr<Registration::Impl>> registrations;
   std::map<std::string, std::shared_ptr<RemoteMemory::Impl>> remotes;  // by metadata bytes (connect is idempotent)
   std::map<std::pair<uint64_t, const RemoteMemory::Impl*>, std::shared_ptr<Link>> links;
+  std::map<int, std::unique_ptr<detail::DeviceCopier>> copiers;  // by device: same-host CUDA copies
+  // Peer links whose mapping ended or whose registration went away: graphs may still hold their tables (they copy
+  // nothing now); freed when the endpoint closes.
+  std::vector<std::unique_ptr<detail::PeerLink>> retired;
+
+  // The lease watcher: one thread that reads the owners' notices on every mapping this endpoint holds.
+  struct Watch {
+    std::shared_ptr<detail::PeerMapping> mapping;
+    std::string owner;
+  };
+  std::mutex watchMu;
+  std::vector<Watch> watches;
+  bool watchStop = false;
+  detail::Fd watchWake;
+  std::thread watcher;
 
   void requireOpen(const char* call) { KVCOMM_CHECK_ARG(!closed, call, "the endpoint is closed"); }
   Registration add(const char* call, char* base, size_t bytes, MemoryKind kind, int device, const KvLayout& layout,
                    const RegisterOptions& options, const std::vector<Range>& backed);
   void unregister(Registration::Impl& r, int64_t timeoutMs);
+  void waitLeases(Registration::Impl& r, int64_t timeoutMs);
   std::shared_ptr<Link> linkFor(const std::shared_ptr<Registration::Impl>& local,
                                 const std::shared_ptr<RemoteMemory::Impl>& remote);
+  detail::PeerLink* peerFor(Link& link, const Registration::Impl& local,
+                            const std::shared_ptr<RemoteMemory::Impl>& remote, detail::ShareStatus* status,
+                            std::string* why);
   Transfer start(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
                  const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count, const TransferOptions& options);
+  void startDevice(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
+                   const DeviceTransferBatch& batch, Stream stream);
+  void watch(std::shared_ptr<detail::PeerMapping> mapping, std::string owner);
+  void watchLoop();
+  void endMapping(const std::shared_ptr<detail::PeerMapping>& mapping, const std::string& why);
 };
 
 Endpoint::Endpoint() = default;
@@ -420,6 +468,7 @@ Endpoint Endpoint::create(const EndpointOptions& options) {
   impl->server = std::make_unique<detail::TcpServer>(impl->directory, at, so);
   impl->address = impl->server->endpoint();
   impl->server->start();
+  impl->share = std::make_shared<detail::ShareServer>(impl->id);
   return Endpoint(std::move(impl));
 }
 
@@ -482,10 +531,15 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   served->needsCapability = true;
   served->capability = freshCapability();
   r->served = served;
+  auto shared = std::make_shared<detail::SharedMemory>();
+  shared->served = served;
+  shared->bytes = bytes;
   std::lock_guard<std::mutex> lock(mu);
   requireOpen(call);
+  r->share = share;
   registrations[r->id] = r;
   directory->add(served);
+  share->add(shared);
   return Registration(r);
 }
 
@@ -528,9 +582,29 @@ Registration Endpoint::registerArena(Arena& arena, const RegisterOptions& option
   return reg;
 }
 
+void Endpoint::Impl::waitLeases(Registration::Impl& r, int64_t timeoutMs) {
+  auto s = r.share.lock();
+  if (!s) return;
+  std::vector<int> holders = s->end(r.id, detail::ShareEnd::Unregistered, timeoutMs);
+  r.leasesPending = !holders.empty();
+  if (holders.empty()) return;
+  std::string pids;
+  for (int p : holders) pids += cat(pids.empty() ? "" : ", ", p);
+  KVCOMM_THROW(Timeout, "Endpoint::unregister", r.who(), ": same-host peers (pid ", pids, ") still map it after ",
+               timeoutMs, " ms; it stays allocated-in-use for them: keep the memory and call unregister again");
+}
+
 void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
-  if (!r.registered.exchange(false)) return;
+  if (!r.registered.exchange(false)) {
+    if (r.leasesPending) {
+      waitLeases(r, timeoutMs);
+      r.buffer = SymmetricBuffer();
+      r.arenaPin.release();
+    }
+    return;
+  }
   directory->remove(r.id);  // no new connection names it
+  if (auto s = r.share.lock()) s->remove(r.id);
   // Our transfers that use it: waited for up to the bound, then cancelled.
   const bool bounded = timeoutMs >= 0;
   const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
@@ -552,12 +626,24 @@ void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
   {
     std::lock_guard<std::mutex> lock(mu);
     registrations.erase(r.id);
-    for (auto it = links.begin(); it != links.end();) it = it->first.first == r.id ? links.erase(it) : std::next(it);
+    for (auto it = links.begin(); it != links.end();) {
+      if (it->first.first != r.id) {
+        ++it;
+        continue;
+      }
+      std::lock_guard<std::mutex> pl(it->second->peerMu);
+      if (it->second->peer) {
+        it->second->peer->disable();  // device-id runs into or out of it copy nothing from now on
+        retired.push_back(std::move(it->second->peer));
+      }
+      it = links.erase(it);
+    }
   }
   if (r.unbackListener) {
     detail::removeUnbackListener(*detail::BufferAccess::impl(r.buffer), r.unbackListener);
     r.unbackListener = 0;
   }
+  waitLeases(r, timeoutMs);  // same-host peers stopped and unmapped (or the Timeout names them: the holds stay)
   r.buffer = SymmetricBuffer();
   r.arenaPin.release();
 }
@@ -634,6 +720,81 @@ std::shared_ptr<Link> Endpoint::Impl::linkFor(const std::shared_ptr<Registration
   return link;
 }
 
+detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& local,
+                                          const std::shared_ptr<RemoteMemory::Impl>& remote,
+                                          detail::ShareStatus* status, std::string* why) {
+  std::lock_guard<std::mutex> lock(link.peerMu);
+  if (link.peer && !link.peer->disabled() && link.peer->mapping()->mapped()) return link.peer.get();
+  if (link.peer) {  // its mapping ended: ask the owner again (it answers why not, or maps afresh)
+    link.peer->disable();
+    std::lock_guard<std::mutex> el(mu);
+    retired.push_back(std::move(link.peer));
+  }
+  *status = detail::ShareStatus::NotShareable;
+  if (remote->meta.hostKey != hostKey) {
+    *why = cat("remote ", remote->who(), " is on another host (or network namespace)");
+    return nullptr;
+  }
+  if (remote->meta.memoryKind != static_cast<uint32_t>(local.kind)) {
+    *why = cat("remote ", remote->who(), " holds ", memoryKindName(static_cast<MemoryKind>(remote->meta.memoryKind)),
+               " memory and ", local.who(), " ", memoryKindName(local.kind),
+               " memory: the peer path copies between memory of one kind (host and CUDA meet over TCP)");
+    return nullptr;
+  }
+  std::shared_ptr<detail::PeerMapping> mapping;
+  {
+    std::lock_guard<std::mutex> rl(remote->mu);
+    if (!remote->notShareable.empty()) {
+      *why = remote->notShareable;
+      return nullptr;
+    }
+    if (!remote->mapping || !remote->mapping->mapped()) {
+      remote->mapping.reset();
+      detail::PeerMapping::Opened o = detail::PeerMapping::open(remote->meta, local.device, timeoutMs);
+      if (!o.mapping) {
+        *status = o.status;
+        *why = o.why;
+        if (o.status == detail::ShareStatus::NotShareable) remote->notShareable = o.why;
+        return nullptr;
+      }
+      remote->mapping = o.mapping;
+      watch(o.mapping, cat("endpoint '", remote->meta.name, "' (pid ", remote->meta.pid, ")"));
+    }
+    mapping = remote->mapping;
+  }
+  KVCOMM_CHECK_ARG(mapping->kind() == local.kind, "Endpoint (peer mapping)", "remote ", remote->who(),
+                   " shared memory of another kind than its metadata says");
+  detail::PeerLinkSpec spec;
+  spec.localBase = local.base;
+  spec.localBytes = local.bytes;
+  spec.kind = local.kind;
+  spec.device = local.device;
+  spec.table = &link.table;
+  spec.writeTable = &link.writeTable;
+  spec.mapping = mapping;
+  spec.remotePid = remote->meta.pid;
+  spec.remoteName = cat("endpoint '", remote->meta.name, "'");
+  if (local.kind == MemoryKind::Cuda) {
+    std::lock_guard<std::mutex> el(mu);
+    auto& c = copiers[local.device];
+    if (!c) detail::onDevice(local.device, [&] { c = detail::makeDeviceCopier(); });
+    spec.copier = c.get();
+  }
+  link.peer = std::make_unique<detail::PeerLink>(spec);
+  return link.peer.get();
+}
+
+namespace {
+
+// The pair arrays of a transfer as the planner reads them: member 1 is always the source, so a peer write plans
+// the local blocks as the source and the remote blocks as the destination.
+struct Planned {
+  std::shared_ptr<detail::PlanOutput> plan;
+  bool dstIsRunSrc = false;
+};
+
+}  // namespace
+
 Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& localReg, const RemoteMemory& remoteMem,
                                const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
                                const TransferOptions& options) {
@@ -650,36 +811,60 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   switch (options.via) {
     case TransferVia::Auto:
     case TransferVia::Tcp:
-      break;
     case TransferVia::Peer:
-      KVCOMM_THROW(Unsupported, call,
-                   "the peer (same-host mapping) transport is not available to endpoints in this "
-                   "version; demand Tcp or Auto");
+      break;
     case TransferVia::Rdma:
       KVCOMM_THROW(Unsupported, call,
-                   "the RDMA transport is not available to endpoints in this version; demand Tcp "
-                   "or Auto");
+                   "the RDMA transport is not available to endpoints in this version; demand Peer, Tcp or Auto");
     default:
       KVCOMM_THROW(InvalidArgument, call, "via ", static_cast<int>(options.via), " is not a TransferVia");
   }
-  if (remote->meta.tcp.len == 0) KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
   if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
     KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
   KVCOMM_CHECK_ARG(count == 0 || (remoteBlocks && localBlocks), call, count, " pairs but a null id array");
   std::shared_ptr<Link> link = linkFor(local, remote);
+
+  // The path: peer mappings when demanded, or (Auto) when both ends are on this host with memory of one kind that
+  // the owner can share; an owner's refusal of the metadata itself (stale, forged, gone) fails the transfer as TCP
+  // would.
+  detail::PeerLink* peer = nullptr;
+  std::string refusal;
+  if (options.via == TransferVia::Peer || (options.via == TransferVia::Auto && remote->meta.hostKey == hostKey &&
+                                           remote->meta.memoryKind == static_cast<uint32_t>(local->kind))) {
+    detail::ShareStatus status = detail::ShareStatus::Granted;
+    std::string why;
+    peer = peerFor(*link, *local, remote, &status, &why);
+    if (!peer) {
+      // Refusals of the metadata fail the transfer as TCP would; an owner that is gone is left to TCP under Auto
+      // (it names a restart).
+      const bool refused = status == detail::ShareStatus::Unknown || status == detail::ShareStatus::Unauthorized ||
+                           status == detail::ShareStatus::Stale ||
+                           (status == detail::ShareStatus::Gone && options.via == TransferVia::Peer);
+      if (refused)
+        refusal = why;
+      else if (options.via == TransferVia::Peer)
+        KVCOMM_THROW(Unsupported, call, "the peer path cannot reach remote ", remote->who(), ": ", why);
+      else
+        KVCOMM_DEBUG(call, ": over TCP: ", why);
+    }
+  }
+  if (!peer && refusal.empty() && remote->meta.tcp.len == 0)
+    KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
 
   auto plan = std::make_shared<detail::PlanOutput>();
   detail::PlanInput in;
   in.myRank = 0;
   in.reachable = {1, 1};
   in.unreachableWhy = {"", ""};
-  in.path = FetchPath::Host;  // the runs' same-host path is not used: every run goes over the network
-  std::vector<size_t FetchPlanInfo::*> counters = {nullptr, &FetchPlanInfo::tcpRuns};
+  // TCP: the runs' same-host path is not used (every run goes over the network); peer: copies of the memory kind.
+  in.path = peer && local->kind == MemoryKind::Cuda ? FetchPath::Auto : FetchPath::Host;
+  std::vector<size_t FetchPlanInfo::*> counters = {nullptr, peer ? nullptr : &FetchPlanInfo::tcpRuns};
   in.counters = &counters;
   in.call = call;
   FetchRequest q;
   q.srcRank = 1;
   q.count = count;
+  bool dstIsRunSrc = false;
   if (!push) {
     in.table = &link->table;
     in.names = &link->names;
@@ -687,39 +872,59 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     q.dstBlocks = localBlocks;
     detail::planFetch({q}, in, *plan);
   } else {
-    // Validated with the remote as the destination (its blocks must not be written twice), then turned round into
-    // the pair's order (member 1, the remote: src; the local blocks: dst).
+    // Validated with the remote as the destination (its blocks must not be written twice). The peer transport
+    // copies in that order (member 0, the remote's mapping, is the destination); TCP turns it round into the pair's
+    // order (member 1, the remote: src; the local blocks: dst).
     in.table = &link->writeTable;
     in.names = &link->writeNames;
     q.srcBlocks = localBlocks;
     q.dstBlocks = remoteBlocks;
     detail::planFetch({q}, in, *plan);
-    for (detail::BlockRun& r : plan->runs) {
-      std::swap(r.src, r.dst);
-      r.rank = 1;
+    if (!peer) {
+      for (detail::BlockRun& r : plan->runs) {
+        std::swap(r.src, r.dst);
+        r.rank = 1;
+      }
+      for (size_t i = 0; i < plan->pairs.count; ++i) {
+        std::swap(plan->pairs.src[i], plan->pairs.dst[i]);
+        plan->pairs.rank[i] = 1;
+      }
+      plan->push = true;
+      dstIsRunSrc = true;
     }
-    for (size_t i = 0; i < plan->pairs.count; ++i) {
-      std::swap(plan->pairs.src[i], plan->pairs.dst[i]);
-      plan->pairs.rank[i] = 1;
-    }
-    plan->push = true;
   }
-  plan->generation = remote->meta.generation;
-  plan->info.path = FetchPath::Network;
+  plan->generation = peer ? 0 : remote->meta.generation;
+  if (!peer) plan->info.path = FetchPath::Network;
 
   auto t = std::make_shared<Transfer::Impl>();
   t->link = link;
   t->local = local;
   t->plan = plan;
   t->push = push;
+  t->dstIsRunSrc = dstIsRunSrc;
+  t->transport = peer ? FetchTransportKind::Peer : FetchTransportKind::Tcp;
   t->blocksDone.assign(plan->runs.size(), 0);
+  if (!refusal.empty()) {
+    t->end(t->statusOf(true, refusal));
+    return Transfer(t);
+  }
   if (plan->runs.empty()) {
     t->end(t->statusOf(true, ""));
     return Transfer(t);
   }
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
-  t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
+  if (peer) {
+    detail::arena::CudaContextScope scope(peer->cudaContext());
+    t->op = peer->transport(push).start(plan, std::move(runs), FetchOptions{}, nullptr);
+    std::lock_guard<std::mutex> pl(link->peerMu);
+    link->peerTransfers.erase(std::remove_if(link->peerTransfers.begin(), link->peerTransfers.end(),
+                                             [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
+                              link->peerTransfers.end());
+    link->peerTransfers.push_back(t);
+  } else {
+    t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
+  }
   std::lock_guard<std::mutex> lock(local->mu);
   if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
     std::lock_guard<std::mutex> tl(t->mu);
@@ -734,6 +939,49 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   return Transfer(t);
 }
 
+void Endpoint::Impl::startDevice(const char* call, bool push, const Registration& localReg,
+                                 const RemoteMemory& remoteMem, const DeviceTransferBatch& batch, Stream stream) {
+  auto local = localReg.impl_;
+  auto remote = remoteMem.impl_;
+  require(local, call, "Registration");
+  require(remote, call, "RemoteMemory");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    requireOpen(call);
+  }
+  KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
+  KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
+  KVCOMM_CHECK_ARG(batch.count <= limits::kMaxFetchPairs, call, "count ", batch.count,
+                   " exceeds kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
+  KVCOMM_CHECK_ARG(batch.count == 0 || (batch.remoteBlocks && batch.localBlocks), call, batch.count,
+                   " pairs but a null id array");
+  if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
+    KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
+  std::shared_ptr<Link> link = linkFor(local, remote);
+  detail::ShareStatus status = detail::ShareStatus::Granted;
+  std::string why;
+  detail::PeerLink* peer = peerFor(*link, *local, remote, &status, &why);
+  if (!peer) {
+    if (status == detail::ShareStatus::NotShareable || status == detail::ShareStatus::Busy)
+      KVCOMM_THROW(Unsupported, call, "device-side ids need the same-host peer path: ", why);
+    KVCOMM_THROW(InvalidArgument, call, why);
+  }
+  if (batch.count == 0) return;
+  detail::FetchLaunch f = detail::makeFetchLaunch(peer->context(push), batch.count);
+  f.srcBlocks = push ? batch.localBlocks : batch.remoteBlocks;
+  f.dstBlocks = push ? batch.remoteBlocks : batch.localBlocks;
+  f.srcRanks = nullptr;
+  f.srcRank = 1;
+  if (local->kind == MemoryKind::Cuda) {
+    detail::arena::CudaContextScope scope(peer->cudaContext());
+    detail::launchFetch(f, stream);
+  } else {
+    auto run = peer->hostRun();
+    auto use = peer->context(push).memory->use(call);
+    detail::hostFetch(f);
+  }
+}
+
 Transfer Endpoint::read(const Registration& local, const RemoteMemory& remote, const int64_t* remoteBlocks,
                         const int64_t* localBlocks, size_t count, const TransferOptions& options) {
   const char* call = "Endpoint::read";
@@ -744,6 +992,107 @@ Transfer Endpoint::write(const Registration& local, const RemoteMemory& remote, 
                          const int64_t* localBlocks, size_t count, const TransferOptions& options) {
   const char* call = "Endpoint::write";
   return require(impl_, call, "Endpoint")->start(call, true, local, remote, remoteBlocks, localBlocks, count, options);
+}
+
+void Endpoint::readDevice(const Registration& local, const RemoteMemory& remote, const DeviceTransferBatch& batch,
+                          Stream stream) {
+  const char* call = "Endpoint::readDevice";
+  require(impl_, call, "Endpoint")->startDevice(call, false, local, remote, batch, stream);
+}
+
+void Endpoint::writeDevice(const Registration& local, const RemoteMemory& remote, const DeviceTransferBatch& batch,
+                           Stream stream) {
+  const char* call = "Endpoint::writeDevice";
+  require(impl_, call, "Endpoint")->startDevice(call, true, local, remote, batch, stream);
+}
+
+DeviceError Endpoint::pollError(const Registration& local, const RemoteMemory& remote) {
+  const char* call = "Endpoint::pollError";
+  auto* e = require(impl_, call, "Endpoint");
+  require(local.impl_, call, "Registration");
+  require(remote.impl_, call, "RemoteMemory");
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    auto it = e->links.find(std::make_pair(local.impl_->id, remote.impl_.get()));
+    if (it != e->links.end()) link = it->second;
+  }
+  if (!link) return DeviceError{};
+  std::lock_guard<std::mutex> lock(link->peerMu);
+  return link->peer ? link->peer->pollError() : DeviceError{};
+}
+
+// ---- leases on peers' memory --------------------------------------------------------------------------------------
+
+void Endpoint::Impl::watch(std::shared_ptr<detail::PeerMapping> mapping, std::string owner) {
+  std::lock_guard<std::mutex> lock(watchMu);
+  if (!watchWake) watchWake.reset(KVCOMM_CHECK_SYS(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)));
+  watches.push_back({std::move(mapping), std::move(owner)});
+  if (!watcher.joinable())
+    watcher = std::thread([this, rank = detail::currentRank()] {
+      detail::RankScope scope(rank);
+      watchLoop();
+    });
+  uint64_t one = 1;
+  (void)!::write(watchWake.get(), &one, sizeof(one));
+}
+
+void Endpoint::Impl::watchLoop() {
+  std::vector<Watch> now;
+  for (;;) {
+    std::vector<pollfd> pfds;
+    {
+      std::lock_guard<std::mutex> lock(watchMu);
+      if (watchStop) return;
+      // Mappings unmapped elsewhere (a new transfer found them ended) are no longer watched.
+      std::erase_if(watches, [](const Watch& w) { return !w.mapping->mapped(); });
+      now = watches;
+      pfds.push_back({watchWake.get(), POLLIN, 0});
+      for (const Watch& w : now) pfds.push_back({w.mapping->leaseFd(), POLLIN, 0});
+    }
+    int rc = poll(pfds.data(), pfds.size(), 1000);
+    if (rc < 0 && errno != EINTR) {
+      KVCOMM_WARN("endpoint lease watcher: poll: ", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (pfds[0].revents) {
+      uint64_t v;
+      (void)!::read(watchWake.get(), &v, sizeof(v));
+    }
+    for (size_t i = 0; i < now.size(); ++i) {
+      if (!pfds[i + 1].revents) continue;
+      std::string why = now[i].mapping->readEnd(now[i].owner);
+      if (why.empty()) continue;
+      endMapping(now[i].mapping, why);
+      std::lock_guard<std::mutex> lock(watchMu);
+      std::erase_if(watches, [&](const Watch& w) { return w.mapping == now[i].mapping; });
+    }
+  }
+}
+
+void Endpoint::Impl::endMapping(const std::shared_ptr<detail::PeerMapping>& mapping, const std::string& why) {
+  std::vector<std::shared_ptr<Link>> users;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [key, link] : links) users.push_back(link);
+  }
+  for (auto& link : users) {
+    std::vector<std::shared_ptr<Transfer::Impl>> live;
+    {
+      std::lock_guard<std::mutex> lock(link->peerMu);
+      if (!link->peer || link->peer->mapping() != mapping) continue;
+      link->peer->disable();  // device-id runs copy nothing from now on, and those running ended
+      for (auto& w : link->peerTransfers)
+        if (auto t = w.lock()) live.push_back(std::move(t));
+      link->peerTransfers.clear();
+    }
+    for (auto& t : live) {
+      std::lock_guard<std::mutex> lock(t->mu);
+      t->cancel(why);  // stops and joins its copies: nothing it started touches the mapping after this
+    }
+  }
+  mapping->unmap(why);  // waits for every use, unmaps, and closes the lease: the owner's acknowledgement
 }
 
 void Endpoint::close() {
@@ -757,10 +1106,26 @@ void Endpoint::close() {
     for (auto& [id, r] : e.registrations) regs.push_back(r);
   }
   for (auto& r : regs) e.unregister(*r, -1);
+  // Our mappings of peers' memory: every transfer on them stopped, unmapped, leases closed.
+  {
+    std::lock_guard<std::mutex> lock(e.watchMu);
+    e.watchStop = true;
+    if (e.watchWake) {
+      uint64_t one = 1;
+      (void)!::write(e.watchWake.get(), &one, sizeof(one));
+    }
+  }
+  if (e.watcher.joinable()) e.watcher.join();
+  for (auto& w : e.watches) e.endMapping(w.mapping, "this endpoint closed");
+  e.watches.clear();
+  e.share.reset();   // ends every lease on our memory (all unregistered by now) and joins its thread
   e.server.reset();  // ends every connection and joins its threads
+  for (auto& [device, c] : e.copiers) c->drain();
   std::lock_guard<std::mutex> lock(e.mu);
   e.links.clear();
+  e.retired.clear();
   e.remotes.clear();
+  e.copiers.clear();
 }
 
 }  // namespace kvcomm

@@ -461,7 +461,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   h.size = n;
   h.rank = comm.rank();
   h.granShift = static_cast<int32_t>(__builtin_ctzll(buffer.granularity()));
-  impl->ctx.buffer = &impl->buf;
+  impl->ctx.memory = detail::bufferPeerMemory(impl->buf);
   impl->ctx.table = &impl->table;
   impl->ctx.error = impl->errors->get();
   impl->ctx.copier = impl->copier.get();

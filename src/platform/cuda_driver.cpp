@@ -76,6 +76,7 @@ const CudaDriver& requireCudaDriver(const char* call, CudaFeature feature) {
       need(reinterpret_cast<const void*>(d.cuIpcGetMemHandle), "cuIpcGetMemHandle", "legacy CUDA IPC");
       need(reinterpret_cast<const void*>(d.cuIpcOpenMemHandle), "cuIpcOpenMemHandle", "legacy CUDA IPC");
       need(reinterpret_cast<const void*>(d.cuIpcCloseMemHandle), "cuIpcCloseMemHandle", "legacy CUDA IPC");
+      need(reinterpret_cast<const void*>(d.cuMemGetAddressRange), "cuMemGetAddressRange", "legacy CUDA IPC");
       break;
     case CudaFeature::AdoptMemory:
       need(reinterpret_cast<const void*>(d.cuMemRetainAllocationHandle), "cuMemRetainAllocationHandle",

@@ -28,7 +28,8 @@ namespace kvcomm::detail {
 #define KVCOMM_CU_OPTIONAL_FUNCS(X)                                                                            \
   X(cuGetErrorName) X(cuGetErrorString) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)      \
   X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemHostRegister)                 \
-  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuMemGetHandleForAddressRange) X(cuFlushGPUDirectRDMAWrites)
+  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuMemGetHandleForAddressRange) X(cuFlushGPUDirectRDMAWrites) \
+  X(cuMemGetAddressRange)
 // clang-format on
 
 struct CudaDriver {
@@ -49,7 +50,7 @@ struct CudaDriver {
 /// What a caller needs of the driver beyond the required entry points.
 enum class CudaFeature {
   Core,           ///< the required entry points only
-  LegacyIpc,      ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle (KVCOMM_HANDLE_TYPE=ipc)
+  LegacyIpc,      ///< cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle, cuMemGetAddressRange
   AdoptMemory,    ///< cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle (adopt/commit)
   HostRegister,   ///< cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer (the health flag on devices)
   GpuDirectRdma,  ///< cuMemGetHandleForAddressRange (dma-buf export of GPU memory for RDMA registration)

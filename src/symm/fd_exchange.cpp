@@ -15,12 +15,10 @@
 
 namespace kvcomm::detail {
 
-namespace {
-
 sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
-  KVCOMM_CHECK_ARG(name.size() + 1 < sizeof(a.sun_path), "fd server", "socket name too long");
+  KVCOMM_CHECK_ARG(name.size() + 1 < sizeof(a.sun_path), "unix socket", "socket name too long");
   a.sun_path[0] = '\0';
   std::memcpy(a.sun_path + 1, name.data(), name.size());
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
@@ -38,7 +36,7 @@ void waitReadable(int sock, Clock::time_point deadline, const std::function<void
   while (true) {
     if (stopIf) stopIf();
     int left = msLeft(deadline);
-    if (left == 0) KVCOMM_THROW(Timeout, what, "the fd server did not answer in time");
+    if (left == 0) KVCOMM_THROW(Timeout, what, "the peer did not answer in time");
     pollfd p{sock, POLLIN, 0};
     int rc = poll(&p, 1, left < 0 ? 100 : std::min(left, 100));
     if (rc > 0) return;
@@ -49,9 +47,11 @@ void waitReadable(int sock, Clock::time_point deadline, const std::function<void
 size_t recvPlain(int sock, void* data, size_t len, const char* what) {
   ssize_t n = ::recv(sock, data, len, MSG_DONTWAIT);
   if (n < 0) KVCOMM_THROW(NetworkError, what, "recv failed: ", std::strerror(errno));
-  if (n == 0) KVCOMM_THROW(NetworkError, what, "the fd server closed the connection");
+  if (n == 0) KVCOMM_THROW(NetworkError, what, "the peer closed the connection");
   return static_cast<size_t>(n);
 }
+
+namespace {
 
 // One sendmsg of `payload` with `fds` attached (SCM_RIGHTS); returns sendmsg's result, errno as it left it.
 ssize_t sendmsgWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds, int flags) {

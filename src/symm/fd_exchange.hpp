@@ -5,6 +5,9 @@
 // Why not pidfd_getfd: it needs ptrace rights over the exporter, which containers and Yama often deny.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -119,6 +122,15 @@ class FdServer {
 KVCOMM_INTERNAL_API ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId,
                                        uint64_t generation, int requesterRank, int64_t timeoutMs,
                                        const std::function<void()>& stopIf = {});
+
+/// The address of abstract Unix socket `name` (no leading NUL); *len is its length for bind/connect.
+sockaddr_un abstractAddress(const std::string& name, socklen_t* len);
+/// One SOCK_SEQPACKET message of `len` bytes; NetworkError naming `what` when it cannot go whole.
+void sendPlain(int sock, const void* data, size_t len, const char* what);
+/// One message (up to `len` bytes) without waiting; NetworkError when the peer closed or recv failed.
+size_t recvPlain(int sock, void* data, size_t len, const char* what);
+/// Waits until `sock` is readable, in slices of at most 100 ms that run `stopIf`; Timeout at `deadline`.
+void waitReadable(int sock, Clock::time_point deadline, const std::function<void()>& stopIf, const char* what);
 
 /// Sends `payload` with `fds` attached (SCM_RIGHTS) as one SOCK_SEQPACKET message.
 void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds);

@@ -392,8 +392,10 @@ TEST(Endpoint, ReadOnlyRegistrationsRefuseWritesAndBadPairsAreRefusedBeforeAnyth
   EXPECT_NE(thrown([&] { p.client.read(p.mine, m, neg.data(), s2.data(), 1); }).find("outside"), std::string::npos);
   TransferOptions peer;
   peer.via = TransferVia::Peer;
-  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, s2.data(), s2.data(), 2, peer); }).find("not available"),
+  // Plain host memory cannot be mapped by another process: the demanded peer path says so (Auto takes TCP).
+  EXPECT_NE(thrown([&] { p.client.read(p.mine, m, s2.data(), s2.data(), 2, peer); }).find("memfd or shm"),
             std::string::npos);
+  EXPECT_EQ(p.client.read(p.mine, m, s2.data(), s2.data(), 2).transport(), FetchTransportKind::Tcp);
   // Layouts that cannot pair (another block size) are named.
   KvLayout other = splitKv(512, 32);
   std::vector<uint8_t> om(extent(other));
@@ -685,6 +687,257 @@ TEST(EndpointFaults, AClientKilledMidWriteLeavesTheServerServingAndNothingBehind
   std::vector<int64_t> two{0, 255};
   EXPECT_EQ(next.read(c, next.connect(readFile(metaPath)), two.data(), two.data(), 2).wait(20000).state,
             FetchState::Done);
+  std::remove(metaPath.c_str());
+}
+
+// ---- same-host peers: the registration mapped, not copied over a socket ---------------------------------------------
+
+// A host arena (memfd: another process can map it) holding `im`'s bytes.
+Arena hostArena(const KvLayout& layout) {
+  ArenaOptions ao;
+  ao.kind = MemoryKind::Host;
+  return Arena::create(layout, ao);
+}
+
+std::vector<uint8_t> arenaBytes(const Arena& a) {
+  const auto* p = static_cast<const uint8_t*>(a.data());
+  return std::vector<uint8_t>(p, p + a.bytes());
+}
+
+// Shared-memory mappings of this process (memfd: a peer's arena mapped here adds some; threads' stacks do not).
+size_t mappings() {
+  std::ifstream f("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(f, line);) n += line.find("/memfd:") != std::string::npos;
+  return n;
+}
+
+TEST(EndpointPeer, ArenasOfTwoProcessesOnOneHostPullAndPushThroughTheMappingByteExact) {
+  KvLayout layout = splitKv(4096, 64);
+  const uint64_t seed = testSeed() ^ 0x9eed;
+  const std::string metaPath = tempPath("peer");
+  Gate ready, done;
+  auto serverImage = [&](size_t n) {
+    Image im(layout, n, seed + 3);
+    for (size_t r = 0; r < 2; ++r)
+      for (int64_t b = 0; b < 64; ++b) im.put(r, b, seed * 13 + static_cast<uint64_t>(b));
+    return im;
+  };
+  pid_t server = spawn([&] {
+    Endpoint ep = Endpoint::create(local("peer-server"));
+    Arena arena = hostArena(layout);
+    Image im = serverImage(arena.bytes());
+    std::memcpy(arena.data(), im.bytes.data(), im.bytes.size());
+    Registration reg = ep.registerArena(arena);
+    writeFile(metaPath, reg.metadata());
+    ready.pass();
+    if (!done.wait(60000)) return false;
+    Image want = serverImage(arena.bytes());
+    Image pushed(layout, arena.bytes(), seed + 5);
+    pushed.put(0, 9, seed * 5);
+    pushed.put(1, 9, seed * 6);
+    want.copyBlock(pushed, 9, 40);  // the client pushed its block 9 into block 40
+    std::string diff = firstDifference(arenaBytes(arena), want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "peer server after the push: %s\n", diff.c_str());
+    ep.unregister(reg);
+    return diff.empty();
+  });
+  ASSERT_TRUE(ready.wait(60000));
+  Endpoint ep = Endpoint::create(local("peer-client"));
+  Arena arena = hostArena(layout);
+  Image mine(layout, arena.bytes(), seed + 5);
+  mine.put(0, 9, seed * 5);
+  mine.put(1, 9, seed * 6);
+  std::memcpy(arena.data(), mine.bytes.data(), mine.bytes.size());
+  Registration c = ep.registerArena(arena);
+  RemoteMemory r = ep.connect(readFile(metaPath));
+  const Image srv = serverImage(arena.bytes());
+
+  // Pull (Auto picks the mapping on one host), with skipped pairs and runs that coalesce; the whole arena, guard
+  // bytes included, must equal the oracle.
+  std::vector<int64_t> src{3, 4, 5, -1, 63, 0}, dst{10, 11, 12, 13, 0, -1};
+  Transfer t = ep.read(c, r, src.data(), dst.data(), src.size());
+  EXPECT_EQ(t.transport(), FetchTransportKind::Peer);
+  FetchStatus s = t.wait(20000);
+  ASSERT_EQ(s.state, FetchState::Done) << s.error;
+  EXPECT_EQ(t.info().hostRuns + t.info().kernelRuns + t.info().copyEngineRuns, 2u * 2u);  // 2 runs x 2 regions
+  Image want = mine;
+  for (size_t i = 0; i < src.size(); ++i)
+    if (src[i] >= 0 && dst[i] >= 0) want.copyBlock(srv, src[i], dst[i]);
+  EXPECT_EQ(firstDifference(arenaBytes(arena), want.bytes), "");
+
+  // Device-id form on host memory: synchronous CPU copies; a bad id is refused before anything moves.
+  std::vector<int64_t> dsrc{7, 8}, ddst{20, 21};
+  ep.readDevice(c, r, {dsrc.data(), ddst.data(), 2});
+  for (size_t i = 0; i < 2; ++i) want.copyBlock(srv, dsrc[i], ddst[i]);
+  EXPECT_EQ(firstDifference(arenaBytes(arena), want.bytes), "");
+  std::vector<int64_t> bad{64}, one{22};
+  EXPECT_NE(thrown([&] { ep.readDevice(c, r, {bad.data(), one.data(), 1}); }), "");
+  EXPECT_EQ(firstDifference(arenaBytes(arena), want.bytes), "");
+
+  // Push, and the same over TCP when demanded (both paths land the same bytes).
+  std::vector<int64_t> from{9}, to{40};
+  Transfer w = ep.write(c, r, to.data(), from.data(), 1);
+  EXPECT_EQ(w.transport(), FetchTransportKind::Peer);
+  ASSERT_EQ(w.wait(20000).state, FetchState::Done);
+  TransferOptions tcp;
+  tcp.via = TransferVia::Tcp;
+  std::vector<int64_t> ts{30}, td{31};
+  Transfer viaTcp = ep.read(c, r, ts.data(), td.data(), 1, tcp);
+  EXPECT_EQ(viaTcp.transport(), FetchTransportKind::Tcp);
+  ASSERT_EQ(viaTcp.wait(20000).state, FetchState::Done);
+  want.copyBlock(srv, 30, 31);
+  EXPECT_EQ(firstDifference(arenaBytes(arena), want.bytes), "");
+  done.pass();
+  EXPECT_EQ(reap(server, 60), 0);
+  ep.unregister(c);
+  std::remove(metaPath.c_str());
+}
+
+TEST(EndpointPeer, UnregisterAndRevokeEndTheMappingAfterThePeerStoppedAndStaleMetadataIsRefused) {
+  KvLayout layout = splitKv(2048, 16);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Arena sa = hostArena(layout), ca = hostArena(layout);
+  std::memset(sa.data(), 0x3c, sa.bytes());
+  std::memset(ca.data(), 0, ca.bytes());
+  Registration s = server.registerArena(sa), c = client.registerArena(ca);
+  const size_t maps0 = mappings();
+  std::vector<int64_t> ids{1, 2};
+  RemoteMemory r = client.connect(s.metadata());
+  ASSERT_EQ(client.read(c, r, ids.data(), ids.data(), 2).wait(20000).state, FetchState::Done);
+  EXPECT_GT(mappings(), maps0);  // the server's arena is mapped here
+
+  // Revoke: the holder is told, stops, unmaps; the old metadata is refused naming the revoke.
+  s.revoke();
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return mappings() == maps0; }, 5000)) << mappings() << " vs " << maps0;
+  FetchStatus st = client.read(c, r, ids.data(), ids.data(), 2).wait(20000);
+  EXPECT_EQ(st.state, FetchState::Failed);
+  EXPECT_NE(st.error.find("capability refused"), std::string::npos) << st.error;
+  EXPECT_EQ(st.failedBlocks, ids);
+
+  // New metadata maps again; unregister returns only after the holder unmapped, and later reads are refused.
+  RemoteMemory r2 = client.connect(s.metadata());
+  ASSERT_EQ(client.read(c, r2, ids.data(), ids.data(), 2).wait(20000).state, FetchState::Done);
+  EXPECT_GT(mappings(), maps0);
+  server.unregister(s);
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return mappings() == maps0; }, 5000));
+  st = client.read(c, r2, ids.data(), ids.data(), 2).wait(20000);
+  EXPECT_EQ(st.state, FetchState::Failed);
+  EXPECT_NE(st.error.find("unregistered"), std::string::npos) << st.error;
+  sa.free();  // unpinned: nothing maps it any more
+}
+
+TEST(EndpointPeer, AStoppedHolderMakesABoundedUnregisterNameItAndADeadOneNeverBlocksIt) {
+  KvLayout layout = splitKv(2048, 16);
+  Endpoint server = Endpoint::create(local("server"));
+  Arena sa = hostArena(layout);
+  std::memset(sa.data(), 0x41, sa.bytes());
+  for (int round = 0; round < 2; ++round) {
+    Registration s = server.registerArena(sa);
+    const std::string metaPath = tempPath("holder");
+    writeFile(metaPath, s.metadata());
+    Gate mapped;
+    pid_t holder = spawn([&] {
+      Endpoint ep = Endpoint::create(local("holder"));
+      Arena ca = hostArena(layout);
+      Registration c = ep.registerArena(ca);
+      std::vector<int64_t> ids{0};
+      Transfer t = ep.read(c, ep.connect(readFile(metaPath)), ids.data(), ids.data(), 1);
+      const bool ok = t.transport() == FetchTransportKind::Peer && t.wait(20000).state == FetchState::Done &&
+                      static_cast<uint8_t*>(ca.data())[layout.regions[0].offset] == 0x41;
+      mapped.pass();
+      std::this_thread::sleep_for(std::chrono::seconds(30));  // holds the mapping until killed or told
+      return ok;
+    });
+    ASSERT_TRUE(mapped.wait(30000));
+    if (round == 0) {
+      // A holder that cannot answer (stopped): the bounded unregister names it and keeps the arena pinned; once it
+      // runs again it lets go and the next unregister returns.
+      kill(holder, SIGSTOP);
+      const std::string why = thrown([&] { server.unregister(s, 300); });
+      EXPECT_NE(why.find(std::to_string(holder)), std::string::npos) << why;
+      EXPECT_NE(thrown([&] { sa.free(); }), "");  // still pinned
+      kill(holder, SIGCONT);
+      const auto t0 = std::chrono::steady_clock::now();
+      server.unregister(s, 10000);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+      kill(holder, SIGKILL);
+    } else {
+      // A holder killed: its lease closes with it; unregister does not wait for anything.
+      kill(holder, SIGKILL);
+      const auto t0 = std::chrono::steady_clock::now();
+      server.unregister(s);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    }
+    EXPECT_EQ(reap(holder), -SIGKILL);
+    std::remove(metaPath.c_str());
+  }
+  sa.free();
+}
+
+TEST(EndpointPeer, AnotherUserIsRefusedBeforeAnythingIsDescribed) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as another user";
+  KvLayout layout = splitKv(2048, 16);
+  Endpoint server = Endpoint::create(local("server"));
+  Arena sa = hostArena(layout);
+  Registration s = server.registerArena(sa);
+  const std::vector<uint8_t> meta = s.metadata();
+  pid_t other = spawn([&] {
+    if (setgid(65534) != 0 || setuid(65534) != 0) return false;
+    Endpoint ep = Endpoint::create(local("nobody"));
+    std::vector<uint8_t> mine(extent(layout), 0);
+    Registration c = ep.registerMemory(mine.data(), mine.size(), MemoryKind::Host, layout);
+    TransferOptions peer;
+    peer.via = TransferVia::Peer;
+    std::vector<int64_t> ids{0};
+    std::string why;
+    try {
+      why = ep.read(c, ep.connect(meta), ids.data(), ids.data(), 1, peer).wait(20000).error;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    const bool ok = why.find("uid 65534") != std::string::npos && mine[layout.regions[0].offset] == 0;
+    if (!ok) std::fprintf(stderr, "another user: %s\n", why.c_str());
+    return ok;
+  });
+  EXPECT_EQ(reap(other, 60), 0);
+  server.unregister(s);
+}
+
+TEST(EndpointPeer, AServerKilledWhileMappedEndsTheMappingAndLaterTransfersFailNamingIt) {
+  KvLayout layout = splitKv(2048, 16);
+  const std::string metaPath = tempPath("peer-kill");
+  Gate ready;
+  pid_t server = spawn([&] {
+    Endpoint ep = Endpoint::create(local("victim"));
+    Arena a = hostArena(layout);
+    Registration reg = ep.registerArena(a);
+    writeFile(metaPath, reg.metadata());
+    ready.pass();
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return true;
+  });
+  ASSERT_TRUE(ready.wait(30000));
+  Endpoint ep = Endpoint::create(local("survivor"));
+  Arena ca = hostArena(layout);
+  Registration c = ep.registerArena(ca);
+  RemoteMemory r = ep.connect(readFile(metaPath));
+  std::vector<int64_t> ids{0, 1};
+  const size_t maps0 = mappings();
+  ASSERT_EQ(ep.read(c, r, ids.data(), ids.data(), 2).wait(20000).state, FetchState::Done);
+  EXPECT_GT(mappings(), maps0);
+  kill(server, SIGKILL);
+  EXPECT_EQ(reap(server), -SIGKILL);
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return mappings() == maps0; }, 5000));  // unmapped
+  TransferOptions peer;
+  peer.via = TransferVia::Peer;
+  const auto t0 = std::chrono::steady_clock::now();
+  FetchStatus st = ep.read(c, r, ids.data(), ids.data(), 2, peer).wait(20000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(st.state, FetchState::Failed);
+  EXPECT_NE(st.error.find("victim"), std::string::npos) << st.error;
+  EXPECT_EQ(st.failedBlocks, ids);
   std::remove(metaPath.c_str());
 }
 

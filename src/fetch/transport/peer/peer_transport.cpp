@@ -14,7 +14,6 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
-#include "symm/buffer_use.hpp"
 
 namespace kvcomm::detail {
 
@@ -28,6 +27,12 @@ bool processAlive(int pid) {
   if (close == std::string::npos || close + 2 >= line.size()) return true;
   char state = line[close + 2];
   return state != 'Z' && state != 'X';
+}
+
+std::string sourceName(const PeerContext& c, int source) {
+  if (source >= 0 && static_cast<size_t>(source) < c.names.size() && !c.names[static_cast<size_t>(source)].empty())
+    return c.names[static_cast<size_t>(source)];
+  return cat("source rank ", source);
 }
 
 std::string healthFailure(const PeerContext& c, int source) {
@@ -45,9 +50,9 @@ std::vector<CopyDesc> runCopies(const PeerContext& c, const BlockRun& run) {
 
 void runCopies(const PeerContext& c, const BlockRun& run, std::vector<CopyDesc>& out) {
   const MemberLayouts& t = *c.table;
-  const int me = c.buffer->rank();
-  char* srcBase = static_cast<char*>(c.buffer->peer(run.rank));
-  char* dstBase = static_cast<char*>(c.buffer->local());
+  const int me = c.memory->rank();
+  char* srcBase = c.memory->peer(run.rank);
+  char* dstBase = c.memory->local();
   out.clear();
   for (size_t j = 0; j < t.numRegions; ++j) {
     const FetchRegionView& s = t.views[static_cast<size_t>(run.rank) * t.numRegions + j];
@@ -138,10 +143,10 @@ class HostOp : public TransportOp {
           // The buffer stays mapped while a slice lands (close() and release() on other threads wait for it); a
           // buffer closed meanwhile fails the rest of the operation, and so does one whose backing changed since
           // the plan (a release() unmaps ranges the next slices would read or write: it crashed the process).
-          BufferUse use(*ctx_.buffer, "fetch (polled)");
-          if (use.generation() != plan_->generation)
+          std::unique_ptr<PeerMemory::Use> use = ctx_.memory->use("fetch (polled)");
+          if (use->generation() != plan_->generation)
             KVCOMM_THROW(InvalidArgument, "fetch (polled)", "the buffer changed (grow, commit or release: generation ",
-                         use.generation(), ", the plan's ", plan_->generation,
+                         use->generation(), ", the plan's ", plan_->generation,
                          ") while the fetch ran; the rest was not copied (refresh() the fetcher and fetch again)");
           for (const CopyDesc& c : runCopies(ctx_, slice)) hostCopy(c);
         } catch (const Error& e) {
@@ -183,7 +188,7 @@ class HostOp : public TransportOp {
     if (now - *last < std::chrono::milliseconds(2)) return;
     *last = now;
     int pid = ctx_.pids[static_cast<size_t>(rank)];
-    if (!processAlive(pid)) *failure = cat("source rank ", rank, " (pid ", pid, ") died during the fetch");
+    if (!processAlive(pid)) *failure = cat(sourceName(ctx_, rank), " (pid ", pid, ") died during the transfer");
   }
 
   PeerContext ctx_;
@@ -230,7 +235,8 @@ class DeviceOp : public TransportOp {
         for (int r : sources_)
           if (!processAlive(ctx_.pids[static_cast<size_t>(r)])) {
             finished_ = true;
-            error_ = cat("source rank ", r, " (pid ", ctx_.pids[static_cast<size_t>(r)], ") died during the fetch");
+            error_ =
+                cat(sourceName(ctx_, r), " (pid ", ctx_.pids[static_cast<size_t>(r)], ") died during the transfer");
             break;
           }
       }
@@ -263,14 +269,14 @@ class PeerTransport : public FetchTransport {
   }
 
   std::string unreachable(int rank) const override {
-    if (ctx_.buffer->isMapped(rank)) return "";
+    if (ctx_.memory->isMapped(rank)) return "";
     return cat("member ", rank,
                " is not mapped here (another host, or no P2P access between the GPUs); cross-host fetch needs a "
                "network transport");
   }
 
   void submit(const PlanOutput& plan, const std::vector<size_t>& runs, Stream stream) override {
-    if (ctx_.buffer->kind() == MemoryKind::Host) {
+    if (ctx_.memory->kind() == MemoryKind::Host) {
       std::vector<CopyDesc> copies;  // reused: no allocation per run
       for (size_t ri : runs) {
         runCopies(ctx_, plan.runs[ri], copies);
@@ -304,7 +310,7 @@ class PeerTransport : public FetchTransport {
 
   std::unique_ptr<TransportOp> start(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
                                      const FetchOptions& options, Stream stream) override {
-    if (ctx_.buffer->kind() == MemoryKind::Host)
+    if (ctx_.memory->kind() == MemoryKind::Host)
       return std::make_unique<HostOp>(ctx_, std::move(plan), std::move(runs), options);
     Stream s = stream ? stream : ctx_.copier->ownStream();
     submit(*plan, runs, s);

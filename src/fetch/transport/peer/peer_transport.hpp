@@ -1,24 +1,27 @@
-// Same-host fetch over the peer mappings a SymmetricBuffer already holds: the gather kernel or the copy engines on
-// CUDA buffers, CPU copies on host buffers. Owns nothing but the copies in flight: close() drains them.
+// Same-host fetch over peer mappings (a SymmetricBuffer's, or an endpoint pair's: PeerMemory): the gather kernel or
+// the copy engines on CUDA memory, CPU copies on host memory. Owns nothing but the copies in flight: close() drains
+// them.
 #pragma once
 
 #include <memory>
 
 #include "comm/health.hpp"
 #include "fetch/device_copy.hpp"
+#include "fetch/transport/peer/peer_memory.hpp"
 #include "fetch/transport/transport.hpp"
 #include "kvcomm/symm.hpp"
 
 namespace kvcomm::detail {
 
-/// What the peer transport reads: the buffer (its own handle), the layouts, the kernel's view of both.
+/// What the peer transport reads: the memory, the layouts, the kernel's view of both.
 struct PeerContext {
-  const SymmetricBuffer* buffer = nullptr;  // the Fetcher's handle, which outlives every operation
+  std::shared_ptr<const PeerMemory> memory;
   const MemberLayouts* table = nullptr;
   FetchDeviceHandle handle{};
   DeviceErrorRecord* error = nullptr;
   DeviceCopier* copier = nullptr;       // CUDA buffers
   std::vector<int> pids;                // by rank (liveness of sources)
+  std::vector<std::string> names;       // by rank: how errors name a source ("" : "source rank R")
   const GroupHealth* health = nullptr;  // the buffer's group (abort, members known dead); outlives every operation
 };
 
@@ -38,6 +41,9 @@ FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs);
 
 /// Whether process `pid` (on this host) still runs: not gone and not a zombie.
 bool processAlive(int pid);
+
+/// How errors name member `source` (PeerContext::names, else "source rank R").
+std::string sourceName(const PeerContext& c, int source);
 
 /// Why an operation reading from `source` must fail by the group's health ("" when it may go on): the communicator
 /// was aborted, or `source` is known dead.
