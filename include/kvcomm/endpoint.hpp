@@ -243,7 +243,9 @@ class KVCOMM_API Endpoint {
   /// device memory, by the gather kernel (CUDA; capture-safe: a CUDA graph replays it with whatever ids the arrays
   /// hold then) or the CPU (host registrations: synchronous). Ids are checked when the copy runs: a bad pair copies
   /// nothing and is recorded (pollError). Throws Unsupported when the peer cannot be mapped here, and the owner's
-  /// refusal (stale, forged, unregistered) as InvalidArgumentError. The registration's device must be current. Once
+  /// refusal (stale, forged, unregistered) as InvalidArgumentError. The first call for a pair maps the peer and
+  /// writes the kernel's tables: make it before a CUDA graph capture (batch.count 0 does only that; captured first,
+  /// it is refused with InvalidArgumentError). The registration's device must be current. Once
   /// the peer ends the mapping (unregister, revoke, exit), later runs copy nothing and record BlockOutOfRange; a
   /// graph that captured one must not be replayed after this endpoint closes.
   void readDevice(const Registration& local, const RemoteMemory& remote, const DeviceTransferBatch& batch,

@@ -21,6 +21,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
+#include "device/device_memory.hpp"
 #include "endpoint/metadata.hpp"
 #include "endpoint/peer_link.hpp"
 #include "endpoint/peer_mapping.hpp"
@@ -958,6 +959,13 @@ void Endpoint::Impl::startDevice(const char* call, bool push, const Registration
   if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
     KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
   std::shared_ptr<Link> link = linkFor(local, remote);
+  if (local->kind == MemoryKind::Cuda && detail::streamCapturing(stream)) {
+    std::lock_guard<std::mutex> lock(link->peerMu);
+    KVCOMM_CHECK_ARG(link->peer && !link->peer->disabled(), call, "the first device-id transfer between ", local->who(),
+                     " and remote ", remote->who(),
+                     " maps the peer and writes the kernel's tables, which a CUDA graph capture cannot hold: call it "
+                     "once before capturing (batch.count 0 does only that)");
+  }
   detail::ShareStatus status = detail::ShareStatus::Granted;
   std::string why;
   detail::PeerLink* peer = peerFor(*link, *local, remote, &status, &why);

@@ -1008,15 +1008,25 @@ TEST(EndpointCuda, CudaMallocMemoryOnBothSidesAndAHostServerIntoGpuSlots) {
     DeviceCopy dev(im);
     Registration reg = ep.registerMemory(dev.p, bytes, MemoryKind::Cuda, layout, device);
     std::vector<int64_t> src{2, 3, 4, -1, 6}, dst{1, 2, 3, 4, 5};
-    FetchStatus s = ep.read(reg, ep.connect(readFile(metaPath)), src.data(), dst.data(), 5).wait(60000);
-    bool ok = s.state == FetchState::Done;
-    if (!ok) std::fprintf(stderr, "GPU read: %s\n", s.error.c_str());
+    // One host: Auto maps the server's cudaMalloc memory (legacy IPC) and the copy runs on the GPU.
+    Transfer tr = ep.read(reg, ep.connect(readFile(metaPath)), src.data(), dst.data(), 5);
+    FetchStatus s = tr.wait(60000);
+    bool ok = s.state == FetchState::Done && tr.transport() == FetchTransportKind::Peer;
+    if (!ok) std::fprintf(stderr, "GPU read (%s): %s\n", fetchTransportName(tr.transport()), s.error.c_str());
     Image want = clientImage(), srv = serverImage(seed);
     for (size_t i = 0; i < 5; ++i)
       if (src[i] >= 0) want.copyBlock(srv, src[i], dst[i]);
     std::string diff = firstDifference(dev.read(), want.bytes);
     if (!diff.empty()) std::fprintf(stderr, "GPU client after the read: %s\n", diff.c_str());
     ok = ok && diff.empty();
+    // The same pairs over TCP (staged through pinned host memory) land the same bytes.
+    TransferOptions tcp;
+    tcp.via = TransferVia::Tcp;
+    Transfer viaTcp = ep.read(reg, ep.connect(readFile(metaPath)), src.data(), dst.data(), 5, tcp);
+    FetchStatus st = viaTcp.wait(60000);
+    if (st.state != FetchState::Done || viaTcp.transport() != FetchTransportKind::Tcp)
+      std::fprintf(stderr, "GPU read over TCP: %s\n", st.error.c_str());
+    ok = ok && st.state == FetchState::Done && firstDifference(dev.read(), want.bytes).empty();
     std::vector<int64_t> from{0}, to{7};
     FetchStatus w = ep.write(reg, ep.connect(readFile(metaPath)), to.data(), from.data(), 1).wait(60000);
     if (w.state != FetchState::Done) std::fprintf(stderr, "GPU write: %s\n", w.error.c_str());
@@ -1036,6 +1046,132 @@ TEST(EndpointCuda, CudaMallocMemoryOnBothSidesAndAHostServerIntoGpuSlots) {
   EXPECT_EQ(reap(server, 180), 0);
   std::remove(metaPath.c_str());
   std::remove(hostMetaPath.c_str());
+#endif
+}
+
+TEST(EndpointCuda, VmmArenaMappedOnOneHostAndDeviceIdsCapturedInAGraphReplayedWithNewIds) {
+  if (kvtest::arena::gpuCount() == 0) GTEST_SKIP() << kvtest::arena::noGpuReason();
+#ifdef KVCOMM_HAVE_CUDA
+  KvLayout layout = splitKv(64u << 10, 32);
+  const uint64_t seed = testSeed() ^ 0x96a9;
+  const std::string metaPath = tempPath("vmm");
+  Gate ready, replayed, unregistered, finished;
+  auto serverImage = [&](size_t n) {
+    Image im(layout, n, seed + 11);
+    for (size_t r = 0; r < 2; ++r)
+      for (int64_t b = 0; b < 32; ++b) im.put(r, b, seed * 3 + static_cast<uint64_t>(b));
+    return im;
+  };
+  pid_t server = spawn([&] {
+    if (!kvtest::arena::useDevice(MemoryKind::Cuda, 0)) return false;
+    Endpoint ep = Endpoint::create(local("vmm-server"));
+    ArenaOptions ao;
+    ao.kind = MemoryKind::Cuda;
+    Arena arena = Arena::create(layout, ao);  // VMM memory, exportable as POSIX fds
+    Image im = serverImage(arena.bytes());
+    arena.write(0, im.bytes.data(), im.bytes.size());
+    Registration reg = ep.registerArena(arena);
+    writeFile(metaPath, reg.metadata());
+    ready.pass();
+    if (!replayed.wait(120000)) return false;
+    // The client pushed its block 1 into block 30 (writeDevice).
+    Image want = serverImage(arena.bytes());
+    Image pushed(layout, arena.bytes(), seed + 12);
+    pushed.put(0, 1, seed * 8);
+    pushed.put(1, 1, seed * 9);
+    want.copyBlock(pushed, 1, 30);
+    std::vector<uint8_t> got(arena.bytes());
+    arena.read(0, got.data(), got.size());
+    std::string diff = firstDifference(got, want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "VMM server after writeDevice: %s\n", diff.c_str());
+    ep.unregister(reg);  // returns once the client stopped its runs and unmapped
+    unregistered.pass();
+    return diff.empty() && finished.wait(120000);
+  });
+  pid_t client = spawn([&] {
+    if (!ready.wait(60000)) return false;
+    if (!kvtest::arena::useDevice(MemoryKind::Cuda, 0)) return false;
+    Endpoint ep = Endpoint::create(local("vmm-client"));
+    const size_t n = extent(layout);
+    Image im(layout, n, seed + 12);
+    im.put(0, 1, seed * 8);
+    im.put(1, 1, seed * 9);
+    DeviceCopy dev(im);
+    Registration reg = ep.registerMemory(dev.p, n, MemoryKind::Cuda, layout, 0);
+    RemoteMemory r = ep.connect(readFile(metaPath));
+    int64_t* ids = nullptr;  // [0, 4): remote ids, [4, 8): local ids
+    cudaStream_t stream;
+    if (cudaMalloc(reinterpret_cast<void**>(&ids), 8 * sizeof(int64_t)) != cudaSuccess ||
+        cudaStreamCreate(&stream) != cudaSuccess)
+      return false;
+    auto setIds = [&](std::vector<int64_t> v) {
+      return cudaMemcpy(ids, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice) == cudaSuccess;
+    };
+    // Capture once; replay with the ids the arrays hold at launch.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    bool ok = setIds({0, 0, 0, 0, -1, -1, -1, -1});
+    // The first call maps the peer (not capturable: refused inside a capture); count 0 does only that.
+    ok = ok && cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    const std::string early = thrown([&] { ep.readDevice(reg, r, {ids, ids + 4, 4}, stream); });
+    cudaGraph_t aborted = nullptr;
+    cudaStreamEndCapture(stream, &aborted);
+    if (aborted) cudaGraphDestroy(aborted);
+    cudaGetLastError();
+    if (early.find("before capturing") == std::string::npos) std::fprintf(stderr, "capture first: %s\n", early.c_str());
+    ok = ok && early.find("before capturing") != std::string::npos;
+    ep.readDevice(reg, r, {ids, ids + 4, 0}, stream);
+    ok = ok && cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    ep.readDevice(reg, r, {ids, ids + 4, 4}, stream);
+    ok = ok && cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    Image want = im;
+    const Image srv = serverImage(n);
+    for (int round = 0; round < 3 && ok; ++round) {
+      std::vector<int64_t> rem = {3 + round, 10 + round, -1, 31 - round}, loc = {5, 6 + round, 7, 20 + round};
+      ok = setIds({rem[0], rem[1], rem[2], rem[3], loc[0], loc[1], loc[2], loc[3]}) &&
+           cudaGraphLaunch(exec, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess;
+      for (size_t i = 0; i < 4; ++i)
+        if (rem[i] >= 0) want.copyBlock(srv, rem[i], loc[i]);
+      std::string diff = firstDifference(dev.read(), want.bytes);
+      if (!diff.empty()) std::fprintf(stderr, "graph replay %d: %s\n", round, diff.c_str());
+      ok = ok && diff.empty() && ep.pollError(reg, r).kind == DeviceErrorKind::None;
+    }
+    // A bad id copies nothing and is recorded.
+    ok = ok && setIds({99, -1, -1, -1, 9, -1, -1, -1}) && cudaGraphLaunch(exec, stream) == cudaSuccess &&
+         cudaStreamSynchronize(stream) == cudaSuccess;
+    DeviceError e = ep.pollError(reg, r);
+    ok = ok && e.kind == DeviceErrorKind::BlockOutOfRange && firstDifference(dev.read(), want.bytes).empty();
+    if (e.kind != DeviceErrorKind::BlockOutOfRange) std::fprintf(stderr, "bad id not recorded\n");
+    // Push block 1 into the server's block 30, stream-ordered; then a polled read through the same mapping.
+    ok = ok && setIds({30, -1, -1, -1, 1, -1, -1, -1});
+    ep.writeDevice(reg, r, {ids, ids + 4, 1}, stream);
+    ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
+    std::vector<int64_t> ps{12}, pd{13};
+    Transfer t = ep.read(reg, r, ps.data(), pd.data(), 1);
+    ok = ok && t.transport() == FetchTransportKind::Peer && t.wait(60000).state == FetchState::Done;
+    want.copyBlock(srv, 12, 13);
+    ok = ok && firstDifference(dev.read(), want.bytes).empty();
+    replayed.pass();
+    // The server unregisters: its unregister returned only after this endpoint stopped and unmapped, so a replay
+    // now copies nothing and records the failure.
+    ok = ok && unregistered.wait(60000);
+    ok = ok && setIds({4, -1, -1, -1, 25, -1, -1, -1}) && cudaGraphLaunch(exec, stream) == cudaSuccess &&
+         cudaStreamSynchronize(stream) == cudaSuccess;
+    const bool refused = ep.pollError(reg, r).kind == DeviceErrorKind::BlockOutOfRange;
+    if (!refused) std::fprintf(stderr, "a replay after the owner's unregister was not refused\n");
+    std::string diff = firstDifference(dev.read(), want.bytes);
+    if (!diff.empty()) std::fprintf(stderr, "after the owner's unregister: %s\n", diff.c_str());
+    finished.pass();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFree(ids);
+    return ok && refused && diff.empty();
+  });
+  EXPECT_EQ(reap(client, 180), 0);
+  EXPECT_EQ(reap(server, 180), 0);
+  std::remove(metaPath.c_str());
 #endif
 }
 
