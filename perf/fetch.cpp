@@ -25,6 +25,7 @@
 
 #include "bench/bench.hpp"
 #include "cli/args.hpp"
+#include "fetch_endpoint.hpp"
 #include "fetch_net.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/fetch.hpp"
@@ -526,8 +527,12 @@ int main(int argc, char** argv) {
   args.flag("--sweep",
             "cross-host mode: block sizes 4 KiB-2 MiB x batches 1-16k (endpoint pull/push beside the "
             "Fetcher and a raw socket) instead of the fixed cases");
+  args.flag("--endpoint",
+            "same-host endpoint sweep (2 ranks on one host): block sizes 4 KiB-2 MiB x batches 1-16k, the endpoint's "
+            "read, write and readDevice through the peer mapping beside the Fetcher's start and fetchDevice");
   Options o;
   kvbench::NetOptions net;
+  bool endpoint = false;
   std::string kindArg;
   int rc = kvcli::parseOrExit(args, argc, argv, [&] {
     if (args.given("kind")) kindArg = args.choice("kind", {"cuda", "host"});
@@ -535,6 +540,7 @@ int main(int argc, char** argv) {
     o.quick = args.given("quick");
     o.computeIters = static_cast<int>(args.integer("compute-iters", 1, 10000000));
     o.json = args.text("json");
+    endpoint = args.given("endpoint");
     if (args.given("net-rank")) {
       net.rank = static_cast<int>(args.integer("net-rank", 0, 1));
       net.idFile = args.text("id-file");
@@ -558,7 +564,14 @@ int main(int argc, char** argv) {
     const bool ownGpus = dev >= 0 && world.topology().sharedGpu().first < 0;
     kvbench::Placement where = kvbench::placement();
     const std::string kind = kindArg.empty() ? (ownGpus ? "cuda" : "host") : kindArg;
-    if (kind == "cuda") {
+    if (endpoint) {
+      kvbench::EndpointPeerOptions eo;
+      eo.kind = kind;
+      eo.reps = o.reps;
+      eo.quick = o.quick;
+      eo.json = o.json;
+      kvbench::runEndpointPeer(world, eo, where);
+    } else if (kind == "cuda") {
 #ifdef KVCOMM_HAVE_CUDA
       runGpu(world, o, where);
 #else

@@ -160,6 +160,12 @@ if [ "$what" != tests ]; then
       tee -a "$OUT/perf.txt" | tail -16
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+  for k in cuda host; do
+    step "perf: endpoint on one host ($k memory): peer mapping beside the Fetcher, device ids, per-block copies"
+    timeout 400 "${mpi[@]}" "$build/perf/perf_fetch" --endpoint --kind $k --reps 20 --json "$OUT/perf.jsonl" 2>&1 | \
+      tee -a "$OUT/perf.txt" | grep -E "^\|" | head -80
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
   for b in "$build"/perf/perf_publish "$build"/perf/perf_fetch; do
     [ -x "$b" ] || continue
     step "perf: $(basename "$b")"

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -121,6 +122,11 @@ class HostOp : public TransportOp {
     *finished = finished_;
     *error = error_;
   }
+  // Woken by the worker when it ends (the default's millisecond sleeps were the floor of a small transfer's wait).
+  bool waitEnded(int64_t timeoutMs) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    return ended_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(timeoutMs, 0)), [&] { return finished_; });
+  }
 
  private:
   void work() {
@@ -176,6 +182,7 @@ class HostOp : public TransportOp {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = failure;
     finished_ = true;
+    ended_.notify_all();
   }
 
   void checkSource(int rank, std::chrono::steady_clock::time_point* last, std::string* failure) {
@@ -197,6 +204,7 @@ class HostOp : public TransportOp {
   uint64_t rate_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
+  std::condition_variable ended_;
   std::map<size_t, int64_t> progress_;  // run -> blocks landed
   bool finished_ = false;
   std::string error_;
@@ -218,6 +226,15 @@ class DeviceOp : public TransportOp {
     }
   }
   void setSources(std::vector<int> ranks) { sources_ = std::move(ranks); }
+  // Polls the event briefly instead of the default's millisecond sleeps (a small copy ends in microseconds).
+  bool waitEnded(int64_t timeoutMs) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeoutMs, 0));
+    for (;;) {
+      if (finished_ || event_->done()) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(5));
+    }
+  }
   void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     if (!finished_) {
       bool done = event_->done();
