@@ -828,6 +828,37 @@ TEST(EndpointPeer, UnregisterAndRevokeEndTheMappingAfterThePeerStoppedAndStaleMe
   sa.free();  // unpinned: nothing maps it any more
 }
 
+TEST(EndpointPeer, ThreeHundredMapTransferUnregisterCyclesLeaveNoDescriptorMappingOrThreadBehind) {
+  KvLayout layout = splitKv(4096, 8);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Arena sa = hostArena(layout), ca = hostArena(layout);
+  std::memset(sa.data(), 0x77, sa.bytes());
+  Registration c = client.registerArena(ca);
+  std::vector<int64_t> ids{0, 3, 7};
+  int fd0 = 0, th0 = 0;
+  size_t maps0 = 0;
+  for (int cycle = 0; cycle < 300; ++cycle) {
+    if (cycle == 1) {  // after the first cycle: every lazily made thread exists
+      fd0 = openFds();
+      th0 = threads();
+      maps0 = mappings();
+    }
+    Registration s = server.registerArena(sa);
+    std::memset(ca.data(), 0, ca.bytes());
+    Transfer t = client.read(c, client.connect(s.metadata()), ids.data(), ids.data(), ids.size());
+    ASSERT_EQ(t.transport(), FetchTransportKind::Peer);
+    ASSERT_EQ(t.wait(20000).state, FetchState::Done) << "cycle " << cycle;
+    ASSERT_EQ(static_cast<uint8_t*>(ca.data())[layout.regions[1].offset + 7 * layout.regions[1].blockStride], 0x77);
+    server.unregister(s);  // the client unmapped before this returns
+  }
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
+      << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
+  EXPECT_EQ(mappings(), maps0);
+  client.unregister(c);
+  sa.free();
+}
+
 TEST(EndpointPeer, AStoppedHolderMakesABoundedUnregisterNameItAndADeadOneNeverBlocksIt) {
   KvLayout layout = splitKv(2048, 16);
   Endpoint server = Endpoint::create(local("server"));
