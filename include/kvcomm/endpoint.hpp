@@ -227,6 +227,12 @@ class KVCOMM_API Endpoint {
   RemoteMemory connect(const std::vector<uint8_t>& metadata);
   RemoteMemory connect(const void* metadata, size_t bytes);
 
+  /// Forgets a peer's registration: its transfers still running are cancelled (failed, "disconnected"), its
+  /// connections close, a same-host mapping is unmapped (the owner's lease ends) and the handle refuses further
+  /// transfers. A long-lived endpoint that meets many peers disconnects those it is done with; connect() again
+  /// from the metadata to use it later. Idempotent.
+  void disconnect(RemoteMemory& remote);
+
   /// Pulls remote blocks into local ones: pair i copies remote block remoteBlocks[i] into local block
   /// localBlocks[i], in every region (layouts: same region count and blockBytes). -1 on either side skips the pair;
   /// everything is validated before anything moves (ids in range, no duplicate destination) and consecutive pairs

@@ -360,6 +360,15 @@ class Endpoint:
             raise invalid("Endpoint.connect", -1, f"metadata must be bytes, got {type(metadata).__name__}")
         return RemoteMemory(self._native.connect(bytes(metadata)))
 
+    def disconnect(self, remote: RemoteMemory) -> None:
+        """Forgets a peer's registration: its running transfers are cancelled (failed, "disconnected"), its
+        connections close, a same-host mapping is unmapped, and the handle refuses further transfers (connect again
+        from the metadata). Idempotent."""
+        if not isinstance(remote, RemoteMemory):
+            raise invalid("Endpoint.disconnect", -1, f"remote must be a kvcomm.RemoteMemory (Endpoint.connect), got "
+                          f"{type(remote).__name__}")
+        self._native.disconnect(remote._native)
+
     def _start(self, call: str, push: bool, local: Any, remote: Any, remote_blocks: Any, local_blocks: Any,
                via: Any) -> Transfer:
         reg = self._registration(local, "local", call)

@@ -151,6 +151,7 @@ void bindEndpoint(nb::module_& m) {
             return e.connect(copy.data(), copy.size());
           },
           nb::arg("metadata"))
+      .def("disconnect", &Endpoint::disconnect, nb::arg("remote"), nb::call_guard<nb::gil_scoped_release>())
       .def(
           "read",
           [](Endpoint& e, const Registration& local, const RemoteMemory& remote, uintptr_t remoteBlocks,

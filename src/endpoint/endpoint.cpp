@@ -188,6 +188,7 @@ struct RemoteMemory::Impl {
   std::mutex mu;
   std::shared_ptr<detail::PeerMapping> mapping;  // same host: mapped at the first peer transfer
   std::string notShareable;                      // the owner said its memory cannot be mapped (asked once)
+  std::atomic<bool> disconnected{false};
   std::string who() const {
     return cat("registration ", hex(meta.regionId), " of endpoint '", meta.name, "' (", meta.tcp.toString(), ")");
   }
@@ -238,6 +239,7 @@ struct Link {
   std::mutex peerMu;
   std::unique_ptr<detail::PeerLink> peer;                    // same host, once mapped
   std::vector<std::weak_ptr<Transfer::Impl>> peerTransfers;  // that use `peer` (cancelled when its mapping ends)
+  std::vector<std::weak_ptr<Transfer::Impl>> tcpTransfers;   // over `tcp` (cancelled at disconnect)
 };
 
 }  // namespace
@@ -809,6 +811,8 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   }
   KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
   KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
+  KVCOMM_CHECK_ARG(!remote->disconnected, call, "remote ", remote->who(),
+                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
   switch (options.via) {
     case TransferVia::Auto:
     case TransferVia::Tcp:
@@ -925,6 +929,11 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     link->peerTransfers.push_back(t);
   } else {
     t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
+    std::lock_guard<std::mutex> pl(link->peerMu);
+    link->tcpTransfers.erase(std::remove_if(link->tcpTransfers.begin(), link->tcpTransfers.end(),
+                                            [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
+                             link->tcpTransfers.end());
+    link->tcpTransfers.push_back(t);
   }
   std::lock_guard<std::mutex> lock(local->mu);
   if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
@@ -952,6 +961,8 @@ void Endpoint::Impl::startDevice(const char* call, bool push, const Registration
   }
   KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
   KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
+  KVCOMM_CHECK_ARG(!remote->disconnected, call, "remote ", remote->who(),
+                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
   KVCOMM_CHECK_ARG(batch.count <= limits::kMaxFetchPairs, call, "count ", batch.count,
                    " exceeds kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
   KVCOMM_CHECK_ARG(batch.count == 0 || (batch.remoteBlocks && batch.localBlocks), call, batch.count,
@@ -1101,6 +1112,63 @@ void Endpoint::Impl::endMapping(const std::shared_ptr<detail::PeerMapping>& mapp
     }
   }
   mapping->unmap(why);  // waits for every use, unmaps, and closes the lease: the owner's acknowledgement
+}
+
+void Endpoint::disconnect(RemoteMemory& remote) {
+  const char* call = "Endpoint::disconnect";
+  auto* e = require(impl_, call, "Endpoint");
+  auto r = remote.impl_;
+  require(r, call, "RemoteMemory");
+  if (r->disconnected.exchange(true)) return;
+  const std::string why = cat("remote ", r->who(), " was disconnected by this endpoint");
+  std::vector<std::shared_ptr<Link>> gone;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    for (auto it = e->remotes.begin(); it != e->remotes.end();)
+      it = it->second == r ? e->remotes.erase(it) : std::next(it);
+    for (auto it = e->links.begin(); it != e->links.end();) {
+      if (it->first.second == r.get()) {
+        gone.push_back(it->second);
+        it = e->links.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& link : gone) {
+    std::vector<std::shared_ptr<Transfer::Impl>> live;
+    {
+      std::lock_guard<std::mutex> lock(link->peerMu);
+      for (auto* list : {&link->peerTransfers, &link->tcpTransfers}) {
+        for (auto& w : *list)
+          if (auto t = w.lock()) live.push_back(std::move(t));
+        list->clear();
+      }
+      if (link->peer) {
+        link->peer->disable();
+        std::lock_guard<std::mutex> el(e->mu);
+        e->retired.push_back(std::move(link->peer));  // a captured graph may still name its tables
+      }
+    }
+    for (auto& t : live) {
+      std::lock_guard<std::mutex> lock(t->mu);
+      t->cancel(why);
+    }
+  }
+  std::shared_ptr<detail::PeerMapping> mapping;
+  {
+    std::lock_guard<std::mutex> lock(r->mu);
+    mapping = std::move(r->mapping);
+  }
+  if (mapping) mapping->unmap(why);  // the owner's lease ends; the watcher forgets it at its next pass
+  {
+    std::lock_guard<std::mutex> lock(e->watchMu);
+    std::erase_if(e->watches, [&](const Impl::Watch& w) { return w.mapping == mapping; });
+    if (e->watchWake) {
+      uint64_t one = 1;
+      (void)!::write(e->watchWake.get(), &one, sizeof(one));
+    }
+  }
 }
 
 void Endpoint::close() {

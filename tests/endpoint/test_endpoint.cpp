@@ -859,6 +859,52 @@ TEST(EndpointPeer, ThreeHundredMapTransferUnregisterCyclesLeaveNoDescriptorMappi
   sa.free();
 }
 
+TEST(EndpointPeer, ALongLivedEndpointThatConnectsTransfersAndDisconnectsThreeHundredTimesStaysFlat) {
+  KvLayout layout = splitKv(4096, 8);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Arena sa = hostArena(layout), ca = hostArena(layout);
+  std::memset(sa.data(), 0x5d, sa.bytes());
+  std::vector<uint8_t> plain(extent(layout), 0x2e);  // plain memory: reached over TCP
+  Registration s = server.registerArena(sa);
+  Registration sp = server.registerMemory(plain.data(), plain.size(), MemoryKind::Host, layout);
+  Registration c = client.registerArena(ca);
+  std::vector<int64_t> ids{1, 4};
+  int fd0 = 0, th0 = 0;
+  size_t maps0 = 0;
+  for (int cycle = 0; cycle < 300; ++cycle) {
+    if (cycle == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server reaps finished connections
+      fd0 = openFds();
+      th0 = threads();
+      maps0 = mappings();
+    }
+    const bool tcp = cycle % 2;
+    RemoteMemory r = client.connect(tcp ? sp.metadata() : s.metadata());
+    Transfer t = client.read(c, r, ids.data(), ids.data(), ids.size());
+    ASSERT_EQ(t.transport(), tcp ? FetchTransportKind::Tcp : FetchTransportKind::Peer);
+    ASSERT_EQ(t.wait(20000).state, FetchState::Done) << "cycle " << cycle;
+    client.disconnect(r);
+    EXPECT_NE(thrown([&] { client.read(c, r, ids.data(), ids.data(), ids.size()); }).find("disconnected"),
+              std::string::npos);
+  }
+  EXPECT_TRUE(kvtest::arena::waitUntil([&] { return openFds() <= fd0 && threads() <= th0; }, 5000))
+      << "descriptors " << fd0 << " -> " << openFds() << ", threads " << th0 << " -> " << threads();
+  EXPECT_EQ(mappings(), maps0);
+  // A disconnect while a transfer runs cancels it (failed, naming the disconnect) and returns once it stopped.
+  RemoteMemory r = client.connect(s.metadata());
+  std::vector<int64_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+  Transfer t = client.read(c, r, all.data(), all.data(), all.size());
+  client.disconnect(r);
+  FetchStatus st = t.wait(20000);
+  EXPECT_NE(st.state, FetchState::InProgress);
+  if (st.state == FetchState::Failed) {
+    EXPECT_NE(st.error.find("disconnected"), std::string::npos) << st.error;
+  }
+  server.unregister(s);
+  sa.free();
+}
+
 TEST(EndpointPeer, AStoppedHolderMakesABoundedUnregisterNameItAndADeadOneNeverBlocksIt) {
   KvLayout layout = splitKv(2048, 16);
   Endpoint server = Endpoint::create(local("server"));

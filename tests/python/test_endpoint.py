@@ -147,6 +147,34 @@ def _server_process(metadata: Any, commands: Any, results: Any) -> None:
         results.put((False, traceback.format_exc()))
 
 
+def test_arenas_on_one_host_are_mapped_and_a_disconnect_forgets_the_peer():
+    layout = [kvcomm.KvRegion(0, 4096, 4096, 16)]
+    with local_endpoint("server") as server, local_endpoint("client") as client:
+        sa, ca = kvcomm.Arena(layout, kind="host"), kvcomm.Arena(layout, kind="host")
+        src, dst = sa.view(), ca.view()
+        src[:] = pattern(5, src.size)
+        dst[:] = 0
+        before = dst.copy()
+        served, mine = server.register_arena(sa), client.register_arena(ca)
+        remote = client.connect(served.metadata())
+        t = client.read(mine, remote, [3, 9], [0, 15])
+        done(t)
+        assert t.transport == kvcomm.FetchTransport.Peer  # memfd memory: mapped, not sent over a socket
+        assert t.info.host_runs > 0 and t.info.tcp_runs == 0
+        np.testing.assert_array_equal(dst, copied(before, layout, src, layout, [3, 9], [0, 15]))
+        with pytest.raises(kvcomm.UnsupportedError, match="another host|memfd"):
+            plain = np.zeros(16 * 4096, np.uint8)
+            other = client.register(plain, layout)
+            client.read(other, client.connect(server.register(np.zeros(16 * 4096, np.uint8), layout).metadata()),
+                        [0], [0], via="peer")
+        client.disconnect(remote)
+        client.disconnect(remote)  # idempotent
+        with pytest.raises(kvcomm.InvalidArgumentError, match="disconnected"):
+            client.read(mine, remote, [0], [1])
+        server.unregister(served)
+        client.unregister(mine)
+
+
 def test_a_server_in_another_process():
     ctx = mp.get_context("spawn")
     metadata, commands, results = ctx.Queue(), ctx.Queue(), ctx.Queue()
