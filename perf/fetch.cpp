@@ -408,17 +408,6 @@ void runGpu(kvcomm::Communicator& world, const Options& opt, const kvbench::Plac
 
 #endif  // KVCOMM_HAVE_CUDA
 
-kvbench::Stats wallUs(const std::function<void()>& op, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    op();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
-  }
-  return kvbench::stats(t);
-}
-
 void runHost(kvcomm::Communicator& world, const Options& opt, const kvbench::Placement& where) {
   const std::string& json = opt.json;
   const int me = world.rank();
@@ -481,8 +470,8 @@ void runHost(kvcomm::Communicator& world, const Options& opt, const kvbench::Pla
       char* peer = static_cast<char*>(buf.peer(1));
       kvcomm::FetchRequest q{1, ids.src.data(), ids.dst.data(), ids.src.size(), 0};
       std::vector<double> plans;
-      kvbench::Stats kv = wallUs([&] { plans.push_back(f.fetch({q}).planMicros); }, reps, 2);
-      kvbench::Stats loop = wallUs(
+      kvbench::Stats kv = kvbench::wallUs([&] { plans.push_back(f.fetch({q}).planMicros); }, reps, 2);
+      kvbench::Stats loop = kvbench::wallUs(
           [&] {
             for (size_t i = 0; i < c.pairs; ++i)
               for (int j = 0; j < c.regions; ++j)

@@ -26,17 +26,6 @@ namespace kvbench {
 
 namespace {
 
-Stats wall(const std::function<void()>& op, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    op();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
-  }
-  return stats(t);
-}
-
 #ifdef KVCOMM_HAVE_CUDA
 // us between events around `op` on `s` (host work in the call included), and the host us spent in the call.
 struct Timed {
@@ -130,14 +119,14 @@ void runEndpointPeer(kvcomm::Communicator& world, const EndpointPeerOptions& o, 
         const double bytes = static_cast<double>(n * bb);
         const int reps = n * bb > (64u << 20) ? std::max(5, o.reps / 4) : o.reps;
         kvcomm::FetchRequest q{1, src.data(), dst.data(), n, 0};
-        Stats fetcher = wall([&] { f.start({q}).wait(); }, reps, 3);
+        Stats fetcher = wallUs([&] { f.start({q}).wait(); }, reps, 3);
         auto row = [&](const std::string& op, const Stats& s, const std::string& vs, const std::string& host) {
           rep.row({std::to_string(bb), std::to_string(n), op, std::to_string(s.reps), fmt(s.median), fmt(s.p99),
                    fmt(bytes / s.median / 1e3, 2), vs, host});
         };
         row("Fetcher start + wait (polled)", fetcher, "1", "-");
         kvcomm::FetchTransportKind path = kvcomm::FetchTransportKind::None;
-        Stats rd = wall(
+        Stats rd = wallUs(
             [&] {
               kvcomm::Transfer t = ep.read(reg, remote, src.data(), dst.data(), n);
               path = t.transport();
@@ -146,7 +135,7 @@ void runEndpointPeer(kvcomm::Communicator& world, const EndpointPeerOptions& o, 
             reps, 3);
         const std::string via = std::string(" [") + kvcomm::fetchTransportName(path) + "]";
         row("endpoint read + wait (polled)" + via, rd, fmt(fetcher.median / rd.median, 3), "-");
-        Stats wr = wall(
+        Stats wr = wallUs(
             [&] {
               kvcomm::Transfer t = ep.write(reg, remote, src.data(), dst.data(), n);
               if (t.wait().state != kvcomm::FetchState::Done) throw std::runtime_error("endpoint write failed");
@@ -156,7 +145,7 @@ void runEndpointPeer(kvcomm::Communicator& world, const EndpointPeerOptions& o, 
         if (!cuda && n <= 4096) {
           char* local = static_cast<char*>(buf.local());
           char* peer = static_cast<char*>(buf.peer(1));
-          Stats mc = wall(
+          Stats mc = wallUs(
               [&] {
                 for (size_t i = 0; i < n; ++i)
                   std::memcpy(local + static_cast<size_t>(dst[i]) * bb, peer + static_cast<size_t>(src[i]) * bb, bb);

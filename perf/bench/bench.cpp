@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,17 @@ Stats stats(std::vector<double> v) {
   s.p90 = rank(0.9);
   s.p99 = rank(0.99);
   return s;
+}
+
+Stats wallUs(const std::function<void()>& op, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) op();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    op();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  return stats(t);
 }
 
 double median(std::vector<double> v) {

@@ -3,6 +3,7 @@
 // support/cli/args.hpp.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct Stats {
   int reps = 0;    ///< how many values
 };
 Stats stats(std::vector<double> values);
+/// Host wall-clock us of `op` (steady clock), `warmup` untimed calls first.
+Stats wallUs(const std::function<void()>& op, int reps, int warmup);
 double median(std::vector<double> values);
 /// Each statistic's maximum over the ranks of MPI_COMM_WORLD: the slowest rank counts. Collective.
 Stats maxOverRanks(const Stats& s);

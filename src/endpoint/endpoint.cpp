@@ -416,6 +416,9 @@ struct Endpoint::Impl {
   void waitLeases(Registration::Impl& r, int64_t timeoutMs);
   std::shared_ptr<Link> linkFor(const std::shared_ptr<Registration::Impl>& local,
                                 const std::shared_ptr<RemoteMemory::Impl>& remote);
+  /// The two handles of a transfer, checked: valid, the local one ours and registered, the remote connected.
+  std::pair<std::shared_ptr<Registration::Impl>, std::shared_ptr<RemoteMemory::Impl>> checkPair(
+      const char* call, const Registration& local, const RemoteMemory& remote);
   detail::PeerLink* peerFor(Link& link, const Registration::Impl& local,
                             const std::shared_ptr<RemoteMemory::Impl>& remote, detail::ShareStatus* status,
                             std::string* why);
@@ -723,6 +726,23 @@ std::shared_ptr<Link> Endpoint::Impl::linkFor(const std::shared_ptr<Registration
   return link;
 }
 
+std::pair<std::shared_ptr<Registration::Impl>, std::shared_ptr<RemoteMemory::Impl>> Endpoint::Impl::checkPair(
+    const char* call, const Registration& localReg, const RemoteMemory& remoteMem) {
+  auto local = localReg.impl_;
+  auto remote = remoteMem.impl_;
+  require(local, call, "Registration");
+  require(remote, call, "RemoteMemory");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    requireOpen(call);
+  }
+  KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
+  KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
+  KVCOMM_CHECK_ARG(!remote->disconnected, call, "remote ", remote->who(),
+                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
+  return {std::move(local), std::move(remote)};
+}
+
 detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& local,
                                           const std::shared_ptr<RemoteMemory::Impl>& remote,
                                           detail::ShareStatus* status, std::string* why) {
@@ -801,18 +821,7 @@ struct Planned {
 Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& localReg, const RemoteMemory& remoteMem,
                                const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
                                const TransferOptions& options) {
-  auto local = localReg.impl_;
-  auto remote = remoteMem.impl_;
-  require(local, call, "Registration");
-  require(remote, call, "RemoteMemory");
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    requireOpen(call);
-  }
-  KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
-  KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
-  KVCOMM_CHECK_ARG(!remote->disconnected, call, "remote ", remote->who(),
-                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
+  auto [local, remote] = checkPair(call, localReg, remoteMem);
   switch (options.via) {
     case TransferVia::Auto:
     case TransferVia::Tcp:
@@ -951,18 +960,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
 
 void Endpoint::Impl::startDevice(const char* call, bool push, const Registration& localReg,
                                  const RemoteMemory& remoteMem, const DeviceTransferBatch& batch, Stream stream) {
-  auto local = localReg.impl_;
-  auto remote = remoteMem.impl_;
-  require(local, call, "Registration");
-  require(remote, call, "RemoteMemory");
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    requireOpen(call);
-  }
-  KVCOMM_CHECK_ARG(local->endpointId == id, call, local->who(), " belongs to another endpoint");
-  KVCOMM_CHECK_ARG(local->registered, call, local->who(), " is unregistered");
-  KVCOMM_CHECK_ARG(!remote->disconnected, call, "remote ", remote->who(),
-                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
+  auto [local, remote] = checkPair(call, localReg, remoteMem);
   KVCOMM_CHECK_ARG(batch.count <= limits::kMaxFetchPairs, call, "count ", batch.count,
                    " exceeds kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
   KVCOMM_CHECK_ARG(batch.count == 0 || (batch.remoteBlocks && batch.localBlocks), call, batch.count,

@@ -89,24 +89,7 @@ PeerMapping::Opened PeerMapping::open(const EndpointMetadata& m, int device, int
         bytes, r.offset + (r.numBlocks - 1) * (r.blockStride ? r.blockStride : r.blockBytes) + r.blockBytes);
   KVCOMM_CHECK_ARG(reply.offset <= reply.span && bytes <= reply.span - reply.offset, call, owner, " shares ",
                    reply.span, " bytes from offset ", reply.offset, ", its layout needs ", bytes);
-  std::vector<PieceMeta> metas(reply.count);
-  std::vector<Fd> fds;
-  if (reply.count > 0) {
-    waitReadable(sock.get(), deadline, {}, "share pieces");
-    const size_t want = reply.count * sizeof(PieceMeta);
-    KVCOMM_CHECK_ARG(recvPlain(sock.get(), metas.data(), want, "share pieces") == want, call, "short piece table from ",
-                     owner);
-    while (fds.size() < reply.count) {
-      uint32_t count = 0;
-      size_t plen = sizeof(count);
-      size_t expect = std::min<size_t>(kFdBatch, reply.count - fds.size());
-      waitReadable(sock.get(), deadline, {}, "share descriptors");
-      auto got = recvWithFds(sock.get(), &count, &plen, expect);
-      if (got.size() != count || count != expect)
-        KVCOMM_THROW(NetworkError, call, "expected ", expect, " descriptors from ", owner, ", received ", got.size());
-      for (auto& f : got) fds.push_back(std::move(f));
-    }
-  }
+  ExportSet pieces = recvPieces(sock.get(), reply.count, deadline, {}, owner);
   auto p = std::shared_ptr<PeerMapping>(new PeerMapping());
   p->shareKind_ = kind;
   p->kind_ = kind == ShareKind::MemFd ? MemoryKind::Host : MemoryKind::Cuda;
@@ -117,7 +100,7 @@ PeerMapping::Opened PeerMapping::open(const EndpointMetadata& m, int device, int
     } else {
       p->memory_ = std::make_unique<arena::ImportedMemory>(
           kind == ShareKind::MemFd ? HandleKind::MemFd : HandleKind::CudaPosixFd, reply.span, reply.span);
-      p->memory_->map(metas, fds, reply.span);
+      p->memory_->map(pieces.metas, pieces.fds, reply.span);
     }
   });
   p->base_ = p->memory_->base() + reply.offset;

@@ -274,14 +274,7 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
         metas.push_back({p.offset, p.bytes, p.chunkOffset, p.chunk->bytes()});
         fds.push_back(p.chunk->exportFd());
       }
-      sendPlain(conn.get(), metas.data(), metas.size() * sizeof(PieceMeta), "share pieces");
-      for (size_t i = 0; i < fds.size(); i += kFdBatch) {
-        size_t k = std::min(kFdBatch, fds.size() - i);
-        std::vector<int> raw;
-        for (size_t j = 0; j < k; ++j) raw.push_back(fds[i + j].get());
-        uint32_t count = static_cast<uint32_t>(k);
-        sendWithFds(conn.get(), &count, sizeof(count), raw.data(), raw.size());
-      }
+      sendPieces(conn.get(), metas, fds);
     }
     setNonBlocking(conn.get(), true);
     sent = true;

@@ -272,14 +272,41 @@ void FdServer::answer(Fd conn, const std::vector<char>& request) {
   reply.count = static_cast<uint32_t>(set->fds.size());
   sendPlain(conn.get(), &reply, sizeof(reply), "fd server reply");
   if (reply.count == 0) return;  // closing the connection: the client reads end of stream
-  sendPlain(conn.get(), set->metas.data(), set->metas.size() * sizeof(PieceMeta), "fd server metas");
-  for (size_t i = 0; i < set->fds.size(); i += kFdBatch) {
-    size_t k = std::min(kFdBatch, set->fds.size() - i);
+  sendPieces(conn.get(), set->metas, set->fds);
+}
+
+void sendPieces(int sock, const std::vector<PieceMeta>& metas, const std::vector<Fd>& fds) {
+  sendPlain(sock, metas.data(), metas.size() * sizeof(PieceMeta), "piece table");
+  for (size_t i = 0; i < fds.size(); i += kFdBatch) {
+    size_t k = std::min(kFdBatch, fds.size() - i);
     std::vector<int> raw;
-    for (size_t j = 0; j < k; ++j) raw.push_back(set->fds[i + j].get());
+    for (size_t j = 0; j < k; ++j) raw.push_back(fds[i + j].get());
     uint32_t count = static_cast<uint32_t>(k);
-    sendWithFds(conn.get(), &count, sizeof(count), raw.data(), raw.size());
+    sendWithFds(sock, &count, sizeof(count), raw.data(), raw.size());
   }
+}
+
+ExportSet recvPieces(int sock, uint32_t count, Clock::time_point deadline, const std::function<void()>& stopIf,
+                     const std::string& from) {
+  ExportSet out;
+  if (count == 0) return out;
+  out.metas.resize(count);
+  const size_t want = count * sizeof(PieceMeta);
+  waitReadable(sock, deadline, stopIf, "piece table");
+  if (recvPlain(sock, out.metas.data(), want, "piece table") != want)
+    KVCOMM_THROW(NetworkError, "piece table", "short piece table from ", from);
+  while (out.fds.size() < count) {
+    uint32_t n = 0;
+    size_t plen = sizeof(n);
+    size_t expect = std::min<size_t>(kFdBatch, count - out.fds.size());
+    waitReadable(sock, deadline, stopIf, "piece descriptors");
+    auto fds = recvWithFds(sock, &n, &plen, expect);
+    if (fds.size() != n || n != expect)
+      KVCOMM_THROW(NetworkError, "piece descriptors", "expected ", expect, " descriptors in a batch from ", from,
+                   ", received ", fds.size());
+    for (auto& f : fds) out.fds.push_back(std::move(f));
+  }
+  return out;
 }
 
 ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t bufferId, uint64_t generation,
@@ -296,23 +323,8 @@ ExportSet fetchFds(const std::string& serverName, const Token& token, uint64_t b
   char raw[sizeof(FdReply) + 1];
   waitReadable(sock.get(), deadline, stopIf, "fetchFds");
   FdReply reply = decodeFdReply(raw, recvPlain(sock.get(), raw, sizeof(raw), "fd reply"), serverName);
-  ExportSet out;
-  if (reply.count == 0) return out;
-  out.metas.resize(reply.count);
-  size_t want = reply.count * sizeof(PieceMeta);
-  waitReadable(sock.get(), deadline, stopIf, "fetchFds");
-  KVCOMM_CHECK_ARG(recvPlain(sock.get(), out.metas.data(), want, "fd metas") == want, "fetchFds",
-                   "short piece table from fd server");
-  while (out.fds.size() < reply.count) {
-    uint32_t count = 0;
-    size_t plen = sizeof(count);
-    size_t expect = std::min(kFdBatch, reply.count - out.fds.size());
-    waitReadable(sock.get(), deadline, stopIf, "fetchFds");
-    auto fds = recvWithFds(sock.get(), &count, &plen, expect);
-    if (fds.size() != count || count != expect)
-      KVCOMM_THROW(NetworkError, "fetchFds", "expected ", expect, " descriptors in a batch, received ", fds.size());
-    for (auto& f : fds) out.fds.push_back(std::move(f));
-  }
+  if (reply.count == 0) return ExportSet{};
+  ExportSet out = recvPieces(sock.get(), reply.count, deadline, stopIf, cat("fd server ", serverName));
   // End of stream means the server closed its end: no transient descriptor outlives the exchange on either side.
   char tail;
   waitReadable(sock.get(), deadline, stopIf, "fetchFds");

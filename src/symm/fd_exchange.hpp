@@ -132,6 +132,14 @@ size_t recvPlain(int sock, void* data, size_t len, const char* what);
 /// Waits until `sock` is readable, in slices of at most 100 ms that run `stopIf`; Timeout at `deadline`.
 void waitReadable(int sock, Clock::time_point deadline, const std::function<void()>& stopIf, const char* what);
 
+/// The piece table (`metas`) as one message, then `fds` in batches of at most kFdBatch (each a uint32 count with
+/// SCM_RIGHTS): how the fd server and an endpoint's share server hand memory over.
+void sendPieces(int sock, const std::vector<PieceMeta>& metas, const std::vector<Fd>& fds);
+/// Receives what sendPieces sent for `count` pieces (0: nothing); NetworkError naming `from` when short or malformed,
+/// Timeout at `deadline`.
+ExportSet recvPieces(int sock, uint32_t count, Clock::time_point deadline, const std::function<void()>& stopIf,
+                     const std::string& from);
+
 /// Sends `payload` with `fds` attached (SCM_RIGHTS) as one SOCK_SEQPACKET message.
 void sendWithFds(int sock, const void* payload, size_t len, const int* fds, size_t nfds);
 /// Receives one message expecting at most `maxFds` fds; on truncation (MSG_CTRUNC) closes whatever arrived and
