@@ -18,7 +18,7 @@ out=$(FAKE_CUDA_MISSING= run)
 expect "a complete driver" "$out" "^cuda driver: usable \(version 12040\)" "^core: available" "^legacy-ipc: available" \
   "^adopt: available" "^host-register: available" "^gpudirect-rdma: available"
 # Entry points kvcomm never calls must not be asked for: a driver without them is complete.
-out=$(FAKE_CUDA_MISSING=cuDeviceGetP2PAttribute,cuDevicePrimaryCtxRelease,cuMemGetAddressRange,cuPointerGetAttribute run)
+out=$(FAKE_CUDA_MISSING=cuDeviceGetP2PAttribute,cuDevicePrimaryCtxRelease,cuMemGetAddressRange_v1,cuPointerGetAttribute run)
 expect "a driver without entry points kvcomm does not call" "$out" "^cuda driver: usable" "^missing optional: $" \
   "^legacy-ipc: available"
 out=$(FAKE_CUDA_MISSING=cuIpcOpenMemHandle,cuMemRetainAllocationHandle,cuGetErrorString run)
@@ -26,6 +26,9 @@ expect "a driver without optional entry points" "$out" "^cuda driver: usable" \
   "^missing optional: cuGetErrorString, cuIpcOpenMemHandle, cuMemRetainAllocationHandle$" "^core: available" \
   "^legacy-ipc: Unsupported: .*lacks cuIpcOpenMemHandle, which legacy CUDA IPC needs" \
   "^adopt: Unsupported: .*lacks cuMemRetainAllocationHandle, which adopting an engine's memory needs"
+out=$(FAKE_CUDA_MISSING=cuMemGetAddressRange run)
+expect "a driver without cuMemGetAddressRange" "$out" "^cuda driver: usable" "^missing optional: cuMemGetAddressRange$" \
+  "^legacy-ipc: Unsupported: .*lacks cuMemGetAddressRange, which legacy CUDA IPC needs"
 out=$(FAKE_CUDA_MISSING=cuMemHostGetDevicePointer run)
 expect "a driver without host registration" "$out" "^cuda driver: usable" "^core: available" \
   "^host-register: Unsupported: .*lacks cuMemHostGetDevicePointer, which device waits on the health flag needs"
