@@ -17,11 +17,12 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from . import _kvcomm
+from . import _kvcomm, limits
 from ._arena import Arena, _current_cuda_device
-from ._arrays import require
+from ._arrays import INT64, require
 from ._errors import check_int, invalid, shown
 from ._fetch import FetchStatus, KvRegion, _regions, host_ids
+from ._stream import stream_handle
 from ._symm import MemoryKind, SymmetricBuffer
 
 Access = _kvcomm.Access
@@ -368,6 +369,51 @@ class Endpoint:
             raise invalid("Endpoint.disconnect", -1, f"remote must be a kvcomm.RemoteMemory (Endpoint.connect), got "
                           f"{type(remote).__name__}")
         self._native.disconnect(remote._native)
+
+    def read_device(self, local: Registration, remote: RemoteMemory, remote_blocks: Any, local_blocks: Any, *,
+                    stream: Any = None) -> None:
+        """Same-host peers: stream-ordered pull with the ids in device memory (CUDA registrations: int64 CUDA tensors
+        on the registration's GPU; host registrations: int64 CPU arrays, copied synchronously), safe to capture in
+        torch.cuda.graph (rewrite the ids between replays; make the first call for a pair before capturing: an empty
+        batch does only that). A bad id copies nothing and is recorded: poll_error(local, remote). Keep the id
+        tensors alive until the stream ran it."""
+        self._device_transfer("Endpoint.read_device", False, local, remote, remote_blocks, local_blocks, stream)
+
+    def write_device(self, local: Registration, remote: RemoteMemory, remote_blocks: Any, local_blocks: Any, *,
+                     stream: Any = None) -> None:
+        """read_device's push: local block local_blocks[i] into remote block remote_blocks[i]."""
+        self._device_transfer("Endpoint.write_device", True, local, remote, remote_blocks, local_blocks, stream)
+
+    def poll_error(self, local: Registration, remote: RemoteMemory) -> Optional[dict]:
+        """Reads (and clears) the first error a read_device/write_device between these two recorded, as a dict, or
+        None (synchronise the stream first)."""
+        call = "Endpoint.poll_error"
+        reg = self._registration(local, "local", call)
+        if not isinstance(remote, RemoteMemory):
+            raise invalid(call, -1, f"remote must be a kvcomm.RemoteMemory, got {type(remote).__name__}")
+        return self._native.poll_error(reg._native, remote._native)
+
+    def _device_transfer(self, call: str, push: bool, local: Any, remote: Any, remote_blocks: Any, local_blocks: Any,
+                         stream: Any) -> None:
+        reg = self._registration(local, "local", call)
+        if not isinstance(remote, RemoteMemory):
+            raise invalid(call, -1, f"remote must be a kvcomm.RemoteMemory (Endpoint.connect), got "
+                          f"{type(remote).__name__}")
+        cuda = reg.kind == MemoryKind.Cuda
+
+        def ids(obj: Any, name: str) -> Any:
+            return require(obj, name, call, -1, device="cuda" if cuda else "cpu", device_id=reg.device if cuda else -1,
+                           device_why=f"the local registration is {'CUDA' if cuda else 'host'} memory: it needs "
+                           f"'{'cuda' if cuda else 'cpu'}' arrays", dtypes=INT64, dtype_text="int64", ndim=1,
+                           layout="contiguous", aligned=True, max_len=limits.MAX_FETCH_PAIRS,
+                           max_len_name="kvcomm.limits.MAX_FETCH_PAIRS",
+                           expected="a torch tensor, a numpy array, or a DLPack / __cuda_array_interface__ object")
+
+        r, l_ = ids(remote_blocks, "remote_blocks"), ids(local_blocks, "local_blocks")
+        if r.shape[0] != l_.shape[0]:
+            raise invalid(call, -1, f"remote_blocks has {r.shape[0]} ids but local_blocks has {l_.shape[0]}")
+        s = stream_handle(stream, cuda, reg.device if cuda else -1, -1, call)
+        self._native.read_device(reg._native, remote._native, r.ptr, l_.ptr, r.shape[0], s, push)
 
     def _start(self, call: str, push: bool, local: Any, remote: Any, remote_blocks: Any, local_blocks: Any,
                via: Any) -> Transfer:

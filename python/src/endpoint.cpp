@@ -153,6 +153,30 @@ void bindEndpoint(nb::module_& m) {
           nb::arg("metadata"))
       .def("disconnect", &Endpoint::disconnect, nb::arg("remote"), nb::call_guard<nb::gil_scoped_release>())
       .def(
+          "read_device",
+          [](Endpoint& e, const Registration& local, const RemoteMemory& remote, uintptr_t remoteBlocks,
+             uintptr_t localBlocks, size_t count, uintptr_t stream, bool push) {
+            DeviceTransferBatch b{ids(remoteBlocks), ids(localBlocks), count};
+            if (push)
+              e.writeDevice(local, remote, b, toStream(stream));
+            else
+              e.readDevice(local, remote, b, toStream(stream));
+          },
+          nb::arg("local"), nb::arg("remote"), nb::arg("remote_blocks"), nb::arg("local_blocks"), nb::arg("count"),
+          nb::arg("stream"), nb::arg("push"), nb::call_guard<nb::gil_scoped_release>(),
+          "Internal: readDevice / writeDevice on raw pointers.")
+      .def(
+          "poll_error",
+          [](Endpoint& e, const Registration& local, const RemoteMemory& remote) {
+            DeviceError err;
+            {
+              nb::gil_scoped_release nogil;
+              err = e.pollError(local, remote);
+            }
+            return deviceErrorToPython(err);
+          },
+          nb::arg("local"), nb::arg("remote"))
+      .def(
           "read",
           [](Endpoint& e, const Registration& local, const RemoteMemory& remote, uintptr_t remoteBlocks,
              uintptr_t localBlocks, size_t count, TransferVia via) {

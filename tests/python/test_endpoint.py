@@ -162,6 +162,16 @@ def test_arenas_on_one_host_are_mapped_and_a_disconnect_forgets_the_peer():
         assert t.transport == kvcomm.FetchTransport.Peer  # memfd memory: mapped, not sent over a socket
         assert t.info.host_runs > 0 and t.info.tcp_runs == 0
         np.testing.assert_array_equal(dst, copied(before, layout, src, layout, [3, 9], [0, 15]))
+        # Device-id form on host memory: synchronous; a bad id raises before anything moves.
+        now = dst.copy()
+        client.read_device(mine, remote, np.array([5, -1], np.int64), np.array([6, 7], np.int64))
+        np.testing.assert_array_equal(dst, copied(now, layout, src, layout, [5], [6]))
+        with pytest.raises(kvcomm.InvalidArgumentError):
+            client.read_device(mine, remote, np.array([16], np.int64), np.array([1], np.int64))
+        with pytest.raises(kvcomm.InvalidArgumentError, match="remote_blocks has 2 ids but local_blocks has 1"):
+            client.read_device(mine, remote, np.array([1, 2], np.int64), np.array([1], np.int64))
+        assert client.poll_error(mine, remote) is None
+        np.testing.assert_array_equal(dst, copied(now, layout, src, layout, [5], [6]))
         with pytest.raises(kvcomm.UnsupportedError, match="another host|memfd"):
             plain = np.zeros(16 * 4096, np.uint8)
             other = client.register(plain, layout)
