@@ -97,6 +97,10 @@ struct ArenaGrowth {
 };
 
 /// Memory this process owns, described by a KV layout, exportable to other local processes.
+namespace detail {
+struct ArenaAccess;  // the layers above arena (endpoints): the pieces behind an arena (arena/arena_access.hpp)
+}  // namespace detail
+
 class KVCOMM_API Arena {
  public:
   /// Allocates the layout's extent (rounded up to the granularity) and reserves `options.capacity` bytes of address
@@ -181,6 +185,7 @@ class KVCOMM_API Arena {
   struct Impl;
 
  private:
+  friend struct detail::ArenaAccess;
   explicit Arena(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

@@ -1,6 +1,7 @@
 // The public Arena and ArenaPin over the owner's core (arena/owned_arena.hpp).
 #include "kvcomm/arena.hpp"
 
+#include "arena/arena_access.hpp"
 #include "arena/owned_arena.hpp"
 #include "arena/pin.hpp"
 #include "common/check.hpp"
@@ -24,6 +25,11 @@ OwnedArena& coreOf(const std::shared_ptr<Arena::Impl>& impl, const char* call) {
 }
 
 }  // namespace
+
+std::vector<detail::Piece> detail::ArenaAccess::pieces(const Arena& arena) {
+  if (!arena.impl_ || arena.freed()) return {};
+  return arena.impl_->core->pieces();
+}
 
 // ---- ArenaPin ----
 

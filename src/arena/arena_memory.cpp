@@ -99,6 +99,12 @@ void OwnerMemory::shrink(size_t newBytes) {
   bytes_ = target;
 }
 
+std::vector<Piece> OwnerMemory::pieces() const {
+  std::vector<Piece> out;
+  for (const Held& h : pieces_) out.push_back(h.piece);
+  return out;
+}
+
 ExportSet OwnerMemory::exportPieces(size_t from) const {
   ExportSet set;
   for (size_t i = from; i < pieces_.size(); ++i) {

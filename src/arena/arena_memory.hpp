@@ -44,6 +44,8 @@ class OwnerMemory {
   size_t shrinkTarget(size_t newBytes) const;
   void shrink(size_t newBytes);
   size_t pieceCount() const { return pieces_.size(); }
+  /// The pieces, by offset (each holds its chunk: a same-host peer maps them from their fds).
+  std::vector<Piece> pieces() const;
   /// Metas and fresh descriptors of pieces [from, pieceCount()).
   ExportSet exportPieces(size_t from) const;
   /// The legacy IPC handle (legacyIpc memory only).

@@ -126,6 +126,10 @@ void* OwnedArena::data() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->base();
 }
+std::vector<Piece> OwnedArena::pieces() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mem_->pieces();
+}
 size_t OwnedArena::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mem_->bytes();

@@ -51,6 +51,8 @@ class OwnedArena : public PinHost, public std::enable_shared_from_this<OwnedAren
   std::vector<int> importers() const;
   size_t liveCapabilities() const;
   bool freed() const;
+  /// The pieces backing the arena now (none for legacy IPC memory, which has no pieces).
+  std::vector<Piece> pieces() const;
   ArenaCapability offer(int pid, uint32_t uid, int64_t ttlMs);
   void revokeCapabilities();
   ArenaGrowth grow(size_t newBytes, const KvLayout* layout, int64_t timeoutMs);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "arena/arena_access.hpp"
 #include "arena/cuda_support.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
@@ -411,7 +412,8 @@ struct Endpoint::Impl {
 
   void requireOpen(const char* call) { KVCOMM_CHECK_ARG(!closed, call, "the endpoint is closed"); }
   Registration add(const char* call, char* base, size_t bytes, MemoryKind kind, int device, const KvLayout& layout,
-                   const RegisterOptions& options, const std::vector<Range>& backed);
+                   const RegisterOptions& options, const std::vector<Range>& backed,
+                   std::function<std::vector<detail::Piece>()> ownPieces = {});
   void unregister(Registration::Impl& r, int64_t timeoutMs);
   void waitLeases(Registration::Impl& r, int64_t timeoutMs);
   std::shared_ptr<Link> linkFor(const std::shared_ptr<Registration::Impl>& local,
@@ -490,7 +492,8 @@ std::string Endpoint::address() const {
 
 Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, MemoryKind kind, int device,
                                  const KvLayout& layout, const RegisterOptions& options,
-                                 const std::vector<Range>& backed) {
+                                 const std::vector<Range>& backed,
+                                 std::function<std::vector<detail::Piece>()> ownPieces) {
   KVCOMM_CHECK_ARG(base != nullptr, call, "a null base address");
   KVCOMM_CHECK_ARG(bytes > 0, call, "0 bytes");
   KVCOMM_CHECK_ARG(kind == MemoryKind::Host || kind == MemoryKind::Cuda, call,
@@ -540,6 +543,7 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   auto shared = std::make_shared<detail::SharedMemory>();
   shared->served = served;
   shared->bytes = bytes;
+  shared->ownPieces = std::move(ownPieces);
   std::lock_guard<std::mutex> lock(mu);
   requireOpen(call);
   r->share = share;
@@ -562,8 +566,9 @@ Registration Endpoint::registerBuffer(const SymmetricBuffer& buffer, const KvLay
   auto* e = require(impl_, call, "Endpoint");
   KVCOMM_CHECK_ARG(buffer.valid(), call, "an empty SymmetricBuffer");
   auto symm = detail::BufferAccess::impl(buffer);
-  Registration reg = e->add(call, static_cast<char*>(buffer.local()), buffer.capacity(), buffer.kind(),
-                            detail::bufferDevice(*symm), layout, options, buffer.backedRanges());
+  Registration reg =
+      e->add(call, static_cast<char*>(buffer.local()), buffer.capacity(), buffer.kind(), detail::bufferDevice(*symm),
+             layout, options, buffer.backedRanges(), [symm] { return detail::localChunks(*symm); });
   Registration::Impl& r = *reg.impl_;
   r.buffer = detail::BufferAccess::share(buffer);
   // Memory the buffer stops backing is neither served nor written by a transfer of ours afterwards.
@@ -582,8 +587,10 @@ Registration Endpoint::registerArena(Arena& arena, const RegisterOptions& option
   auto* e = require(impl_, call, "Endpoint");
   KVCOMM_CHECK_ARG(arena.valid() && !arena.freed(), call, "an empty or freed Arena");
   ArenaPin pin = arena.pin(0, arena.bytes());  // no free or shrink while registered
+  // Its pieces as they are now: the pin keeps them, and what a later grow adds lies beyond the registration.
+  std::vector<detail::Piece> pieces = detail::ArenaAccess::pieces(arena);
   Registration reg = e->add(call, static_cast<char*>(arena.data()), arena.bytes(), arena.kind(), arena.device(),
-                            arena.layout(), options, {{0, arena.bytes()}});
+                            arena.layout(), options, {{0, arena.bytes()}}, [pieces] { return pieces; });
   reg.impl_->arenaPin = std::move(pin);
   return reg;
 }

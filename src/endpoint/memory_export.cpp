@@ -22,6 +22,28 @@ void retainPieces(MemoryBackend& backend, char* base, size_t bytes, MemoryExport
 
 }  // namespace
 
+MemoryExport exportOwnPieces(std::vector<Piece> pieces, size_t bytes, MemoryKind kind, int device) {
+  MemoryExport e;
+  e.device = device;
+  size_t at = 0;
+  for (const Piece& p : pieces) {
+    if (p.offset != at || p.bytes == 0) {
+      e.whyNot = cat("its pieces do not continue at offset ", at);
+      return e;
+    }
+    at += p.bytes;
+  }
+  if (pieces.empty() || at < bytes) {
+    e.whyNot = cat("its pieces cover ", at, " of its ", bytes, " bytes");
+    return e;
+  }
+  e.kind = kind == MemoryKind::Host ? ShareKind::MemFd : ShareKind::CudaPosixFd;
+  e.span = at;
+  e.offset = 0;
+  e.pieces = std::move(pieces);
+  return e;
+}
+
 MemoryExport exportMemory(char* base, size_t bytes, MemoryKind kind, int device) {
   MemoryExport e;
   e.device = device;

@@ -25,6 +25,10 @@ struct MemoryExport {
   std::array<uint8_t, 64> ipc{};
 };
 
+/// What backs a kvcomm arena or buffer registered from its base, from its own pieces (no /proc lookup, no privilege):
+/// kind None when they do not cover [0, bytes) back to back from offset 0 (the caller then tries exportMemory).
+MemoryExport exportOwnPieces(std::vector<Piece> pieces, size_t bytes, MemoryKind kind, int device);
+
 /// Finds what backs [base, base + bytes). CUDA memory: the calling thread must have `device` current. Never throws:
 /// a failure is kind None with whyNot saying what was tried.
 MemoryExport exportMemory(char* base, size_t bytes, MemoryKind kind, int device);

@@ -223,7 +223,10 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
     std::lock_guard<std::mutex> lock(mem->mu);
     if (!mem->exported) {
       if (mem->served->kind == MemoryKind::Cuda) bindCudaDevice(mem->served->device);
-      mem->exp = exportMemory(mem->served->base, mem->bytes, mem->served->kind, mem->served->device);
+      if (mem->ownPieces)
+        mem->exp = exportOwnPieces(mem->ownPieces(), mem->bytes, mem->served->kind, mem->served->device);
+      if (mem->exp.kind == ShareKind::None)
+        mem->exp = exportMemory(mem->served->base, mem->bytes, mem->served->kind, mem->served->device);
       mem->exported = true;
     }
     exp = &mem->exp;

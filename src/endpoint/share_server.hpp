@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ namespace kvcomm::detail {
 struct SharedMemory {
   std::shared_ptr<ServedMemory> served;  // capability and generation, as TCP checks them
   size_t bytes = 0;
+  /// kvcomm arenas and buffers: their own pieces (tried before looking the memory up in /proc/self/map_files).
+  std::function<std::vector<Piece>()> ownPieces;
   std::mutex mu;  // the export, made at the first request (on the server's thread)
   bool exported = false;
   MemoryExport exp;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvcomm/symm.hpp"
+#include "symm/memory_backend.hpp"
 
 namespace kvcomm::detail {
 
@@ -29,6 +30,8 @@ struct BufferAccess {
 
 /// This rank's pieces, sorted by offset.
 std::vector<LocalPiece> localPieces(const SymmetricBuffer::Impl& impl);
+/// The same with the chunks behind them (a same-host peer maps them from their descriptors); empty for legacy IPC.
+std::vector<Piece> localChunks(const SymmetricBuffer::Impl& impl);
 /// CUDA ordinal of the buffer's memory (-1 for host memory).
 int bufferDevice(const SymmetricBuffer::Impl& impl);
 

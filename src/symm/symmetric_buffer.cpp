@@ -664,6 +664,14 @@ std::vector<LocalPiece> localPieces(const SymmetricBuffer::Impl& impl) {
   return out;
 }
 
+std::vector<Piece> localChunks(const SymmetricBuffer::Impl& impl) {
+  std::shared_lock<std::shared_mutex> state(impl.stateMu);
+  std::vector<Piece> out;
+  if (impl.closed || impl.ipc) return out;
+  for (const auto& [off, p] : impl.localPieces) out.push_back(p);
+  return out;
+}
+
 int bufferDevice(const SymmetricBuffer::Impl& impl) {
   return impl.backend ? impl.backend->device() : -1;
 }

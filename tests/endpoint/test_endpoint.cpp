@@ -3,6 +3,7 @@
 // between and around blocks, untouched blocks, -1 skips); refusals, faults and churn leave nothing behind.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -980,6 +981,46 @@ TEST(EndpointPeer, AnotherUserIsRefusedBeforeAnythingIsDescribed) {
   });
   EXPECT_EQ(reap(other, 60), 0);
   server.unregister(s);
+}
+
+TEST(EndpointPeer, AnUnprivilegedProcessSharesItsArenasFromTheirOwnDescriptors) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to an unprivileged user";
+  KvLayout layout = splitKv(2048, 16);
+  pid_t child = spawn([&] {
+    // Without privilege /proc/self/map_files cannot be opened: an arena is shared from its own pieces, other
+    // memfd memory the endpoint did not allocate goes over TCP (Auto) and a demanded peer path says why.
+    if (setgid(65534) != 0 || setuid(65534) != 0) return false;
+    Endpoint server = Endpoint::create(local("unprivileged server"));
+    Endpoint client = Endpoint::create(local("unprivileged client"));
+    Arena sa = hostArena(layout), ca = hostArena(layout);
+    std::memset(sa.data(), 0x19, sa.bytes());
+    Registration s = server.registerArena(sa), c = client.registerArena(ca);
+    std::vector<int64_t> ids{2, 3};
+    Transfer t = client.read(c, client.connect(s.metadata()), ids.data(), ids.data(), 2);
+    const bool mapped =
+        t.transport() == FetchTransportKind::Peer && t.wait(20000).state == FetchState::Done &&
+        static_cast<uint8_t*>(ca.data())[layout.regions[0].offset + 3 * layout.regions[0].blockStride] == 0x19;
+    if (!mapped) std::fprintf(stderr, "unprivileged arena: transport %s\n", fetchTransportName(t.transport()));
+    const size_t n = 1u << 20;
+    int fd = memfd_create("not-kvcomm", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(n)) != 0) return false;
+    void* mem = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mem == MAP_FAILED) return false;
+    Registration m = server.registerMemory(mem, n, MemoryKind::Host, layout);
+    RemoteMemory rm = client.connect(m.metadata());
+    Transfer viaAuto = client.read(c, rm, ids.data(), ids.data(), 2);
+    const bool tcp = viaAuto.transport() == FetchTransportKind::Tcp && viaAuto.wait(20000).state == FetchState::Done;
+    TransferOptions peer;
+    peer.via = TransferVia::Peer;
+    const std::string why = thrown([&] { client.read(c, rm, ids.data(), ids.data(), 2, peer); });
+    if (!tcp || why.find("memfd or shm") == std::string::npos)
+      std::fprintf(stderr, "foreign memfd: tcp %d, %s\n", tcp, why.c_str());
+    server.unregister(m);
+    munmap(mem, n);
+    close(fd);
+    return mapped && tcp && why.find("memfd or shm") != std::string::npos;
+  });
+  EXPECT_EQ(reap(child, 60), 0);
 }
 
 TEST(EndpointPeer, AServerKilledWhileMappedEndsTheMappingAndLaterTransfersFailNamingIt) {
