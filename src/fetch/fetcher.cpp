@@ -662,7 +662,9 @@ FetchStatus FetchOperation::wait(int64_t timeoutMs) {
     FetchStatus s = impl_->poll();
     if (s.state != FetchState::InProgress) return s;
     if (deadline != detail::Clock::time_point::max() && detail::Clock::now() >= deadline) return s;
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Woken when it ends where the transport can (peer, TCP), else after a short sleep; at most 1 ms between polls,
+    // which settle the group's health (a source known dead, an abort).
+    impl_->op->waitEnded(1);
   }
 }
 

@@ -11,7 +11,7 @@
 namespace kvcomm::detail {
 
 bool TransportOp::waitEnded(int64_t timeoutMs) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs, 0, 1)));
+  std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(timeoutMs * 1000, 0, 50)));
   return false;
 }
 

@@ -46,8 +46,8 @@ class TransportOp {
   /// blocks have landed in every region (visible in this rank's memory); sets *finished when the operation ended
   /// (everything landed, or it failed with *error set: the blocks not counted are not known to have landed).
   virtual void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) = 0;
-  /// Blocks until the operation ended or `timeoutMs` passed (>= 0); true when it ended. The default sleeps up to a
-  /// millisecond and says false (the caller polls).
+  /// Blocks until the operation ended or `timeoutMs` passed (>= 0); true when it ended. The default sleeps up to
+  /// 50 us and says false (the caller polls).
   virtual bool waitEnded(int64_t timeoutMs);
   /// Runs the operation on the calling thread when nothing has started it yet (a waiter with nothing else to do
   /// saves two thread hand-offs); true when it ran it here (it has ended). The default never does.
