@@ -148,6 +148,7 @@ std::string PeerMapping::readEnd(const std::string& owner) {
 void PeerMapping::unmap(const std::string& why) noexcept {
   std::unique_lock<std::shared_mutex> lock(mu_);  // waits for every copy that touches the mapping
   if (!mapped_ && !memory_) return;
+  KVCOMM_DEBUG("endpoint: unmapping a peer's registration: ", why);
   mapped_ = false;
   endedWhy_ = why;
   try {

@@ -160,7 +160,13 @@ void ShareServer::serve() {
       for (size_t i = 0; i < watched.size(); ++i) {
         if (!pfds[leasesAt + i].revents) continue;
         char b[16];
-        (void)::recv(watched[i]->conn.get(), b, sizeof(b), MSG_DONTWAIT);
+        ssize_t got = ::recv(watched[i]->conn.get(), b, sizeof(b), MSG_DONTWAIT);
+        KVCOMM_DEBUG("endpoint share server: the lease of pid ", watched[i]->pid, " on registration ",
+                     hex(watched[i]->regionId), " ended (",
+                     got == 0  ? "closed"
+                     : got < 0 ? "error"
+                               : "released",
+                     ")");
         std::lock_guard<std::mutex> lock(mu_);
         std::erase_if(leases_, [&](const std::unique_ptr<Lease>& l) { return l.get() == watched[i]; });
         released = true;

@@ -705,6 +705,15 @@ std::vector<uint8_t> arenaBytes(const Arena& a) {
   return std::vector<uint8_t>(p, p + a.bytes());
 }
 
+// The state letter of /proc/<pid>/stat ('T': stopped), or '?'.
+char processState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
 // Shared-memory mappings of this process (memfd: a peer's arena mapped here adds some; threads' stacks do not).
 size_t mappings() {
   std::ifstream f("/proc/self/maps");
@@ -933,6 +942,8 @@ TEST(EndpointPeer, AStoppedHolderMakesABoundedUnregisterNameItAndADeadOneNeverBl
       // A holder that cannot answer (stopped): the bounded unregister names it and keeps the arena pinned; once it
       // runs again it lets go and the next unregister returns.
       kill(holder, SIGSTOP);
+      // Signals land asynchronously: the notice must find the holder already stopped.
+      ASSERT_TRUE(kvtest::arena::waitUntil([&] { return processState(holder) == 'T'; }, 5000));
       const std::string why = thrown([&] { server.unregister(s, 300); });
       EXPECT_NE(why.find(std::to_string(holder)), std::string::npos) << why;
       EXPECT_NE(thrown([&] { sa.free(); }), "");  // still pinned
@@ -981,6 +992,52 @@ TEST(EndpointPeer, AnotherUserIsRefusedBeforeAnythingIsDescribed) {
   });
   EXPECT_EQ(reap(other, 60), 0);
   server.unregister(s);
+}
+
+TEST(EndpointPeer, AnOwnerKilledMidReadOrMidWriteFailsTheTransferWithinFiveSecondsNamingItAndTheBlocks) {
+  // 256 MiB moved per transfer in 1 MiB blocks: long enough on any machine for the kill to land mid-transfer.
+  KvLayout layout = layered(1, 1u << 20, 256);
+  for (bool push : {false, true}) {
+    const std::string metaPath = tempPath(push ? "peer-kill-write" : "peer-kill-read");
+    Gate ready;
+    pid_t server = spawn([&] {
+      Endpoint ep = Endpoint::create(local("doomed owner"));
+      Arena a = hostArena(layout);
+      std::memset(a.data(), 0x4f, a.bytes());
+      Registration reg = ep.registerArena(a);
+      writeFile(metaPath, reg.metadata());
+      ready.pass();
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return true;
+    });
+    ASSERT_TRUE(ready.wait(30000));
+    Endpoint ep = Endpoint::create(local("survivor"));
+    Arena ca = hostArena(layout);
+    Registration c = ep.registerArena(ca);
+    RemoteMemory r = ep.connect(readFile(metaPath));
+    std::vector<int64_t> ids(256);
+    for (int64_t i = 0; i < 256; ++i) ids[static_cast<size_t>(i)] = 255 - i;
+    FetchStatus st;
+    for (int attempt = 0; attempt < 20; ++attempt) {  // until one transfer is cut by the kill
+      Transfer t =
+          push ? ep.write(c, r, ids.data(), ids.data(), ids.size()) : ep.read(c, r, ids.data(), ids.data(), ids.size());
+      ASSERT_EQ(t.transport(), FetchTransportKind::Peer);
+      if (attempt == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        kill(server, SIGKILL);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      st = t.wait(20000);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+      if (st.state == FetchState::Failed) break;
+    }
+    EXPECT_EQ(reap(server), -SIGKILL);
+    ASSERT_EQ(st.state, FetchState::Failed) << "no transfer noticed the owner's death";
+    EXPECT_TRUE(st.error.find("doomed owner") != std::string::npos) << st.error;
+    EXPECT_FALSE(st.failedBlocks.empty());
+    EXPECT_LE(st.failedBlocks.size(), ids.size());
+    std::remove(metaPath.c_str());
+  }
 }
 
 TEST(EndpointPeer, AnUnprivilegedProcessSharesItsArenasFromTheirOwnDescriptors) {
