@@ -1479,6 +1479,56 @@ def _endpoint_connect(c: Ctx) -> None:
         c.check(f"RemoteMemory({v!r})", lambda v=v: kvcomm.RemoteMemory(v), BAD)
 
 
+@entry("Endpoint.read_device", "Endpoint.write_device", "Endpoint.poll_error", "Endpoint.disconnect")
+def _endpoint_device(c: Ctx) -> None:
+    E = _endpoints(c)
+    ids = np.array([1], np.int64)
+    # Plain numpy memory cannot be mapped by another process: the device-id forms need the peer path.
+    c.check("Endpoint.read_device(a plain numpy peer)", lambda: E.client.read_device(E.mine, E.remote, ids, ids),
+            bad(kvcomm.UnsupportedError, match="memfd"))
+    arena = kvcomm.Arena([REGION], kind="host")  # memfd: mapped by a peer on this host
+    arena.view()[:EP_PEER.size] = EP_PEER
+    reg = E.server.register_arena(arena)
+    remote = E.client.connect(reg.metadata())
+    try:
+        def rd(**kw: Any) -> Any:
+            args = dict(local=E.mine, remote=remote, remote_blocks=SRC_IDS, local_blocks=DST_IDS)
+            args.update(kw)
+            return E.client.read_device(**args)
+
+        others = [(v, BAD) for v in NOT_OBJECTS]
+        ragged = np.arange(8, dtype=np.int64)[::2]
+        id_domain = [(SRC_IDS, OK), (SRC_IDS.astype(np.int32), BAD), (SRC_IDS.reshape(2, 2), BAD), (ragged, BAD),
+                     (np.array([1, 2, 3], np.int64), bad(match="ids but")), (np.array([1, 2, 3, 40], np.int64), BAD),
+                     (np.array([1, 2, 3, -2], np.int64), BAD), (SRC_IDS.tolist(), BAD)] + others
+        c.vary("Endpoint.read_device", rd, {},
+               {"local": [(E.mine, OK), (E.served, bad(match="another endpoint")), (remote, BAD)] + others,
+                "remote": [(remote, OK), (E.mine, BAD)] + others, "remote_blocks": id_domain},
+               oracle=lambda r: read_oracle(SRC_IDS, DST_IDS))
+        before = arena.view().copy()
+        c.check("Endpoint.write_device(ids 1 -> 5)",
+                lambda: E.client.write_device(E.mine, remote, np.array([5], np.int64), np.array([1], np.int64)), OK)
+        off, nbytes, stride, _ = REGION
+        want = before.copy()
+        want[off + 5 * stride:off + 5 * stride + nbytes] = PATTERN[off + stride:off + stride + nbytes]
+        if not np.array_equal(arena.view(), want):
+            c.failures.append("Endpoint.write_device: the server's arena differs from the oracle")
+        c.check("Endpoint.write_device(id 40)",
+                lambda: E.client.write_device(E.mine, remote, np.array([40], np.int64), ids), BAD)
+        c.check("Endpoint.poll_error()", lambda: E.client.poll_error(E.mine, remote) is None or 1 / 0, OK)
+        for v in NOT_OBJECTS:
+            c.check(f"Endpoint.poll_error(remote={v!r})", lambda v=v: E.client.poll_error(E.mine, v), BAD)
+            c.check(f"Endpoint.disconnect({v!r})", lambda v=v: E.client.disconnect(v), BAD)
+        gone = E.client.connect(reg.metadata())
+        c.check("Endpoint.disconnect(remote)", lambda: E.client.disconnect(gone), OK)
+        c.check("Endpoint.disconnect(remote) again", lambda: E.client.disconnect(gone), OK)
+        c.check("Endpoint.read_device(a disconnected remote)", lambda: rd(remote=gone), bad(match="disconnected"))
+    finally:
+        E.client.disconnect(remote)
+        E.server.unregister(reg)
+        arena.free()
+
+
 @entry("Endpoint.read", "Endpoint.write", "Transfer", "Transfer.test", "Transfer.wait")
 def _endpoint_transfers(c: Ctx) -> None:
     E = _endpoints(c)
