@@ -780,7 +780,13 @@ detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& 
     }
     if (!remote->mapping || !remote->mapping->mapped()) {
       remote->mapping.reset();
-      detail::PeerMapping::Opened o = detail::PeerMapping::open(remote->meta, local.device, timeoutMs);
+      detail::PeerMapping::Opened o;
+      try {
+        o = detail::PeerMapping::open(remote->meta, local.device, timeoutMs);
+      } catch (const Error& e) {  // granted but not mappable here: Auto goes over TCP, a demanded Peer says why
+        o.status = detail::ShareStatus::MapFailed;
+        o.why = cat("mapping remote ", remote->who(), " here failed: ", e.what());
+      }
       if (!o.mapping) {
         *status = o.status;
         *why = o.why;

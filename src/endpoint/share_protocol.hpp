@@ -41,8 +41,9 @@ enum class ShareStatus : int32_t {
   Unauthorized = 4,
   Stale = 5,  ///< an older generation (revoked)
   NotShareable = 6,
-  Busy = 7,  ///< too many leases
-  Gone = 8,  ///< (client side) nobody listens on the owner's socket: it exited or restarted
+  Busy = 7,       ///< too many leases
+  Gone = 8,       ///< (client side) nobody listens on the owner's socket: it exited or restarted
+  MapFailed = 9,  ///< (client side) granted, but this process could not map it (no P2P between the GPUs, ...)
 };
 
 struct ShareRequest {
