@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -43,6 +44,11 @@ std::string cat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+/// "0x..." of an id (registrations, endpoints) in messages.
+inline std::string hexId(uint64_t v) {
+  return cat("0x", std::hex, v);
 }
 
 }  // namespace kvcomm::detail

@@ -40,15 +40,12 @@
 namespace kvcomm {
 
 using detail::cat;
+using detail::hexId;
 using detail::SockAddr;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string hex(uint64_t v) {
-  return cat("0x", std::hex, v);
-}
 
 KvLayout normalised(KvLayout l) {
   for (KvRegion& r : l.regions)
@@ -95,7 +92,7 @@ struct Registration::Impl {
   std::mutex mu;                                         // transfers
   std::vector<std::weak_ptr<Transfer::Impl>> transfers;  // that use this registration as local memory
 
-  std::string who() const { return cat("local registration ", hex(id)); }
+  std::string who() const { return cat("local registration ", hexId(id)); }
   void cancelTransfers(const std::string& why);
 };
 
@@ -191,7 +188,7 @@ struct RemoteMemory::Impl {
   std::string notShareable;                      // the owner said its memory cannot be mapped (asked once)
   std::atomic<bool> disconnected{false};
   std::string who() const {
-    return cat("registration ", hex(meta.regionId), " of endpoint '", meta.name, "' (", meta.tcp.toString(), ")");
+    return cat("registration ", hexId(meta.regionId), " of endpoint '", meta.name, "' (", meta.tcp.toString(), ")");
   }
 };
 
@@ -305,18 +302,41 @@ struct Transfer::Impl {
   }
 };
 
-void Registration::Impl::cancelTransfers(const std::string& why) {
-  std::vector<std::shared_ptr<Transfer::Impl>> live;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto& w : transfers)
-      if (auto t = w.lock()) live.push_back(std::move(t));
-    transfers.clear();
-  }
+namespace {
+
+using TransferList = std::vector<std::weak_ptr<Transfer::Impl>>;
+
+// Adds `t`, dropping the entries of transfers that ended and went away (a long-lived list stays short). The caller
+// holds the list's lock.
+void track(TransferList& list, const std::shared_ptr<Transfer::Impl>& t) {
+  std::erase_if(list, [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); });
+  list.push_back(t);
+}
+
+// Moves the transfers still alive out of `list` (the caller holds its lock), to be cancelled after it is released.
+void takeLive(TransferList& list, std::vector<std::shared_ptr<Transfer::Impl>>& out) {
+  for (auto& w : list)
+    if (auto t = w.lock()) out.push_back(std::move(t));
+  list.clear();
+}
+
+// Stops each (nothing it started touches memory after this), failing those still running with `why`.
+void cancelAll(const std::vector<std::shared_ptr<Transfer::Impl>>& live, const std::string& why) {
   for (auto& t : live) {
     std::lock_guard<std::mutex> lock(t->mu);
     t->cancel(why);
   }
+}
+
+}  // namespace
+
+void Registration::Impl::cancelTransfers(const std::string& why) {
+  std::vector<std::shared_ptr<Transfer::Impl>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    takeLive(transfers, live);
+  }
+  cancelAll(live, why);
 }
 
 Transfer::Transfer() = default;
@@ -429,6 +449,8 @@ struct Endpoint::Impl {
   void startDevice(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
                    const DeviceTransferBatch& batch, Stream stream);
   void watch(std::shared_ptr<detail::PeerMapping> mapping, std::string owner);
+  /// Makes the watcher look at `watches` again (hold watchMu).
+  void wakeWatcher();
   void watchLoop();
   void endMapping(const std::shared_ptr<detail::PeerMapping>& mapping, const std::string& why);
 };
@@ -533,7 +555,7 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   served->minBlocks = minBlocks;
   served->writable = options.access == Access::ReadWrite;
   served->staleAdvice = "the registration was revoked by its owner: connect with its new metadata";
-  served->closedReason = cat("registration ", hex(r->id), " was unregistered by its owner");
+  served->closedReason = cat("registration ", hexId(r->id), " was unregistered by its owner");
   served->generation = 1;
   served->layoutHash = layoutHash(r->layout);
   served->backed = backed;
@@ -945,28 +967,18 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     detail::arena::CudaContextScope scope(peer->cudaContext());
     t->op = peer->transport(push).start(plan, std::move(runs), FetchOptions{}, nullptr);
     std::lock_guard<std::mutex> pl(link->peerMu);
-    link->peerTransfers.erase(std::remove_if(link->peerTransfers.begin(), link->peerTransfers.end(),
-                                             [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
-                              link->peerTransfers.end());
-    link->peerTransfers.push_back(t);
+    track(link->peerTransfers, t);
   } else {
     t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
     std::lock_guard<std::mutex> pl(link->peerMu);
-    link->tcpTransfers.erase(std::remove_if(link->tcpTransfers.begin(), link->tcpTransfers.end(),
-                                            [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
-                             link->tcpTransfers.end());
-    link->tcpTransfers.push_back(t);
+    track(link->tcpTransfers, t);
   }
   std::lock_guard<std::mutex> lock(local->mu);
   if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
     std::lock_guard<std::mutex> tl(t->mu);
     t->cancel(cat(local->who(), " was unregistered while the transfer started"));
   } else {
-    // Drop the entries of transfers that ended and went away, so a long-lived registration's list stays short.
-    local->transfers.erase(std::remove_if(local->transfers.begin(), local->transfers.end(),
-                                          [](const std::weak_ptr<Transfer::Impl>& w) { return w.expired(); }),
-                           local->transfers.end());
-    local->transfers.push_back(t);
+    track(local->transfers, t);
   }
   return Transfer(t);
 }
@@ -1063,6 +1075,11 @@ void Endpoint::Impl::watch(std::shared_ptr<detail::PeerMapping> mapping, std::st
       detail::RankScope scope(rank);
       watchLoop();
     });
+  wakeWatcher();
+}
+
+void Endpoint::Impl::wakeWatcher() {
+  if (!watchWake) return;  // no watcher yet
   uint64_t one = 1;
   (void)!::write(watchWake.get(), &one, sizeof(one));
 }
@@ -1113,14 +1130,9 @@ void Endpoint::Impl::endMapping(const std::shared_ptr<detail::PeerMapping>& mapp
       std::lock_guard<std::mutex> lock(link->peerMu);
       if (!link->peer || link->peer->mapping() != mapping) continue;
       link->peer->disable();  // device-id runs copy nothing from now on, and those running ended
-      for (auto& w : link->peerTransfers)
-        if (auto t = w.lock()) live.push_back(std::move(t));
-      link->peerTransfers.clear();
+      takeLive(link->peerTransfers, live);
     }
-    for (auto& t : live) {
-      std::lock_guard<std::mutex> lock(t->mu);
-      t->cancel(why);  // stops and joins its copies: nothing it started touches the mapping after this
-    }
+    cancelAll(live, why);  // their copies joined: nothing they started touches the mapping after this
   }
   mapping->unmap(why);  // waits for every use, unmaps, and closes the lease: the owner's acknowledgement
 }
@@ -1150,21 +1162,15 @@ void Endpoint::disconnect(RemoteMemory& remote) {
     std::vector<std::shared_ptr<Transfer::Impl>> live;
     {
       std::lock_guard<std::mutex> lock(link->peerMu);
-      for (auto* list : {&link->peerTransfers, &link->tcpTransfers}) {
-        for (auto& w : *list)
-          if (auto t = w.lock()) live.push_back(std::move(t));
-        list->clear();
-      }
+      takeLive(link->peerTransfers, live);
+      takeLive(link->tcpTransfers, live);
       if (link->peer) {
         link->peer->disable();
         std::lock_guard<std::mutex> el(e->mu);
         e->retired.push_back(std::move(link->peer));  // a captured graph may still name its tables
       }
     }
-    for (auto& t : live) {
-      std::lock_guard<std::mutex> lock(t->mu);
-      t->cancel(why);
-    }
+    cancelAll(live, why);
   }
   std::shared_ptr<detail::PeerMapping> mapping;
   {
@@ -1175,10 +1181,7 @@ void Endpoint::disconnect(RemoteMemory& remote) {
   {
     std::lock_guard<std::mutex> lock(e->watchMu);
     std::erase_if(e->watches, [&](const Impl::Watch& w) { return w.mapping == mapping; });
-    if (e->watchWake) {
-      uint64_t one = 1;
-      (void)!::write(e->watchWake.get(), &one, sizeof(one));
-    }
+    e->wakeWatcher();
   }
 }
 
@@ -1197,10 +1200,7 @@ void Endpoint::close() {
   {
     std::lock_guard<std::mutex> lock(e.watchMu);
     e.watchStop = true;
-    if (e.watchWake) {
-      uint64_t one = 1;
-      (void)!::write(e.watchWake.get(), &one, sizeof(one));
-    }
+    e.wakeWatcher();
   }
   if (e.watcher.joinable()) e.watcher.join();
   for (auto& w : e.watches) e.endMapping(w.mapping, "this endpoint closed");

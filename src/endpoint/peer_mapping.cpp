@@ -25,10 +25,6 @@ class MappingUse : public PeerMemory::Use {
   std::shared_lock<std::shared_mutex> lock_;
 };
 
-std::string hex(uint64_t v) {
-  return cat("0x", std::hex, v);
-}
-
 }  // namespace
 
 void onDevice(int device, const std::function<void()>& f) {
@@ -73,7 +69,7 @@ PeerMapping::Opened PeerMapping::open(const EndpointMetadata& m, int device, int
   reply.message[sizeof(reply.message) - 1] = '\0';
   if (reply.status != static_cast<int32_t>(ShareStatus::Granted)) {
     out.status = static_cast<ShareStatus>(reply.status);
-    out.why = cat(owner, " refused to share registration ", hex(m.regionId), ": ", reply.message);
+    out.why = cat(owner, " refused to share registration ", hexId(m.regionId), ": ", reply.message);
     return out;
   }
   const auto kind = static_cast<ShareKind>(reply.kind);

@@ -20,10 +20,6 @@ namespace {
 
 constexpr size_t kMaxLeases = 4096;
 
-std::string hex(uint64_t v) {
-  return cat("0x", std::hex, v);
-}
-
 }  // namespace
 
 const char* shareKindName(ShareKind k) {
@@ -110,19 +106,21 @@ std::vector<int> ShareServer::end(uint64_t regionId, ShareEnd why, int64_t timeo
   return holders();
 }
 
-size_t ShareServer::leases(uint64_t regionId) {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (auto& l : leases_) n += l->regionId == regionId;
-  return n;
-}
+namespace {
 
-void ShareServer::refuse(int conn, ShareStatus status, const std::string& why, int pid) {
+// A reply that grants nothing: the status and why (cut to the message field). Never blocks.
+void sendRefusal(int conn, ShareStatus status, const std::string& why) {
   ShareReply r{};
   r.magic = kShareMagic;
   r.status = static_cast<int32_t>(status);
   std::snprintf(r.message, sizeof(r.message), "%s", why.c_str());
   (void)::send(conn, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
+void ShareServer::refuse(int conn, ShareStatus status, const std::string& why, int pid) {
+  sendRefusal(conn, status, why);
   refusals_.refused(cat("pid ", pid, ": ", why));
 }
 
@@ -162,7 +160,7 @@ void ShareServer::serve() {
         char b[16];
         ssize_t got = ::recv(watched[i]->conn.get(), b, sizeof(b), MSG_DONTWAIT);
         KVCOMM_DEBUG("endpoint share server: the lease of pid ", watched[i]->pid, " on registration ",
-                     hex(watched[i]->regionId), " ended (",
+                     hexId(watched[i]->regionId), " ended (",
                      got == 0  ? "closed"
                      : got < 0 ? "error"
                                : "released",
@@ -195,7 +193,7 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
   std::memcpy(&req, request.data(), sizeof(req));
   if (req.magic != kShareMagic || req.version != kShareVersion)
     return refuse(conn.get(), ShareStatus::Malformed,
-                  cat("not a share request of version ", kShareVersion, " (magic ", hex(req.magic), ", version ",
+                  cat("not a share request of version ", kShareVersion, " (magic ", hexId(req.magic), ", version ",
                       req.version, ")"),
                   cred.pid);
   std::shared_ptr<SharedMemory> mem;
@@ -206,7 +204,7 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
   }
   if (!mem)
     return refuse(conn.get(), ShareStatus::Unknown,
-                  cat("registration ", hex(req.regionId), " is not registered here (unregistered by its owner)"),
+                  cat("registration ", hexId(req.regionId), " is not registered here (unregistered by its owner)"),
                   cred.pid);
   {
     std::shared_lock<std::shared_mutex> lock(mem->served->mu);
@@ -215,12 +213,12 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
       diff |= req.capability.bytes[i] ^ mem->served->capability.bytes[i];
     if (diff != 0)
       return refuse(conn.get(), ShareStatus::Unauthorized,
-                    cat("capability refused for registration ", hex(req.regionId),
+                    cat("capability refused for registration ", hexId(req.regionId),
                         " (forged, or revoked by its owner: connect with its new metadata)"),
                     cred.pid);
     if (req.generation != mem->served->generation)
       return refuse(conn.get(), ShareStatus::Stale,
-                    cat("stale generation ", req.generation, " of registration ", hex(req.regionId), " (now ",
+                    cat("stale generation ", req.generation, " of registration ", hexId(req.regionId), " (now ",
                         mem->served->generation, "): ", mem->served->staleAdvice),
                     cred.pid);
   }
@@ -237,21 +235,15 @@ void ShareServer::answer(Fd conn, const std::vector<char>& request) {
     }
     exp = &mem->exp;
   }
-  if (exp->kind == ShareKind::None) {  // not a hostile peer: the memory is reached over TCP instead
-    ShareReply r{};
-    r.magic = kShareMagic;
-    r.status = static_cast<int32_t>(ShareStatus::NotShareable);
-    std::snprintf(r.message, sizeof(r.message), "%s", exp->whyNot.c_str());
-    (void)::send(conn.get(), &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
-    return;
-  }
+  if (exp->kind == ShareKind::None)  // not a hostile peer (no refusal logged): the memory is reached over TCP
+    return sendRefusal(conn.get(), ShareStatus::NotShareable, exp->whyNot);
   // The lease exists before the reply leaves: an unregister from now on waits for this holder.
   Lease* lease = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!memory_.count(req.regionId))
       return refuse(conn.get(), ShareStatus::Unknown,
-                    cat("registration ", hex(req.regionId), " was unregistered by its owner"), cred.pid);
+                    cat("registration ", hexId(req.regionId), " was unregistered by its owner"), cred.pid);
     if (leases_.size() >= kMaxLeases)
       return refuse(conn.get(), ShareStatus::Busy, cat("too many same-host peers (", kMaxLeases, ")"), cred.pid);
     auto l = std::make_unique<Lease>();

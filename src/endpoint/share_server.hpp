@@ -48,8 +48,6 @@ class ShareServer {
   /// Tells every holder of a lease on `regionId` that it ended (`why`), then waits up to `timeoutMs` (< 0: no
   /// bound) until each let go (unmapped and closed, or died). Returns the pids still holding one (empty: none).
   std::vector<int> end(uint64_t regionId, ShareEnd why, int64_t timeoutMs);
-  /// Leases held on `regionId` now (tests, errors).
-  size_t leases(uint64_t regionId);
   /// Connections refused so far (wrong user, malformed, refused requests).
   uint64_t refused() const { return refusals_.count(); }
 
