@@ -39,8 +39,10 @@ set(KVCOMM_SOURCES
     src/fetch/transport/net/staged_io.cpp
     src/fetch/transport/tcp/tcp_server.cpp
     src/fetch/transport/tcp/tcp_transport.cpp
+    src/fetch/transport/tcp/tcp_client.cpp
     src/fetch/transport/tcp/tcp_plugin.cpp
     src/fetch/transport/rdma/verbs_transport.cpp
+    src/fetch/transport/rdma/rdma_connect.cpp
     src/fetch/transport/rdma/rdma_plugin.cpp
     src/fetch/transport/registry.cpp
     src/fetch/fetcher.cpp
@@ -49,6 +51,7 @@ set(KVCOMM_SOURCES
     src/endpoint/share_server.cpp
     src/endpoint/peer_mapping.cpp
     src/endpoint/peer_link.cpp
+    src/endpoint/rdma_side.cpp
     src/endpoint/endpoint.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

@@ -26,10 +26,14 @@
 #include "endpoint/metadata.hpp"
 #include "endpoint/peer_link.hpp"
 #include "endpoint/peer_mapping.hpp"
+#include "endpoint/rdma_side.hpp"
 #include "endpoint/share_server.hpp"
 #include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
+#include "fetch/transport/negotiation.hpp"
 #include "fetch/transport/net/net_context.hpp"
+#include "fetch/transport/rdma/verbs_transport.hpp"
+#include "fetch/transport/tcp/tcp_client.hpp"
 #include "fetch/transport/tcp/tcp_server.hpp"
 #include "fetch/transport/tcp/tcp_transport.hpp"
 #include "kernels/launch.hpp"
@@ -88,13 +92,52 @@ struct Registration::Impl {
   ArenaPin arenaPin;                             // arenas: held while registered
   SymmetricBuffer buffer;                        // buffers: a handle of our own while registered
   uint64_t unbackListener = 0;
+  std::function<std::vector<detail::Piece>()> ownPieces;  // arenas and buffers: what backs them
+  const detail::VerbsApi* verbs = nullptr;                // the endpoint's provider (when it has a device)
+  bool rdmaOffered = false;                               // the endpoint has an RDMA device
+  int64_t timeoutMs = 3000;
+  std::mutex rdmaMu;
+  // Its RDMA sides, opened on first use: one that peers connect to (closed and reopened by revoke, so earlier
+  // peers' keys stop working) and one that this endpoint's own transfers from it use.
+  std::shared_ptr<detail::RdmaSide> rdmaServe, rdmaLocal;
   std::atomic<bool> registered{true};
   std::mutex mu;                                         // transfers
   std::vector<std::weak_ptr<Transfer::Impl>> transfers;  // that use this registration as local memory
 
   std::string who() const { return cat("local registration ", hexId(id)); }
   void cancelTransfers(const std::string& why);
+  /// The RDMA side of `which` (rdmaServe or rdmaLocal), opened on first use; nullptr with *why. Hold rdmaMu.
+  std::shared_ptr<detail::RdmaSide> rdmaSide(std::shared_ptr<detail::RdmaSide>& which, std::string* why);
+  /// Closes both RDMA sides: no peer's READ or WRITE reaches the memory afterwards.
+  void closeRdma();
 };
+
+std::shared_ptr<detail::RdmaSide> Registration::Impl::rdmaSide(std::shared_ptr<detail::RdmaSide>& which,
+                                                               std::string* why) {
+  if (which) return which;
+  if (!rdmaOffered) {
+    *why = "this endpoint has no RDMA device";
+    return nullptr;
+  }
+  detail::RdmaSide::Memory m;
+  m.base = base;
+  m.bytes = bytes;
+  m.kind = kind;
+  m.device = device;
+  m.remoteWrite = access == Access::ReadWrite;
+  if (ownPieces)
+    for (const detail::Piece& p : ownPieces()) m.pieces.push_back({p.offset, p.bytes, base + p.offset});
+  else
+    m.pieces.push_back({0, bytes, base});
+  which = detail::RdmaSide::open(verbs, m, timeoutMs, why);
+  return which;
+}
+
+void Registration::Impl::closeRdma() {
+  std::lock_guard<std::mutex> lock(rdmaMu);
+  for (auto* side : {&rdmaServe, &rdmaLocal})
+    if (*side) (*side)->close();
+}
 
 Registration::Registration() = default;
 Registration::~Registration() = default;
@@ -161,6 +204,7 @@ std::vector<uint8_t> Registration::metadata() const {
   m.pid = static_cast<int32_t>(::getpid());
   m.hostKey = r->hostKey;
   m.tcp = r->tcp;
+  m.transports = r->rdmaOffered ? detail::kMetaRdma : 0u;
   m.name = r->endpointName.substr(0, detail::kMaxNameBytes);
   m.layout = r->layout;
   m.layoutHash = layoutHash(r->layout);
@@ -176,6 +220,11 @@ void Registration::revoke() {
   r->served->capability = freshCapability();
   lock.unlock();
   if (auto share = r->share.lock()) share->end(r->id, detail::ShareEnd::Revoked, 0);  // tells, waits for none
+  // RDMA peers hold keys of its memory regions: they go (the peers' next work request fails); the next peer with
+  // the new metadata gets new ones.
+  std::lock_guard<std::mutex> rl(r->rdmaMu);
+  if (r->rdmaServe) r->rdmaServe->close();
+  r->rdmaServe.reset();
 }
 
 // ---- remote memory ------------------------------------------------------------------------------------------------
@@ -237,7 +286,22 @@ struct Link {
   std::mutex peerMu;
   std::unique_ptr<detail::PeerLink> peer;                    // same host, once mapped
   std::vector<std::weak_ptr<Transfer::Impl>> peerTransfers;  // that use `peer` (cancelled when its mapping ends)
-  std::vector<std::weak_ptr<Transfer::Impl>> tcpTransfers;   // over `tcp` (cancelled at disconnect)
+  std::vector<std::weak_ptr<Transfer::Impl>> netTransfers;   // over `tcp` or `rdma` (cancelled at disconnect)
+  // RDMA, once connected: the local registration's side, the peer number of the owner's queue pairs on it, the TCP
+  // connection that asked for them (their lease: the owner drops them when it closes), the transport.
+  std::mutex rdmaMu;
+  std::shared_ptr<detail::RdmaSide> rdmaSide;
+  int rdmaPeer = -1;
+  detail::Fd rdmaControl;
+  std::unique_ptr<detail::FetchTransport> rdma;
+
+  void dropRdma() {
+    rdma.reset();
+    if (rdmaSide) rdmaSide->drop(rdmaPeer);
+    rdmaSide.reset();
+    rdmaControl = detail::Fd();
+  }
+  ~Link() { dropRdma(); }
 };
 
 }  // namespace
@@ -408,6 +472,9 @@ struct Endpoint::Impl {
   std::unique_ptr<detail::TcpServer> server;
   std::shared_ptr<detail::ShareServer> share;
   SockAddr address;
+  const detail::VerbsApi* verbs = nullptr;  // the provider fabrics open (tests: a fake)
+  bool rdma = false;                        // an RDMA device opened at create
+  std::string noRdma;                       // why not
 
   std::mutex mu;
   bool closed = false;
@@ -441,6 +508,10 @@ struct Endpoint::Impl {
   /// The two handles of a transfer, checked: valid, the local one ours and registered, the remote connected.
   std::pair<std::shared_ptr<Registration::Impl>, std::shared_ptr<RemoteMemory::Impl>> checkPair(
       const char* call, const Registration& local, const RemoteMemory& remote);
+  /// The link's RDMA transport, connected on first use; nullptr with *why (*refused: the owner refused the metadata
+  /// itself, which fails the transfer as TCP would).
+  detail::FetchTransport* rdmaFor(Link& link, Registration::Impl& local,
+                                  const std::shared_ptr<RemoteMemory::Impl>& remote, std::string* why, bool* refused);
   detail::PeerLink* peerFor(Link& link, const Registration::Impl& local,
                             const std::shared_ptr<RemoteMemory::Impl>& remote, detail::ShareStatus* status,
                             std::string* why);
@@ -499,6 +570,11 @@ Endpoint Endpoint::create(const EndpointOptions& options) {
   impl->address = impl->server->endpoint();
   impl->server->start();
   impl->share = std::make_shared<detail::ShareServer>(impl->id);
+  // RDMA: offered (in every registration's metadata) when a device opens here; registrations open their own
+  // fabric on first use.
+  impl->verbs = detail::fetchTestHooks().verbs;
+  impl->rdma = detail::VerbsFabric::open(impl->verbs, MemoryKind::Host, -1, "", "memfd", impl->timeoutMs,
+                                         &impl->noRdma) != nullptr;
   return Endpoint(std::move(impl));
 }
 
@@ -561,6 +637,31 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   served->backed = backed;
   served->needsCapability = true;
   served->capability = freshCapability();
+  r->ownPieces = ownPieces;
+  r->verbs = verbs;
+  r->rdmaOffered = rdma;
+  r->timeoutMs = timeoutMs;
+  // A peer's RDMA connect request (over its TCP connection, capability and generation checked by the server).
+  std::weak_ptr<Registration::Impl> weak = r;
+  served->control = [weak](uint32_t kind, const uint8_t* body, size_t n, std::vector<uint8_t>* reply,
+                           std::shared_ptr<void>* hold, std::string* why) {
+    auto me = weak.lock();
+    if (!me) {
+      *why = "the registration is gone";
+      return detail::WireStatus::Closing;
+    }
+    if (kind != detail::kControlRdmaConnect) {
+      *why = cat("control request kind ", kind, " is not one this endpoint answers");
+      return detail::WireStatus::Unsupported;
+    }
+    std::lock_guard<std::mutex> lock(me->rdmaMu);
+    auto side = me->rdmaSide(me->rdmaServe, why);
+    if (!side) {
+      *why = cat("the owner cannot serve RDMA: ", *why);
+      return detail::WireStatus::Unsupported;
+    }
+    return side->accept(body, n, reply, hold, why);
+  };
   r->served = served;
   auto shared = std::make_shared<detail::SharedMemory>();
   shared->served = served;
@@ -598,6 +699,9 @@ Registration Endpoint::registerBuffer(const SymmetricBuffer& buffer, const KvLay
   r.unbackListener = detail::addUnbackListener(*symm, [weak](const std::vector<Range>& ranges) {
     if (auto me = weak.lock()) {
       me->served->unback(ranges);
+      std::lock_guard<std::mutex> lock(me->rdmaMu);  // peers' READs and WRITEs of those pieces fail from now on
+      for (auto* side : {&me->rdmaServe, &me->rdmaLocal})
+        if (*side && (*side)->fabric()) (*side)->fabric()->unback(ranges);
       me->cancelTransfers(cat(me->who(), ": the buffer stopped backing part of its memory"));
     }
   });
@@ -658,6 +762,7 @@ void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
   }
   r.cancelTransfers(cat(r.who(), " was unregistered while the transfer ran"));
   r.served->close();  // waits for every request being served from it; later ones are refused
+  r.closeRdma();      // RDMA peers' work requests on it fail from now on (their queue pairs and its regions are gone)
   {
     std::lock_guard<std::mutex> lock(mu);
     registrations.erase(r.id);
@@ -842,6 +947,96 @@ detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& 
   return link.peer.get();
 }
 
+detail::FetchTransport* Endpoint::Impl::rdmaFor(Link& link, Registration::Impl& local,
+                                                const std::shared_ptr<RemoteMemory::Impl>& remote, std::string* why,
+                                                bool* refused) {
+  std::lock_guard<std::mutex> lock(link.rdmaMu);
+  *refused = false;
+  if (link.rdma) {
+    const std::string broken = link.rdma->unreachable(1);
+    if (broken.empty()) return link.rdma.get();
+    KVCOMM_DEBUG("Endpoint (rdma): reconnecting to remote ", remote->who(), ": ", broken);
+    link.dropRdma();  // a failed queue pair cannot be reused: connect afresh (a restarted owner refuses, naming why)
+  }
+  if (!rdma) {
+    *why = cat("this endpoint has no RDMA device (", noRdma, ")");
+    return nullptr;
+  }
+  if (!(remote->meta.transports & detail::kMetaRdma)) {
+    *why = cat("remote ", remote->who(), " offers no RDMA (its endpoint has no RDMA device)");
+    return nullptr;
+  }
+  std::shared_ptr<detail::RdmaSide> side;
+  {
+    std::lock_guard<std::mutex> rl(local.rdmaMu);
+    if (local.rdmaLocal && !local.rdmaLocal->fabric()->failed().empty()) {
+      // Its completion queue failed (completions lost): a fresh fabric; links on the old one reconnect likewise.
+      KVCOMM_DEBUG("Endpoint (rdma): reopening ", local.who(), "'s fabric: ", local.rdmaLocal->fabric()->failed());
+      local.rdmaLocal->close();
+      local.rdmaLocal.reset();
+    }
+    side = local.rdmaSide(local.rdmaLocal, why);
+  }
+  if (!side) {
+    *why = cat(local.who(), " cannot be registered for RDMA: ", *why);
+    return nullptr;
+  }
+  // The owner's queue pairs: asked for over a TCP connection of its own (hello with the capability), which stays
+  // open as their lease.
+  const char* call = "Endpoint (rdma connect)";
+  detail::NetContext ctx;
+  ctx.rank = 0;
+  ctx.groupId = remote->meta.endpointId;
+  ctx.descs = {detail::RemoteDescriptor{}, remote->desc};
+  ctx.netTimeoutMs = timeoutMs;
+  ctx.capabilities = {detail::WireCapability{}, remote->meta.capability};
+  ctx.sourceNames = {local.who(), cat("endpoint '", remote->meta.name, "'")};
+  const std::string who = detail::describePeer(ctx, 1);
+  int peer = -1;
+  try {
+    detail::HelloedConnection c = detail::connectHello(ctx, 1);
+    std::vector<uint8_t> request;
+    peer = side->newPeer(&request);
+    detail::ControlAnswer a = detail::controlRequest(c.fd.get(), detail::kControlRdmaConnect, remote->meta.generation,
+                                                     request, timeoutMs, who);
+    if (a.status != detail::WireStatus::Ok) {
+      side->drop(peer);
+      *refused = a.status != detail::WireStatus::Unsupported;  // stale, closed: the metadata itself is refused
+      *why = cat(who, " refused the RDMA connection: ", detail::wireStatusName(a.status), ": ", a.why);
+      return nullptr;
+    }
+    // The metadata does not carry the registration's size: pieces are checked for order and overlap, and work
+    // requests only ever name bytes of the layout's blocks.
+    std::string bad = side->finish(peer, a.reply, ~0ull, cat("endpoint '", remote->meta.name, "'"));
+    if (!bad.empty()) {
+      side->drop(peer);
+      *why = cat(who, " answered the RDMA connection with a malformed reply: ", bad);
+      return nullptr;
+    }
+    link.rdmaControl = std::move(c.fd);
+  } catch (const Error& e) {
+    if (peer >= 0) side->drop(peer);
+    // Refused at the hello (capability, restart, unregistered) or unreachable: the transfer fails as TCP's would.
+    *refused = true;
+    *why = cat(call, ": ", e.what());
+    return nullptr;
+  }
+  detail::NetContext net;
+  net.local = local.base;
+  net.kind = local.kind;
+  net.device = local.device;
+  net.rank = 0;
+  net.groupId = remote->meta.endpointId;
+  net.table = &link.table;
+  net.descs = {detail::RemoteDescriptor{}, remote->desc};
+  net.netTimeoutMs = timeoutMs;
+  net.sourceNames = ctx.sourceNames;
+  link.rdmaSide = side;
+  link.rdmaPeer = peer;
+  link.rdma = detail::makeVerbsTransport(std::move(net), side->fabric(), {-1, peer});
+  return link.rdma.get();
+}
+
 namespace {
 
 // The pair arrays of a transfer as the planner reads them: member 1 is always the source, so a peer write plans
@@ -861,10 +1056,8 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     case TransferVia::Auto:
     case TransferVia::Tcp:
     case TransferVia::Peer:
-      break;
     case TransferVia::Rdma:
-      KVCOMM_THROW(Unsupported, call,
-                   "the RDMA transport is not available to endpoints in this version; demand Peer, Tcp or Auto");
+      break;
     default:
       KVCOMM_THROW(InvalidArgument, call, "via ", static_cast<int>(options.via), " is not a TransferVia");
   }
@@ -897,7 +1090,25 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
         KVCOMM_DEBUG(call, ": over TCP: ", why);
     }
   }
-  if (!peer && refusal.empty() && remote->meta.tcp.len == 0)
+  // RDMA when demanded, or (Auto) between hosts when both endpoints have a device; a refusal of the metadata fails
+  // the transfer, an owner that cannot serve RDMA leaves Auto to TCP.
+  detail::FetchTransport* rdma = nullptr;
+  if (options.via == TransferVia::Rdma ||
+      (options.via == TransferVia::Auto && !peer && refusal.empty() && remote->meta.hostKey != hostKey && this->rdma &&
+       (remote->meta.transports & detail::kMetaRdma))) {
+    std::string why;
+    bool refused = false;
+    rdma = rdmaFor(*link, *local, remote, &why, &refused);
+    if (!rdma) {
+      if (refused)
+        refusal = why;
+      else if (options.via == TransferVia::Rdma)
+        KVCOMM_THROW(Unsupported, call, "RDMA cannot reach remote ", remote->who(), ": ", why);
+      else
+        KVCOMM_DEBUG(call, ": over TCP: ", why);
+    }
+  }
+  if (!peer && !rdma && refusal.empty() && remote->meta.tcp.len == 0)
     KVCOMM_THROW(Unsupported, call, "remote ", remote->who(), " offers no TCP address");
 
   auto plan = std::make_shared<detail::PlanOutput>();
@@ -907,7 +1118,8 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   in.unreachableWhy = {"", ""};
   // TCP: the runs' same-host path is not used (every run goes over the network); peer: copies of the memory kind.
   in.path = peer && local->kind == MemoryKind::Cuda ? FetchPath::Auto : FetchPath::Host;
-  std::vector<size_t FetchPlanInfo::*> counters = {nullptr, peer ? nullptr : &FetchPlanInfo::tcpRuns};
+  std::vector<size_t FetchPlanInfo::*> counters = {
+      nullptr, peer ? nullptr : (rdma ? &FetchPlanInfo::rdmaRuns : &FetchPlanInfo::tcpRuns)};
   in.counters = &counters;
   in.call = call;
   FetchRequest q;
@@ -922,8 +1134,8 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     detail::planFetch({q}, in, *plan);
   } else {
     // Validated with the remote as the destination (its blocks must not be written twice). The peer transport
-    // copies in that order (member 0, the remote's mapping, is the destination); TCP turns it round into the pair's
-    // order (member 1, the remote: src; the local blocks: dst).
+    // copies in that order (member 0, the remote's mapping, is the destination); TCP and RDMA turn it round into the
+    // pair's order (member 1, the remote: src; the local blocks: dst).
     in.table = &link->writeTable;
     in.names = &link->writeNames;
     q.srcBlocks = localBlocks;
@@ -951,7 +1163,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   t->plan = plan;
   t->push = push;
   t->dstIsRunSrc = dstIsRunSrc;
-  t->transport = peer ? FetchTransportKind::Peer : FetchTransportKind::Tcp;
+  t->transport = peer ? FetchTransportKind::Peer : (rdma ? FetchTransportKind::Rdma : FetchTransportKind::Tcp);
   t->blocksDone.assign(plan->runs.size(), 0);
   if (!refusal.empty()) {
     t->end(t->statusOf(true, refusal));
@@ -969,9 +1181,9 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     std::lock_guard<std::mutex> pl(link->peerMu);
     track(link->peerTransfers, t);
   } else {
-    t->op = link->tcp->start(plan, std::move(runs), FetchOptions{}, nullptr);
+    t->op = (rdma ? rdma : link->tcp.get())->start(plan, std::move(runs), FetchOptions{}, nullptr);
     std::lock_guard<std::mutex> pl(link->peerMu);
-    track(link->tcpTransfers, t);
+    track(link->netTransfers, t);
   }
   std::lock_guard<std::mutex> lock(local->mu);
   if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
@@ -1163,7 +1375,7 @@ void Endpoint::disconnect(RemoteMemory& remote) {
     {
       std::lock_guard<std::mutex> lock(link->peerMu);
       takeLive(link->peerTransfers, live);
-      takeLive(link->tcpTransfers, live);
+      takeLive(link->netTransfers, live);
       if (link->peer) {
         link->peer->disable();
         std::lock_guard<std::mutex> el(e->mu);
@@ -1171,6 +1383,8 @@ void Endpoint::disconnect(RemoteMemory& remote) {
       }
     }
     cancelAll(live, why);
+    std::lock_guard<std::mutex> rl(link->rdmaMu);
+    link->dropRdma();  // our queue pairs go, and the owner drops its own when the connection closes
   }
   std::shared_ptr<detail::PeerMapping> mapping;
   {

@@ -27,7 +27,7 @@ struct MetadataBody {
   sockaddr_storage tcp;
   uint32_t tcpLen;
   char name[kMaxNameBytes + 1];
-  uint32_t reserved;
+  uint32_t transports;  // kMetaRdma (was reserved, 0, in the first version-1 writers: nothing offered)
 };
 static_assert(std::is_trivially_copyable_v<MetadataBody>);
 
@@ -61,6 +61,7 @@ std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m) {
   b.tcp = m.tcp.storage;
   b.tcpLen = m.tcp.len;
   std::snprintf(b.name, sizeof(b.name), "%s", m.name.c_str());
+  b.transports = m.transports;
   std::memcpy(out.data() + sizeof(MetadataHead), &b, sizeof(b));
   uint8_t* at = out.data() + sizeof(MetadataHead) + sizeof(b);
   for (const KvRegion& r : m.layout.regions) {
@@ -122,6 +123,7 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
   m.hostKey = b.hostKey;
   m.tcp = tcp;
   m.name = b.name;
+  m.transports = b.transports & kMetaRdma;  // bits this build does not know mean nothing to it
   m.layout.version = b.layoutVersion;
   const uint8_t* at = p + sizeof(MetadataHead) + sizeof(MetadataBody);
   for (uint32_t i = 0; i < b.numRegions; ++i, at += sizeof(RegionRecord)) {

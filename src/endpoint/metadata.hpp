@@ -6,7 +6,8 @@
 //                 size, an FNV-1a checksum of every byte after the head (truncation and corruption, not forgery:
 //                 the capability guards against that)
 //   MetadataBody  version 1: endpoint id, registration id and generation, capability, memory kind, access, writer
-//                 pid, host key, TCP address, name, layout version and hash, region count
+//                 pid, host key, TCP address, transports offered besides TCP (RDMA), name, layout version and hash,
+//                 region count
 //   regions       `numRegions` x {offset, blockBytes, blockStride, numBlocks} (u64 each)
 #pragma once
 
@@ -47,12 +48,15 @@ struct EndpointMetadata {
   int32_t pid = 0;
   uint64_t hostKey = 0;  ///< boot id and network namespace: equal on one host and namespace
   SockAddr tcp;
-  std::string name;  ///< at most kMaxNameBytes
+  uint32_t transports = 0;  ///< kMetaRdma: the owner's endpoint has an RDMA device (peers may connect over verbs)
+  std::string name;         ///< at most kMaxNameBytes
   KvLayout layout;
   uint64_t layoutHash = 0;
 };
 
 inline constexpr size_t kMaxNameBytes = 63;
+/// Bits of EndpointMetadata::transports (version 1 writers that predate them set none).
+inline constexpr uint32_t kMetaRdma = 1u << 0;
 
 std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m);
 /// "" when `bytes` bytes at `data` are metadata this build reads (copied into *out), else why not (not kvcomm

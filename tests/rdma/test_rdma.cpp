@@ -36,8 +36,8 @@ TEST(RdmaDevice, LoopbackReadsAreByteExactAndAReleasedPieceFaults) {
               a->address().readDepth);
   char* s = reinterpret_cast<char*>(src.data());
   char* d = reinterpret_cast<char*>(dst.data());
-  a->registerPieces(d, {{0, kMem, d}});
-  auto keys = b->registerPieces(s, {{0, kMem / 2, s}, {kMem / 2, kMem / 2, s + kMem / 2}});
+  a->registerPieces(d, {{0, kMem, d}}, false);
+  auto keys = b->registerPieces(s, {{0, kMem / 2, s}, {kMem / 2, kMem / 2, s + kMem / 2}}, false);
   auto qa = a->createQps(1), qb = b->createQps(0);
   a->connectQps(1, b->address(), qb);
   b->connectQps(0, a->address(), qa);

@@ -25,6 +25,7 @@ struct FakeMr {
 
 struct PendingRead {
   uint64_t wrId;
+  bool write = false;  // RDMA WRITE: local SGEs -> remote
   uint64_t remoteAddr;
   uint32_t rkey;
   std::vector<ibv_sge> sges;
@@ -36,8 +37,10 @@ struct FakeQp {
   ibv_qp qp{};
   FakeCq* cq = nullptr;
   uint32_t maxSge = 1;
-  int depth = 0;     // max_rd_atomic set at RTS
-  int inFlight = 0;  // posted, completion not reaped
+  int depth = 0;         // max_rd_atomic set at RTS
+  int access = 0;        // qp_access_flags set at INIT: what it accepts as responder
+  uint32_t destQpn = 0;  // set at RTR
+  int inFlight = 0;      // posted, completion not reaped
   std::deque<PendingRead> pending;
 };
 
@@ -220,6 +223,8 @@ int modifyQp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     q->depth = a->max_rd_atomic;
   }
   if (to == IBV_QPS_RTR && (!(mask & IBV_QP_DEST_QPN) || !s.qps.count(a->dest_qp_num))) return EINVAL;
+  if (to == IBV_QPS_INIT && (mask & IBV_QP_ACCESS_FLAGS)) q->access = static_cast<int>(a->qp_access_flags);
+  if (to == IBV_QPS_RTR) q->destQpn = a->dest_qp_num;
   qp->state = to;
   return 0;
 }
@@ -245,7 +250,8 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   std::lock_guard<std::mutex> lock(s.mu);
   auto* q = reinterpret_cast<FakeQp*>(qp);
   for (; wr; wr = wr->next) {
-    if (qp->state != IBV_QPS_RTS || wr->opcode != IBV_WR_RDMA_READ || wr->num_sge < 1 ||
+    const bool write = wr->opcode == IBV_WR_RDMA_WRITE;
+    if (qp->state != IBV_QPS_RTS || (wr->opcode != IBV_WR_RDMA_READ && !write) || wr->num_sge < 1 ||
         static_cast<uint32_t>(wr->num_sge) > q->maxSge) {
       violation(s, s.violations.badPost, "a post the queue pair cannot take");
       *bad = wr;
@@ -256,6 +262,7 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
                 "queue pair " + std::to_string(qp->qp_num) + ": READ beyond its depth " + std::to_string(q->depth));
     PendingRead p;
     p.wrId = wr->wr_id;
+    p.write = write;
     p.remoteAddr = wr->wr.rdma.remote_addr;
     p.rkey = wr->wr.rdma.rkey;
     p.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
@@ -273,25 +280,39 @@ ibv_wc_status execute(State& s, FakeQp* q, const PendingRead& p, uint32_t* bytes
   *bytes = 0;
   if (q->qp.state == IBV_QPS_ERR) return IBV_WC_WR_FLUSH_ERR;
   if (p.forced) return p.status;
+  // The responder: its queue pair must still be there and connected (else the requester retries until it gives up),
+  // accept the operation, and own the region the rkey names (one protection domain).
+  auto peer = s.qps.find(q->destQpn);
+  if (peer == s.qps.end() || peer->second->qp.state == IBV_QPS_RESET || peer->second->qp.state == IBV_QPS_INIT)
+    return IBV_WC_RETRY_EXC_ERR;
+  const int need = p.write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+  if (peer->second->qp.state == IBV_QPS_ERR || !(peer->second->access & need)) return IBV_WC_REM_ACCESS_ERR;
   auto r = s.byRkey.find(p.rkey);
   uint64_t total = 0;
   for (const ibv_sge& g : p.sges) total += g.length;
-  if (r == s.byRkey.end() || !(r->second->access & IBV_ACCESS_REMOTE_READ)) return IBV_WC_REM_ACCESS_ERR;
+  if (r == s.byRkey.end() || !(r->second->access & need) || r->second->mr.pd != peer->second->qp.pd)
+    return IBV_WC_REM_ACCESS_ERR;
   const ibv_mr& rm = r->second->mr;
   const uint64_t rbase = reinterpret_cast<uint64_t>(rm.addr);
   if (p.remoteAddr < rbase || p.remoteAddr + total > rbase + rm.length) return IBV_WC_REM_ACCESS_ERR;
   for (const ibv_sge& g : p.sges) {
     auto l = s.byLkey.find(g.lkey);
-    if (l == s.byLkey.end() || !(l->second->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    // A READ's SGEs are written (local write access); a WRITE's are only read.
+    if (l == s.byLkey.end() || (!p.write && !(l->second->access & IBV_ACCESS_LOCAL_WRITE)) ||
+        l->second->mr.pd != q->qp.pd)
+      return IBV_WC_LOC_PROT_ERR;
     const uint64_t lbase = reinterpret_cast<uint64_t>(l->second->mr.addr);
     if (g.addr < lbase || g.addr + g.length > lbase + l->second->mr.length) return IBV_WC_LOC_PROT_ERR;
   }
   uint64_t at = p.remoteAddr;
   for (const ibv_sge& g : p.sges) {
-    std::memcpy(reinterpret_cast<void*>(g.addr), reinterpret_cast<const void*>(at), g.length);
+    if (p.write)
+      std::memcpy(reinterpret_cast<void*>(at), reinterpret_cast<const void*>(g.addr), g.length);
+    else
+      std::memcpy(reinterpret_cast<void*>(g.addr), reinterpret_cast<const void*>(at), g.length);
     at += g.length;
   }
-  *bytes = static_cast<uint32_t>(total);
+  *bytes = p.write ? 0 : static_cast<uint32_t>(total);  // as hardware: byte_len is defined for READs only
   return IBV_WC_SUCCESS;
 }
 
@@ -310,7 +331,7 @@ int pollCq(ibv_cq* cq, int n, ibv_wc* out) {
       ibv_wc w{};
       w.wr_id = p.wrId;
       w.qp_num = qp->qp.qp_num;
-      w.opcode = IBV_WC_RDMA_READ;
+      w.opcode = p.write ? IBV_WC_RDMA_WRITE : IBV_WC_RDMA_READ;
       w.status = execute(s, qp, p, &w.byte_len);
       if (w.status != IBV_WC_SUCCESS && w.status != IBV_WC_WR_FLUSH_ERR) qp->qp.state = IBV_QPS_ERR;  // as hardware
       q->queue.push_back(w);
@@ -364,6 +385,12 @@ void reset(const Config& c) {
   s.cfg = c;
   s.violations = {};
   s.readsPosted = 0;
+}
+
+void setStall(bool stall) {
+  State& s = st();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.cfg.stall = stall;
 }
 
 Config& config() {

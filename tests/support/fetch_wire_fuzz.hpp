@@ -1,6 +1,7 @@
 // The body of the fetch request decoder's fuzz target (fuzz/fetch_request.cpp), shared with the unit test that runs
 // it over random and mutated inputs in CI: bytes are decoded as the fetch server decodes a request (header, then
-// runs) and re-validated against a fixed served layout, and also as a hello, a hello reply and a reply. A broken
+// runs) and re-validated against a fixed served layout (a control request: its head, and its body as an RDMA connect
+// request and reply), and also as a hello, a hello reply, a reply and an RDMA connect request and reply. A broken
 // invariant aborts (libFuzzer keeps the input as a crash).
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "fetch/transport/net/segments.hpp"
 #include "fetch/transport/net/wire.hpp"
+#include "fetch/transport/rdma/rdma_connect.hpp"
 
 #define KVCOMM_FUZZ_CHECK(cond)                                                                     \
   do {                                                                                              \
@@ -23,6 +25,27 @@
   } while (0)
 
 namespace kvcomm::detail {
+
+/// An RDMA connect message's decoders over `size` bytes: what they accept holds its invariants.
+inline void fuzzRdmaConnect(const uint8_t* data, size_t size) {
+  RdmaConnectRequest q;
+  if (decodeConnectRequest(data, size, &q).empty())
+    KVCOMM_FUZZ_CHECK(q.qps.size() == static_cast<size_t>(kQpsPerPeer) && q.fabric.valid == 1);
+  constexpr uint64_t kRegistered = 1u << 20;
+  RdmaConnectReply r;
+  if (decodeConnectReply(data, size, kRegistered, &r).empty()) {
+    KVCOMM_FUZZ_CHECK(r.qps.size() == static_cast<size_t>(kQpsPerPeer) && !r.chunks.empty() &&
+                      r.chunks.size() <= kMaxConnectChunks);
+    uint64_t end = 0;
+    for (const ChunkKey& k : r.chunks) {
+      KVCOMM_FUZZ_CHECK(k.bytes > 0 && k.offset >= end && k.offset + k.bytes <= kRegistered && k.lkey == 0);
+      end = k.offset + k.bytes;
+    }
+    // What was accepted encodes back to the same bytes.
+    std::vector<uint8_t> again = encodeConnectReply(r);
+    KVCOMM_FUZZ_CHECK(again.size() == size);
+  }
+}
 
 /// Returns 1 when `data` held a request the server would serve, 0 otherwise.
 inline int fuzzFetchRequest(const uint8_t* data, size_t size) {
@@ -44,10 +67,21 @@ inline int fuzzFetchRequest(const uint8_t* data, size_t size) {
   if (size >= sizeof(WireRequest)) {
     std::string why = decodeRequest(data, sizeof(WireRequest), &q);
     if (!why.empty()) return 0;
-    KVCOMM_FUZZ_CHECK((q.magic == kWireRequestMagic || q.magic == kWireWriteMagic) && q.numRuns >= 1 &&
-                      q.numRuns <= kMaxRunsPerRequest);
+    KVCOMM_FUZZ_CHECK((q.magic == kWireRequestMagic || q.magic == kWireWriteMagic || q.magic == kWireControlMagic) &&
+                      q.numRuns >= 1 && q.numRuns <= kMaxRunsPerRequest);
     const size_t body = q.numRuns * sizeof(WireRun);
-    if (size - sizeof(WireRequest) >= body) {
+    if (size - sizeof(WireRequest) >= body && q.magic == kWireControlMagic) {
+      static WireRun runs[kMaxRunsPerRequest];
+      std::memcpy(runs, data + sizeof(WireRequest), body);
+      WireControlHead head{};
+      const uint8_t* at = nullptr;
+      if (decodeControl(runs, q.numRuns, &head, &at).empty()) {
+        KVCOMM_FUZZ_CHECK(head.bytes <= body - sizeof(WireRun) && body - sizeof(WireRun) - head.bytes < sizeof(WireRun));
+        KVCOMM_FUZZ_CHECK(at == reinterpret_cast<const uint8_t*>(runs + 1));
+        fuzzRdmaConnect(at, head.bytes);
+        accepted = 1;
+      }
+    } else if (size - sizeof(WireRequest) >= body) {
       static WireRun runs[kMaxRunsPerRequest];
       std::memcpy(runs, data + sizeof(WireRequest), body);
       uint64_t bytes = 0;
@@ -77,6 +111,7 @@ inline int fuzzFetchRequest(const uint8_t* data, size_t size) {
       }
     }
   }
+  fuzzRdmaConnect(data, size);
   WireHello h{};
   if (decodeHello(data, size, &h).empty())
     KVCOMM_FUZZ_CHECK(h.magic == kWireHelloMagic && h.version >= h.minVersion && h.minVersion > 0);

@@ -275,4 +275,60 @@ TEST(FetchWire, RandomBytesThroughEveryDecoderKeepTheInvariants) {
   EXPECT_GT(accepted, 100u);  // mutations that stay valid are served, the rest refused
 }
 
+TEST(FetchWire, ControlRequestsCarryTheirBodyAndRdmaConnectMessagesRoundTripAndRefuseWhatIsMalformed) {
+  const std::vector<uint8_t> body = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+  std::vector<WireRun> runs = encodeControl(kControlRdmaConnect, body.data(), body.size());
+  ASSERT_EQ(runs.size(), 3u);  // head + 17 bytes padded to two runs
+  WireControlHead head{};
+  const uint8_t* at = nullptr;
+  ASSERT_EQ(decodeControl(runs.data(), static_cast<uint32_t>(runs.size()), &head, &at), "");
+  EXPECT_EQ(head.kind, kControlRdmaConnect);
+  ASSERT_EQ(head.bytes, body.size());
+  EXPECT_EQ(std::memcmp(at, body.data(), body.size()), 0);
+  // A body that claims more than its runs hold, or leaves a whole run of padding, is refused.
+  std::vector<WireRun> lying = runs;
+  head.bytes = 40;
+  std::memcpy(lying.data(), &head, sizeof(head));
+  EXPECT_NE(decodeControl(lying.data(), 3, &head, &at), "");
+  head.bytes = 8;
+  std::memcpy(lying.data(), &head, sizeof(head));
+  EXPECT_NE(decodeControl(lying.data(), 3, &head, &at), "");
+
+  RdmaConnectReply r;
+  r.fabric.valid = 1;
+  r.fabric.maxMsg = 1u << 20;
+  r.fabric.readDepth = 4;
+  r.qps = {{0x40, 7}, {0x41, 9}};
+  r.chunks = {{0, 4096, 0x1000, 5, 0}, {8192, 4096, 0x9000, 6, 0}};
+  std::vector<uint8_t> m = encodeConnectReply(r);
+  RdmaConnectReply back;
+  ASSERT_EQ(decodeConnectReply(m.data(), m.size(), 1u << 20, &back), "");
+  EXPECT_EQ(back.qps[1].psn, 9u);
+  EXPECT_EQ(back.chunks[1].rkey, 6u);
+  EXPECT_NE(decodeConnectReply(m.data(), m.size(), 8192, &back), "");  // a piece past the registration
+  EXPECT_NE(decodeConnectReply(m.data(), m.size() - 1, 1u << 20, &back), "");  // truncated
+  RdmaConnectReply overlap = r;
+  overlap.chunks[1].offset = 2048;
+  m = encodeConnectReply(overlap);
+  EXPECT_NE(decodeConnectReply(m.data(), m.size(), 1u << 20, &back).find("overlaps"), std::string::npos);
+  RdmaConnectRequest q;
+  q.fabric = r.fabric;
+  q.qps = r.qps;
+  m = encodeConnectRequest(q);
+  RdmaConnectRequest qb;
+  ASSERT_EQ(decodeConnectRequest(m.data(), m.size(), &qb), "");
+  q.qps.pop_back();
+  m = encodeConnectRequest(q);
+  EXPECT_NE(decodeConnectRequest(m.data(), m.size(), &qb).find("queue pairs"), std::string::npos);
+  // Mutations of a valid reply through the fuzz target's invariants.
+  std::mt19937_64 rng(77);
+  const std::vector<uint8_t> valid = encodeConnectReply(r);
+  for (int i = 0; i < 50000; ++i) {
+    std::vector<uint8_t> buf = valid;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) buf[rng() % buf.size()] = static_cast<uint8_t>(rng());
+    if (rng() % 8 == 0) buf.resize(rng() % buf.size());
+    fuzzRdmaConnect(buf.data(), buf.size());
+  }
+}
+
 }  // namespace

@@ -82,10 +82,11 @@ class VerbsFake : public ::testing::Test {
     b_ = VerbsFabric::open(fake::api(), kvcomm::MemoryKind::Host, -1, "", "memfd", timeoutMs, &why);
     ASSERT_TRUE(a_ && b_) << why;
     EXPECT_EQ(a_->deviceName(), "fake_mlx5_0");
-    a_->registerPieces(reinterpret_cast<char*>(dst_.data()), {{0, kMem, reinterpret_cast<char*>(dst_.data())}});
+    a_->registerPieces(reinterpret_cast<char*>(dst_.data()), {{0, kMem, reinterpret_cast<char*>(dst_.data())}}, false);
     keysB_ = b_->registerPieces(reinterpret_cast<char*>(src_.data()),
                                 {{0, kMem / 2, reinterpret_cast<char*>(src_.data())},
-                                 {kMem / 2, kMem / 2, reinterpret_cast<char*>(src_.data()) + kMem / 2}});
+                                 {kMem / 2, kMem / 2, reinterpret_cast<char*>(src_.data()) + kMem / 2}},
+                                false);
     ASSERT_EQ(keysB_.size(), 2u);
     auto qa = a_->createQps(1), qb = b_->createQps(0);
     a_->connectQps(1, b_->address(), qb);
@@ -360,7 +361,7 @@ TEST_F(VerbsFake, ReleasedPiecesAreDeregisteredAndAStaleReadFaults) {
   EXPECT_EQ(fake::inFlight(), 0);
   // Re-registration after the buffer changed keeps the live piece's region and adds none for the released one.
   auto keys = b_->registerPieces(reinterpret_cast<char*>(src_.data()),
-                                 {{kMem / 2, kMem / 2, reinterpret_cast<char*>(src_.data()) + kMem / 2}});
+                                 {{kMem / 2, kMem / 2, reinterpret_cast<char*>(src_.data()) + kMem / 2}}, false);
   ASSERT_EQ(keys.size(), 1u);
   EXPECT_EQ(keys[0].rkey, keysB_[1].rkey);
   EXPECT_EQ(fake::counts().mrs, mrs - 1);

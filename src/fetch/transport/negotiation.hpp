@@ -81,11 +81,14 @@ struct RouteInput {
 std::vector<Route> chooseRoutes(const RouteInput& in, std::vector<std::string>* why);
 
 /// Test hooks (unit tests of negotiation): advertise another version range, or withhold capabilities.
+struct VerbsApi;  // platform/ibverbs.hpp
+
 struct FetchTestHooks {
   bool overrideVersion = false;  ///< advertise [minVersion, version] instead of this build's range
   uint16_t version = 0;
   uint16_t minVersion = 0;
-  uint32_t withhold = 0;  ///< FetchCap bits not offered (descriptor and TCP hello reply)
+  uint32_t withhold = 0;            ///< FetchCap bits not offered (descriptor and TCP hello reply)
+  const VerbsApi* verbs = nullptr;  ///< the verbs provider endpoints open (nullptr: the real libibverbs)
 };
 FetchTestHooks& fetchTestHooks();
 

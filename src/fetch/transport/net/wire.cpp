@@ -36,6 +36,8 @@ const char* wireStatusName(WireStatus s) {
       return "server error";
     case WireStatus::Unauthorized:
       return "capability refused";
+    case WireStatus::Unsupported:
+      return "unsupported control request";
     case WireStatus::ReadOnly:
       return "read-only memory";
   }
@@ -64,7 +66,7 @@ std::string decodeHelloReply(const void* data, size_t size, WireHelloReply* out)
   WireHelloReply r;
   std::memcpy(&r, data, sizeof(r));
   if (r.magic != kWireHelloReplyMagic) return cat("bad magic 0x", std::hex, r.magic, " (not a kvcomm fetch server)");
-  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::ReadOnly)) return cat("bad status ", r.status);
+  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::Unsupported)) return cat("bad status ", r.status);
   r.reason[sizeof(r.reason) - 1] = '\0';  // the peer's text is never trusted to be terminated
   *out = r;
   return "";
@@ -74,7 +76,8 @@ std::string decodeRequest(const void* data, size_t size, WireRequest* out) {
   if (size != sizeof(WireRequest)) return cat("a request header is ", sizeof(WireRequest), " bytes, not ", size);
   WireRequest q;
   std::memcpy(&q, data, sizeof(q));
-  if (q.magic != kWireRequestMagic && q.magic != kWireWriteMagic) return cat("bad magic 0x", std::hex, q.magic);
+  if (q.magic != kWireRequestMagic && q.magic != kWireWriteMagic && q.magic != kWireControlMagic)
+    return cat("bad magic 0x", std::hex, q.magic);
   if (q.numRuns == 0 || q.numRuns > kMaxRunsPerRequest)
     return cat("run count ", q.numRuns, " is outside [1, ", kMaxRunsPerRequest, "]");
   *out = q;
@@ -86,12 +89,38 @@ std::string decodeReply(const void* data, size_t size, WireReply* out) {
   WireReply r;
   std::memcpy(&r, data, sizeof(r));
   if (r.magic != kWireReplyMagic) return cat("bad magic 0x", std::hex, r.magic);
-  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::ReadOnly)) return cat("bad status ", r.status);
+  if (r.status < 0 || r.status > static_cast<int32_t>(WireStatus::Unsupported)) return cat("bad status ", r.status);
   if (r.status == 0 && r.errorBytes != 0) return "an Ok reply carries error text";
   if (r.status != 0 && r.payloadBytes != 0) return "an error reply carries payload";
   if (r.errorBytes > kMaxWireErrorText) return cat("error text of ", r.errorBytes, " bytes");
   if (r.payloadBytes > kMaxReplyBytes) return cat("payload of ", r.payloadBytes, " bytes exceeds ", kMaxReplyBytes);
   *out = r;
+  return "";
+}
+
+std::vector<WireRun> encodeControl(uint32_t kind, const void* body, size_t bytes) {
+  const size_t units = 1 + (bytes + sizeof(WireRun) - 1) / sizeof(WireRun);
+  KVCOMM_CHECK_ARG(units <= kMaxRunsPerRequest, "fetch (control request)", "a body of ", bytes,
+                   " bytes exceeds one request");
+  std::vector<WireRun> runs(units, WireRun{0, 0});
+  WireControlHead head{kind, static_cast<uint32_t>(bytes), 0};
+  std::memcpy(runs.data(), &head, sizeof(head));
+  if (bytes) std::memcpy(runs.data() + 1, body, bytes);
+  return runs;
+}
+
+std::string decodeControl(const WireRun* runs, uint32_t numRuns, WireControlHead* head, const uint8_t** body) {
+  if (numRuns == 0 || numRuns > kMaxRunsPerRequest)
+    return cat("run count ", numRuns, " is outside [1, ", kMaxRunsPerRequest, "]");
+  WireControlHead h;
+  std::memcpy(&h, runs, sizeof(h));
+  const uint64_t room = (static_cast<uint64_t>(numRuns) - 1) * sizeof(WireRun);
+  // The body fills the runs after the head, up to less than one run of padding.
+  if (h.bytes > room || room - h.bytes >= sizeof(WireRun))
+    return cat("a control body of ", h.bytes, " bytes in ", numRuns - 1, " runs");
+  if (h.reserved != 0) return "a control head with reserved bits set";
+  *head = h;
+  *body = reinterpret_cast<const uint8_t*>(runs + 1);
   return "";
 }
 

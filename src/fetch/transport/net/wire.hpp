@@ -15,6 +15,10 @@
 //   message of at most kMaxWireErrorText bytes. A header that is not a request (bad magic, a run count outside [1,
 //   kMaxRunsPerRequest]) ends the connection after its error reply: the stream cannot be trusted after it. Decoding
 //   never allocates: headers and runs have fixed caps.
+// Control requests (endpoints, phase 2): a Request header with kWireControlMagic whose `numRuns` 16-byte units carry
+//   a WireControlHead and its body (the RDMA connection of a pair: fetch/transport/rdma/rdma_connect.hpp); checked
+//   like a read (open, generation) and answered by the registration's handler: a Reply with the handler's bytes as
+//   payload, or an error. What the handler set up lives as long as the connection (the lease of its queue pairs).
 // Every field is in the host's byte order, little-endian on every platform kvcomm builds for (checked below); the
 // magics make a peer of another byte order fail phase 1.
 #pragma once
@@ -49,6 +53,7 @@ inline constexpr uint32_t kWireHelloMagic = 0x4846564bu;       // "KVFH"
 inline constexpr uint32_t kWireHelloReplyMagic = 0x5246564bu;  // "KVFR"
 inline constexpr uint32_t kWireRequestMagic = 0x5146564bu;     // "KVFQ": a read
 inline constexpr uint32_t kWireWriteMagic = 0x5746564bu;       // "KVFW": a write (its payload follows the runs)
+inline constexpr uint32_t kWireControlMagic = 0x4346564bu;     // "KVFC": a control request (its body in the runs)
 inline constexpr uint32_t kWireReplyMagic = 0x4146564bu;       // "KVFA"
 
 /// Most runs one request may carry (its body is at most 64 KiB), and most bytes one reply may carry.
@@ -72,6 +77,7 @@ enum class WireStatus : int32_t {
   Internal = 11,        ///< the server failed to read its own memory (e.g. a CUDA error)
   Unauthorized = 12,    ///< phase 1: the capability is missing or does not match (revoked, rotated, forged)
   ReadOnly = 13,        ///< a write to memory served for reads only (a Fetcher's, or registered read-only)
+  Unsupported = 14,     ///< a control request the server cannot serve (no handler, no RDMA device, ...)
 };
 const char* wireStatusName(WireStatus s);
 
@@ -128,6 +134,24 @@ static_assert(sizeof(WireHello) == 32 && sizeof(WireCapability) == 16 && sizeof(
               sizeof(WireRequest) == 32 && sizeof(WireRun) == 16 && sizeof(WireReply) == 32);
 static_assert(std::is_trivially_copyable_v<WireHello> && std::is_trivially_copyable_v<WireHelloReply> &&
               std::is_trivially_copyable_v<WireRequest> && std::is_trivially_copyable_v<WireReply>);
+
+/// The first 16 bytes of a control request's body: what it asks (kControl*) and how many bytes of body follow.
+struct WireControlHead {
+  uint32_t kind;
+  uint32_t bytes;
+  uint64_t reserved;
+};
+static_assert(sizeof(WireControlHead) == sizeof(WireRun));
+
+/// Control kinds.
+inline constexpr uint32_t kControlRdmaConnect = 1;  ///< connect a queue pair set to the registration's fabric
+
+/// The runs of a control request carrying `bytes` of `body` after its head (padded to whole runs): what the
+/// request's `numRuns` counts. Throws InvalidArgument when it would exceed kMaxRunsPerRequest runs.
+std::vector<WireRun> encodeControl(uint32_t kind, const void* body, size_t bytes);
+/// "" when the `numRuns` runs of a control request hold a well-formed head and body (*head set, *body its first
+/// byte), else why not.
+std::string decodeControl(const WireRun* runs, uint32_t numRuns, WireControlHead* head, const uint8_t** body);
 
 /// The version two sides speak: the newer of both minimums up to the older of both newests; 0 when none.
 uint16_t agreeVersion(uint16_t myVersion, uint16_t myMin, uint16_t peerVersion, uint16_t peerMin);

@@ -118,7 +118,7 @@ void VerbsFabric::connectAll(Communicator& comm, VerbsFabric* mine, char* base, 
     for (int r = 0; r < n; ++r) needed = needed || pairs(r);
     if (!needed) return;
     if (!mine) KVCOMM_THROW(InternalError, call, "routes name RDMA for a member without an RDMA device");
-    keys = mine->registerPieces(base, pieces);
+    keys = mine->registerPieces(base, pieces, false);
     addrs[static_cast<size_t>(me)] = mine->address();
     for (int r = 0; r < n; ++r)
       if (pairs(r)) {
@@ -144,7 +144,7 @@ void VerbsFabric::connectAll(Communicator& comm, VerbsFabric* mine, char* base, 
 void VerbsFabric::refreshAll(Communicator& comm, VerbsFabric* mine, char* base, const std::vector<LocalPiece>& pieces) {
   std::vector<ChunkKey> keys;
   allSucceed(comm, "Fetcher::refresh (rdma registration)", [&] {
-    if (mine) keys = mine->registerPieces(base, pieces);
+    if (mine) keys = mine->registerPieces(base, pieces, false);
   });
   auto chunks = exchangeChunks(comm, keys);
   if (mine)
@@ -246,19 +246,20 @@ class RealFabric : public VerbsFabric {
     return a;
   }
 
-  std::vector<ChunkKey> registerPieces(char* base, const std::vector<LocalPiece>& pieces) override {
+  std::vector<ChunkKey> registerPieces(char* base, const std::vector<LocalPiece>& pieces, bool remoteWrite) override {
     std::lock_guard<std::mutex> lock(opMu_);
     std::vector<Region> keep;
     for (const LocalPiece& p : pieces) {
       auto it = std::find_if(regions_.begin(), regions_.end(), [&](const Region& r) {
-        return r.mr && r.key.offset == p.offset && r.key.bytes == p.bytes && r.va == p.va;
+        return r.mr && r.key.offset == p.offset && r.key.bytes == p.bytes && r.va == p.va &&
+               r.remoteWrite == remoteWrite;
       });
       if (it != regions_.end()) {
         keep.push_back(*it);
         it->mr = nullptr;  // moved
         continue;
       }
-      keep.push_back(registerOne(base, p));
+      keep.push_back(registerOne(base, p, remoteWrite));
     }
     for (Region& r : regions_) deregister(r);  // pieces that are gone
     regions_ = std::move(keep);
@@ -299,7 +300,8 @@ class RealFabric : public VerbsFabric {
       a.qp_state = IBV_QPS_INIT;
       a.pkey_index = 0;
       a.port_num = 1;
-      a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+      // What this end accepts as responder; each memory region says what it allows on top.
+      a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
       if (api_.modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         KVCOMM_THROW(SystemError, "ibv_modify_qp (INIT)", name_, " (peer ", peer, "): ", std::strerror(errno));
       uint32_t psn = 0;
@@ -361,15 +363,33 @@ class RealFabric : public VerbsFabric {
     std::lock_guard<std::mutex> lock(opMu_);
     peers_[peer].chunks = std::move(chunks);
   }
+  void namePeer(int peer, std::string name) override {
+    std::lock_guard<std::mutex> lock(opMu_);
+    peers_[peer].name = std::move(name);
+  }
+  void dropPeer(int peer) override {
+    std::lock_guard<std::mutex> lock(opMu_);  // the operation in flight ends first
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return;
+    for (ibv_qp* qp : it->second.qps)
+      if (api_.destroyQp(qp)) KVCOMM_WARN("rdma: ibv_destroy_qp: ", std::strerror(errno));
+    peers_.erase(it);
+  }
 
   std::string unreachable(int peer) const override {
     std::lock_guard<std::mutex> lock(opMu_);
+    if (!cqLost_.empty()) return cqLost_;
     auto it = peers_.find(peer);
-    if (it == peers_.end() || !it->second.connected) return cat("no RDMA connection to rank ", peer);
+    if (it == peers_.end() || !it->second.connected) return cat("no RDMA connection to ", who(peer));
     if (!it->second.broken.empty())
-      return cat("the RDMA connection to rank ", peer, " failed earlier (", it->second.broken,
+      return cat("the RDMA connection to ", who(peer), " failed earlier (", it->second.broken,
                  "); recreate the fetcher to reconnect");
     return "";
+  }
+
+  std::string failed() const override {
+    std::lock_guard<std::mutex> lock(opMu_);
+    return cqLost_;
   }
 
   std::vector<LocalKey> localKeys() const override {
@@ -397,14 +417,15 @@ class RealFabric : public VerbsFabric {
     return it == peers_.end() ? 1u << 30 : std::max<uint64_t>(1, it->second.maxMsg);
   }
 
-  std::string read(const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
-                   const std::function<void(size_t)>& landed, const std::atomic<bool>* stop) override;
+  std::string run(RdmaOp op, const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
+                  const std::function<void(size_t)>& landed, const std::atomic<bool>* stop) override;
 
  private:
   struct Region {
     ibv_mr* mr = nullptr;
     ChunkKey key{};
     char* va = nullptr;
+    bool remoteWrite = false;
   };
   struct Peer {
     std::vector<ibv_qp*> qps;
@@ -414,12 +435,21 @@ class RealFabric : public VerbsFabric {
     uint32_t maxMsg = 1u << 30;
     bool connected = false;
     std::string broken;  // why its queue pairs are unusable
+    std::string name;    // how errors name it ("": "source rank N", a Fetcher's member)
   };
 
-  Region registerOne(char* base, const LocalPiece& p) {
-    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+  // Under opMu_.
+  std::string who(int peer) const {
+    auto it = peers_.find(peer);
+    return it != peers_.end() && !it->second.name.empty() ? it->second.name : cat("source rank ", peer);
+  }
+
+  Region registerOne(char* base, const LocalPiece& p, bool remoteWrite) {
+    const int access =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | (remoteWrite ? int{IBV_ACCESS_REMOTE_WRITE} : 0);
     Region r;
     r.va = p.va;
+    r.remoteWrite = remoteWrite;
     if (kind_ == MemoryKind::Cuda) {
       if (!api_.regDmabufMr)
         KVCOMM_THROW(Unsupported, "fetch (rdma)", "rdma-core lacks ibv_reg_dmabuf_mr: GPU memory cannot be registered");
@@ -465,6 +495,7 @@ class RealFabric : public VerbsFabric {
   uint32_t depth_ = 1;
   std::vector<Region> regions_;
   std::map<int, Peer> peers_;
+  std::string cqLost_;  // the completion queue failed: nothing runs on this fabric again
   uint64_t opSeq_ = 0;
   mutable std::mutex opMu_;  // one read at a time; registration changes wait for it
   mutable std::mutex statsMu_;
@@ -516,10 +547,12 @@ void RealFabric::drain(const std::vector<int>& peers, std::map<uint32_t, uint32_
                 "; the queue pairs were destroyed before the memory was reported");
 }
 
-std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
-                             const std::function<void(size_t)>& landed, const std::atomic<bool>* stop) {
+std::string RealFabric::run(RdmaOp kind, const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
+                            const std::function<void(size_t)>& landed, const std::atomic<bool>* stop) {
   std::lock_guard<std::mutex> lock(opMu_);
   const uint64_t op = ++opSeq_ & 0xffffffff;
+  const bool write = kind == RdmaOp::Write;
+  const char* verb = write ? "RDMA WRITE to " : "RDMA READ from ";
   std::vector<int> peers;
   std::map<int, std::vector<size_t>> queue;  // per peer, WRs not posted yet (in order)
   std::vector<int64_t> remaining(slicePeers.size(), 0);
@@ -531,11 +564,11 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
   for (auto& [peer, q] : queue) {
     auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second.connected || it->second.qps.empty() || !it->second.broken.empty())
-      return cat(
-          "source rank ", peer, ": ",
-          it == peers_.end() || !it->second.connected
-              ? std::string("no RDMA connection")
-              : cat("its RDMA connection failed earlier (", it->second.broken, "); recreate the fetcher to reconnect"));
+      return cat(who(peer), ": ",
+                 it == peers_.end() || !it->second.connected
+                     ? std::string("no RDMA connection")
+                     : cat("its RDMA connection failed earlier (", it->second.broken,
+                           "); recreate the fetcher (an endpoint: connect again) to reconnect"));
     peers.push_back(peer);
   }
   std::map<uint32_t, uint32_t> outstanding;  // qp_num -> READs in flight
@@ -582,13 +615,13 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
         wr.wr_id = (op << 32) | q[at];
         wr.sg_list = sge;
         wr.num_sge = static_cast<int>(w.numSge);
-        wr.opcode = IBV_WR_RDMA_READ;
+        wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
         wr.send_flags = IBV_SEND_SIGNALED;
         wr.wr.rdma.remote_addr = w.remoteAddr;
         wr.wr.rdma.rkey = w.rkey;
         int rc = api_.postSend(qp, &wr, &bad);
         if (rc) {
-          fail(cat("source rank ", peer, ": ibv_post_send: ", std::strerror(rc)));
+          fail(cat(who(peer), ": ibv_post_send: ", std::strerror(rc)));
           break;
         }
         state[q[at]] = 1;
@@ -607,7 +640,11 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
     int n = api_.pollCq(cq_, 32, wc);
     if (n < 0) {
       cqLost = true;
-      fail("the completion queue failed (overrun?): completions were lost");
+      std::string names;
+      for (int peer : peers) names += cat(names.empty() ? "" : ", ", who(peer));
+      fail(cat("the completion queue failed (overrun?) with work requests to ", names,
+               " in flight: completions were lost"));
+      cqLost_ = cat("the completion queue of ", name_, " failed earlier (", error, ")");
       break;
     }
     for (int i = 0; i < n; ++i) {
@@ -627,13 +664,15 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
       state[idx] = 2;
       const int peer = peerOfQp[c.qp_num];
       if (c.status != IBV_WC_SUCCESS) {
-        fail(cat("RDMA READ from source rank ", peer, " failed: ", api_.wcStatusStr(c.status), " (status ",
-                 static_cast<int>(c.status), ", vendor error 0x", std::hex, c.vendor_err, ")"));
+        fail(cat(verb, who(peer), " failed: ", api_.wcStatusStr(c.status), " (status ", static_cast<int>(c.status),
+                 ", vendor error 0x", std::hex, c.vendor_err, ")"));
         continue;
       }
-      if (c.opcode != IBV_WC_RDMA_READ || (c.byte_len != 0 && c.byte_len != wrs[idx].bytes)) {
-        fail(cat("RDMA READ from source rank ", peer, " completed as opcode ", static_cast<int>(c.opcode), " with ",
-                 c.byte_len, " bytes, not ", wrs[idx].bytes));
+      // A WRITE's byte_len is undefined: only a READ's is checked.
+      if (c.opcode != (write ? IBV_WC_RDMA_WRITE : IBV_WC_RDMA_READ) ||
+          (!write && c.byte_len != 0 && c.byte_len != wrs[idx].bytes)) {
+        fail(cat(verb, who(peer), " completed as opcode ", static_cast<int>(c.opcode), " with ", c.byte_len,
+                 " bytes, not ", wrs[idx].bytes));
         continue;
       }
       ++done;
@@ -642,7 +681,7 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
     if (n > 0) lastProgress = Clock::now();
     if (!finished.empty() && error.empty()) {
       // GPU memory whose RDMA writes are not ordered for its kernels: flush before the blocks count as landed.
-      if (flush_) {
+      if (flush_ && !write) {
         try {
           flushGpuDirectWrites(cudaDevice_);
         } catch (const std::exception& e) {
@@ -655,10 +694,9 @@ std::string RealFabric::read(const std::vector<ReadWr>& wrs, const std::vector<i
     }
     if (n == 0) {
       if (Clock::now() - lastProgress > std::chrono::milliseconds(timeoutMs_)) {
-        std::string who;
-        for (int peer : peers) who += cat(who.empty() ? "" : ", ", peer);
-        fail(cat("no RDMA completion from source rank(s) ", who, " for ", timeoutMs_,
-                 " ms (link down, host unreachable or hung?)"));
+        std::string names;
+        for (int peer : peers) names += cat(names.empty() ? "" : ", ", who(peer));
+        fail(cat("no RDMA completion from ", names, " for ", timeoutMs_, " ms (link down, host unreachable or hung?)"));
         break;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(5));
@@ -742,11 +780,16 @@ constexpr uint64_t kSliceBytes = 8u << 20;  // progress granularity of a READ op
 
 class VerbsTransport : public FetchTransport {
  public:
-  VerbsTransport(NetContext c, VerbsFabric* fabric) : ctx_(std::move(c)), fabric_(fabric) {}
+  VerbsTransport(NetContext c, VerbsFabric* fabric, std::vector<int> fabricPeers)
+      : ctx_(std::move(c)), fabric_(fabric), fabricPeers_(std::move(fabricPeers)) {}
   const char* name() const override { return "rdma"; }
   Route route() const override { return Route::Rdma; }
   size_t FetchPlanInfo::*runCounter() const override { return &FetchPlanInfo::rdmaRuns; }
-  std::string unreachable(int rank) const override { return fabric_->unreachable(rank); }
+  std::string unreachable(int rank) const override { return fabric_->unreachable(peerOf(rank)); }
+  int peerOf(int rank) const {
+    return static_cast<size_t>(rank) < fabricPeers_.size() ? fabricPeers_[static_cast<size_t>(rank)] : rank;
+  }
+  static RdmaOp opOf(const PlanOutput& plan) { return plan.push ? RdmaOp::Write : RdmaOp::Read; }
 
   // The READs of `runs`, sliced; "" or why they cannot be built.
   std::string build(const PlanOutput& plan, const std::vector<size_t>& runs, std::vector<RunSlice>* slices,
@@ -765,9 +808,9 @@ class VerbsTransport : public FetchTransport {
         const BlockRun& r = plan.runs[s.run];
         src.push_back({r.src + s.offset, s.blocks});
         dst.push_back({r.dst + s.offset, s.blocks});
-        (*slicePeers)[i] = rank;
+        (*slicePeers)[i] = peerOf(rank);
       }
-      std::vector<ChunkKey> remote = fabric_->remoteChunks(rank);
+      std::vector<ChunkKey> remote = fabric_->remoteChunks(peerOf(rank));
       ReadPlanInput in;
       in.srcRegions = &t.views[static_cast<size_t>(rank) * t.numRegions];
       in.dstRegions = &t.views[static_cast<size_t>(ctx_.rank) * t.numRegions];
@@ -781,7 +824,7 @@ class VerbsTransport : public FetchTransport {
       in.numLocal = local.size();
       in.localBase = reinterpret_cast<uint64_t>(ctx_.local);
       in.maxSge = fabric_->maxSge();
-      in.maxBytes = fabric_->maxMessage(rank);
+      in.maxBytes = fabric_->maxMessage(peerOf(rank));
       std::vector<ReadWr> part;
       std::string why = buildReads(in, &part);
       if (!why.empty()) return cat("source rank ", rank, ": ", why);
@@ -801,8 +844,8 @@ class VerbsTransport : public FetchTransport {
     if (!why.empty()) KVCOMM_THROW(InvalidArgument, "fetch (rdma)", why);
     if (ctx_.kind == MemoryKind::Cuda && fabric_->needsStreamSync()) syncStream(ctx_.device, stream);
     LandedBlocks landed;
-    std::string e = fabric_->read(
-        wrs, peers, [&](size_t s) { landed.add(slices[s]); }, nullptr);
+    std::string e = fabric_->run(
+        opOf(plan), wrs, peers, [&](size_t s) { landed.add(slices[s]); }, nullptr);
     if (e.empty()) return;
     std::vector<int64_t> done(plan.runs.size(), 0);
     landed.fill(done);
@@ -816,6 +859,7 @@ class VerbsTransport : public FetchTransport {
   friend class VerbsOp;
   NetContext ctx_;
   VerbsFabric* fabric_;
+  std::vector<int> fabricPeers_;
 };
 
 // A polled RDMA fetch: a driver thread posts and reaps; destruction cancels (the fabric drains) and joins.
@@ -827,10 +871,10 @@ class VerbsOp : public TransportOp {
     if (!why.empty()) KVCOMM_THROW(InvalidArgument, "fetch (rdma)", why);
     if (t.ctx_.kind == MemoryKind::Cuda && t.fabric_->needsStreamSync() && stream) syncStream(t.ctx_.device, stream);
     VerbsFabric* fabric = t.fabric_;
-    driver_ = std::thread([this, fabric, rank = detail::currentRank()] {
+    driver_ = std::thread([this, fabric, op = VerbsTransport::opOf(*plan_), rank = detail::currentRank()] {
       detail::RankScope scope(rank);
-      std::string e = fabric->read(
-          wrs_, peers_, [this](size_t s) { landed_.add(slices_[s]); }, &stop_);
+      std::string e = fabric->run(
+          op, wrs_, peers_, [this](size_t s) { landed_.add(slices_[s]); }, &stop_);
       std::lock_guard<std::mutex> lock(mu_);
       error_ = e;
       finished_ = true;
@@ -867,8 +911,9 @@ std::unique_ptr<TransportOp> VerbsTransport::start(std::shared_ptr<const PlanOut
 
 }  // namespace
 
-std::unique_ptr<FetchTransport> makeVerbsTransport(NetContext context, VerbsFabric* fabric) {
-  return std::make_unique<VerbsTransport>(std::move(context), fabric);
+std::unique_ptr<FetchTransport> makeVerbsTransport(NetContext context, VerbsFabric* fabric,
+                                                   std::vector<int> fabricPeers) {
+  return std::make_unique<VerbsTransport>(std::move(context), fabric, std::move(fabricPeers));
 }
 
 }  // namespace kvcomm::detail

@@ -2,7 +2,8 @@
 // libibverbs loaded at run time, or the unit tests' fake provider).
 //
 // Registration: one memory region per piece of this rank's memory (per committed VMM chunk as a dma-buf on GPU
-//   memory, per memfd piece on host memory: never one per block), readable by peers and writable locally. A region
+//   memory, per memfd piece on host memory: never one per block), readable by peers (and writable by them where an
+//   endpoint registered it read-write) and writable locally. A region
 //   exists only while its piece is backed: release()/close() of the buffer first lets the local operation in flight
 //   drain, then deregisters the released pieces' regions, so a peer's stale read faults instead of reading reused
 //   memory. Legacy CUDA IPC memory cannot be exported as dma-buf and is refused.
@@ -10,11 +11,14 @@
 //   READ depth it accepts) and its chunk keys (offset, bytes, address, rkey per piece); for every pair where either
 //   member reads the other over RDMA both create kQpsPerPeer RC queue pairs, allgather their numbers and connect them
 //   (INIT -> RTR -> RTS); the outcome is voted.
+// Connection, endpoints (pairwise): fabric address, queue pairs and chunk keys travel in a control request over the
+//   TCP connection of the pair (fetch/transport/rdma/rdma_connect.hpp); the connection is the queue pairs' lease.
 // Reads: one READ per contiguous remote run (per region; per block where the source's blocks are apart), scattered
 //   over local SGEs; a READ is cut where it would exceed the device's max_sge or message size or cross a region
 //   (MR) boundary on either side. Every READ is signalled; its completion must be a successful RDMA READ of the
-//   bytes it asked for. Outstanding READs per queue pair stay within the READ depth both ends accept
-//   (max_qp_rd_atom / max_qp_init_rd_atom). One operation at a time uses a fabric's completion queue.
+//   bytes it asked for. Writes (endpoints) are the same work requests with the WRITE opcode. Outstanding READs per
+//   queue pair stay within the READ depth both ends accept (max_qp_rd_atom / max_qp_init_rd_atom). One operation at a
+//   time uses a fabric's completion queue.
 // Failure: an error completion, no completion for KVCOMM_FETCH_NET_TIMEOUT_MS, a cancel (the operation destroyed)
 //   all drain before anything is reported or released: every queue pair the operation used goes to ERR and every
 //   flushed completion is reaped (a completion queue that lost completions, e.g. after an overrun, is given up only
@@ -40,6 +44,10 @@
 namespace kvcomm::detail {
 
 struct VerbsApi;  // platform/ibverbs.hpp (builds with rdma-core headers)
+
+/// What a fabric operation's work requests do: READ pulls the remote run into the local SGEs, WRITE pushes the
+/// local SGEs into the remote run (both built by buildReads(): the remote side is the "source" of the plan).
+enum class RdmaOp { Read, Write };
 
 inline constexpr int kQpsPerPeer = 2;
 
@@ -141,8 +149,9 @@ class VerbsFabric {
   virtual FabricAddress address() const = 0;
 
   /// Registers every piece not registered yet and deregisters those gone (after draining); returns the keys of
-  /// every piece, sorted by offset. Throws naming the piece.
-  virtual std::vector<ChunkKey> registerPieces(char* base, const std::vector<LocalPiece>& pieces) = 0;
+  /// every piece, sorted by offset. `remoteWrite`: peers may also WRITE into them (an endpoint's read-write
+  /// registration). Throws naming the piece.
+  virtual std::vector<ChunkKey> registerPieces(char* base, const std::vector<LocalPiece>& pieces, bool remoteWrite) = 0;
   /// Pieces stop being readable (release/close): waits for the local operation in flight, then deregisters every
   /// region that overlaps `ranges`.
   virtual void unback(const std::vector<Range>& ranges) = 0;
@@ -153,15 +162,24 @@ class VerbsFabric {
   virtual void connectQps(int peer, const FabricAddress& remote, const std::vector<QpAddress>& remoteQps) = 0;
   /// The peer's chunk keys (sorted by offset): what READs from it address.
   virtual void setRemoteChunks(int peer, std::vector<ChunkKey> chunks) = 0;
+  /// How errors name `peer` (default "rank N").
+  virtual void namePeer(int peer, std::string name) = 0;
+  /// Destroys the queue pairs to `peer` (waits for the operation in flight): nothing reaches it or comes from it
+  /// over them afterwards. An endpoint's peer that disconnected.
+  virtual void dropPeer(int peer) = 0;
 
   /// Why READs from `peer` cannot run ("" when they can).
   virtual std::string unreachable(int peer) const = 0;
+  /// Why nothing can run on this fabric any more ("" while it can): its completion queue failed (an overrun), so
+  /// completions of any queue pair may be lost. Reopen the fabric.
+  virtual std::string failed() const = 0;
 
-  /// Runs READs (from the peers their slices' runs name) to completion or failure, draining on failure or when
-  /// `stop` is set. `peerOf(slice)` names the source of each slice; `landed(slice)` is called once all of a slice's
-  /// READs completed (after the GPUDirect flush where one is needed). Returns "" or the error; never throws.
-  virtual std::string read(const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
-                           const std::function<void(size_t slice)>& landed, const std::atomic<bool>* stop) = 0;
+  /// Runs the work requests (READs or WRITEs, with the peers their slices' runs name) to completion or failure,
+  /// draining on failure or when `stop` is set. `slicePeers[slice]` names the peer of each slice; `landed(slice)` is
+  /// called once all of a slice's work requests completed (READs into GPU memory: after the GPUDirect flush where
+  /// one is needed). Returns "" or the error; never throws.
+  virtual std::string run(RdmaOp op, const std::vector<ReadWr>& wrs, const std::vector<int>& slicePeers,
+                          const std::function<void(size_t slice)>& landed, const std::atomic<bool>* stop) = 0;
 
   /// Keys the local side of buildReads() needs.
   virtual std::vector<LocalKey> localKeys() const = 0;
@@ -183,7 +201,10 @@ class VerbsFabric {
   static void refreshAll(Communicator& comm, VerbsFabric* mine, char* base, const std::vector<LocalPiece>& pieces);
 };
 
-/// The FetchTransport over a connected fabric (this rank's destination and layouts in `context`).
-std::unique_ptr<FetchTransport> makeVerbsTransport(NetContext context, VerbsFabric* fabric);
+/// The FetchTransport over a connected fabric (this rank's destination and layouts in `context`): plans whose
+/// `push` is set WRITE (the runs' `src` are the remote blocks, as a TCP push). `fabricPeers[rank]`: the fabric's peer
+/// number of a member (empty: the rank itself; an endpoint's link numbers its peers per registration).
+std::unique_ptr<FetchTransport> makeVerbsTransport(NetContext context, VerbsFabric* fabric,
+                                                   std::vector<int> fabricPeers = {});
 
 }  // namespace kvcomm::detail

@@ -287,21 +287,28 @@ void TcpServer::serve(Conn& c) {
 
   // Phase 2: requests, one at a time. Storage is fixed: a request costs no allocation.
   WireRun runs[kMaxRunsPerRequest];
-  std::unique_ptr<HostStaging> staging;  // CUDA memory, made on first use on this thread
+  std::unique_ptr<HostStaging> staging;      // CUDA memory, made on first use on this thread
+  std::vector<std::shared_ptr<void>> holds;  // what control requests set up: released when the connection ends
   for (;;) {
     IoResult idle = waitReadable(fd, opt_.idleMs, &stop_);
-    if (idle != IoResult::Ok) return;  // idle too long, or stopping
+    if (idle == IoResult::Timeout && !holds.empty()) continue;  // a lease: idle for as long as the peer keeps it
+    if (idle != IoResult::Ok) return;                           // idle too long, or stopping
     WireRequest req{};
     if (readExact(fd, &req, sizeof(req), stall, stall, &stop_, &err) != IoResult::Ok) return;  // EOF or truncated
     why = decodeRequest(&req, sizeof(req), &req);
     if (!why.empty()) {
       ++rejected_;
-      const bool known = req.magic == kWireRequestMagic || req.magic == kWireWriteMagic;
+      const bool known =
+          req.magic == kWireRequestMagic || req.magic == kWireWriteMagic || req.magic == kWireControlMagic;
       WireStatus s = known && req.numRuns > kMaxRunsPerRequest ? WireStatus::Oversize : WireStatus::Malformed;
       sendError(fd, s, req.requestId, why, stall, &stop_);
       return;  // the stream cannot be trusted after a header that is not a request
     }
     if (readExact(fd, runs, req.numRuns * sizeof(WireRun), stall, stall, &stop_, &err) != IoResult::Ok) return;
+    if (req.magic == kWireControlMagic) {
+      if (!serveControl(fd, *mem, req, runs, holds)) return;
+      continue;
+    }
     const bool write = req.magic == kWireWriteMagic;
     std::shared_lock<std::shared_mutex> lock(mem->mu);
     uint64_t payload = 0;
@@ -344,6 +351,55 @@ void TcpServer::serve(Conn& c) {
     }
     ++served_;
   }
+}
+
+bool TcpServer::serveControl(int fd, const ServedMemory& mem, const WireRequest& req, const WireRun* runs,
+                             std::vector<std::shared_ptr<void>>& holds) {
+  const int64_t stall = opt_.netTimeoutMs;
+  WireControlHead head{};
+  const uint8_t* body = nullptr;
+  std::string why = decodeControl(runs, req.numRuns, &head, &body);
+  if (!why.empty()) {
+    ++rejected_;
+    sendError(fd, WireStatus::Malformed, req.requestId, why, stall, &stop_);
+    return false;
+  }
+  std::vector<uint8_t> reply;
+  std::shared_ptr<void> hold;
+  WireStatus st = WireStatus::Closing;
+  {
+    // Checked as a read is (open, generation) and answered under the lock: close() waits for it.
+    std::shared_lock<std::shared_mutex> lock(mem.mu);
+    if (!mem.open) {
+      why = mem.closedReason;
+    } else if (req.generation != mem.generation) {
+      st = WireStatus::Stale;
+      why = cat("the request names generation ", req.generation, ", the server has ", mem.generation, ": ",
+                mem.staleAdvice);
+    } else if (!mem.control) {
+      st = WireStatus::Unsupported;
+      why = "this server answers no control requests";
+    } else {
+      try {
+        st = mem.control(head.kind, body, head.bytes, &reply, &hold, &why);
+      } catch (const std::exception& e) {
+        st = WireStatus::Internal;
+        why = e.what();
+      }
+    }
+  }
+  if (st != WireStatus::Ok) {
+    ++rejected_;
+    return sendError(fd, st, req.requestId, why, stall, &stop_) && st != WireStatus::Closing;
+  }
+  if (hold) holds.push_back(std::move(hold));
+  WireReply r{};
+  r.magic = kWireReplyMagic;
+  r.requestId = req.requestId;
+  r.payloadBytes = reply.size();
+  iovec v[2] = {{&r, sizeof(r)}, {reply.data(), reply.size()}};
+  int err = 0;
+  return writeAll(fd, v, 2, stall, &stop_, &err) == IoResult::Ok;
 }
 
 bool TcpServer::receiveWrite(int fd, const ServedMemory& mem, SegmentCursor& cursor, uint64_t payload,

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -49,6 +50,12 @@ struct ServedMemory {
   uint64_t blockBytesSum = 0;
 
   bool writable = false;  // serves writes (endpoint registrations; a Fetcher serves reads only)
+  /// Control requests (endpoints: the RDMA connection of a pair), set before the memory is served: answers `body`
+  /// with reply bytes (Ok), or a status and *why. What it puts in *hold lives as long as the connection that asked
+  /// (the lease of what it set up). Unset: every control request is Unsupported.
+  std::function<WireStatus(uint32_t kind, const uint8_t* body, size_t bytes, std::vector<uint8_t>* reply,
+                           std::shared_ptr<void>* hold, std::string* why)>
+      control;
   /// Stale requests and closed memory, as the requester reads it.
   std::string staleAdvice = "call Fetcher::refresh() on every member";
   std::string closedReason = "the fetcher serving this memory is closing";
@@ -133,6 +140,10 @@ class TcpServer {
   /// Receives a write's payload into `mem` (held under its shared lock). False when the connection failed.
   bool receiveWrite(int fd, const ServedMemory& mem, SegmentCursor& cursor, uint64_t payload,
                     std::unique_ptr<HostStaging>& staging);
+  /// Answers a control request (its runs read) through `mem`'s handler; what the handler set up joins `holds`.
+  /// False when the connection cannot go on.
+  bool serveControl(int fd, const ServedMemory& mem, const WireRequest& req, const WireRun* runs,
+                    std::vector<std::shared_ptr<void>>& holds);
   void reap(bool all);
 
   std::shared_ptr<ServedDirectory> dir_;

@@ -19,6 +19,7 @@
 #include "fetch/transport/net/segments.hpp"
 #include "fetch/transport/net/staged_io.hpp"
 #include "fetch/transport/net/workers.hpp"
+#include "fetch/transport/tcp/tcp_client.hpp"
 
 namespace kvcomm::detail {
 
@@ -41,12 +42,6 @@ struct Batch {
   size_t first, count;  // into the job's pieces
   uint64_t bytes;
 };
-
-std::string describePeer(const NetContext& c, int rank) {
-  const std::string name = static_cast<size_t>(rank) < c.sourceNames.size() ? c.sourceNames[static_cast<size_t>(rank)]
-                                                                            : cat("source rank ", rank);
-  return cat(name, " (", c.descs[static_cast<size_t>(rank)].tcp.toString(), ")");
-}
 
 std::string ioFailureText(const std::string& who, IoResult r, const char* during, int64_t timeoutMs, int err) {
   if (r == IoResult::Stopped) return std::string("stopped");
@@ -157,53 +152,10 @@ class TcpTransport : public FetchTransport {
     if (p.idle.size() < static_cast<size_t>(ctx_.connectionsPerSource)) p.idle.push_back(std::move(ch));
   }
   std::unique_ptr<Channel> connect(int rank) {
-    const RemoteDescriptor& d = ctx_.descs[static_cast<size_t>(rank)];
-    const std::string who = describePeer(ctx_, rank);
     auto ch = std::make_unique<Channel>();
-    std::string no;
-    ch->fd = connectOnce(d.tcp, ctx_.netTimeoutMs, &no);
-    if (!ch->fd) KVCOMM_THROW(NetworkError, "fetch (tcp connect)", who, ": ", no, " (is it alive?)");
-    WireHello h{};
-    h.magic = kWireHelloMagic;
-    h.version = kFetchProtocolVersion;
-    h.minVersion = kFetchMinProtocolVersion;
-    h.caps = kCapDirect | kCapTcp;
-    h.requesterRank = ctx_.rank;
-    h.regionId = d.regionId;
-    h.groupId = ctx_.groupId;
-    const bool auth = static_cast<size_t>(rank) < ctx_.capabilities.size();
-    WireCapability cap{};
-    if (auth) {
-      h.caps |= kCapAuth;
-      cap = ctx_.capabilities[static_cast<size_t>(rank)];
-    }
-    iovec v[2] = {{&h, sizeof(h)}, {&cap, sizeof(cap)}};
-    int err = 0;
-    IoResult r = writeAll(ch->fd.get(), v, auth ? 2 : 1, ctx_.netTimeoutMs, nullptr, &err);
-    WireHelloReply reply{};
-    if (r == IoResult::Ok)
-      r = readExact(ch->fd.get(), &reply, sizeof(reply), ctx_.netTimeoutMs, ctx_.netTimeoutMs, nullptr, &err);
-    if (r != IoResult::Ok)
-      KVCOMM_THROW(NetworkError, "fetch (tcp connect)", who, ": no hello reply: ", ioResultText(r),
-                   err ? cat(" (", std::strerror(err), ")") : std::string());
-    std::string why = decodeHelloReply(&reply, sizeof(reply), &reply);
-    if (!why.empty())
-      KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who, " is not a kvcomm fetch server of this version: ", why);
-    if (reply.status != static_cast<int32_t>(WireStatus::Ok))
-      KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who,
-                   " refused the connection: ", wireStatusName(static_cast<WireStatus>(reply.status)), ": ",
-                   reply.reason);
-    if (reply.version < kFetchMinProtocolVersion || reply.version > kFetchProtocolVersion)
-      KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who, " speaks fetch protocol version ", reply.version,
-                   " but this kvcomm speaks ", kFetchMinProtocolVersion, " to ", kFetchProtocolVersion,
-                   reply.version < kFetchMinProtocolVersion ? " (its kvcomm is older: upgrade it)" : "");
-    if ((reply.caps & (kCapDirect | kCapTcp)) != (kCapDirect | kCapTcp))
-      KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who, " does not serve direct (one-sided) reads (caps 0x",
-                   std::hex, reply.caps, ")");
-    if (reply.regionId != d.regionId)
-      KVCOMM_THROW(Unsupported, "fetch (tcp connect)", who, " serves region 0x", std::hex, reply.regionId, ", not 0x",
-                   d.regionId, " (a stale descriptor)");
-    ch->serverCaps = reply.caps;
+    HelloedConnection c = connectHello(ctx_, rank);
+    ch->fd = std::move(c.fd);
+    ch->serverCaps = c.serverCaps;
     return ch;
   }
 
