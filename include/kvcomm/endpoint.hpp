@@ -59,10 +59,11 @@ struct RegisterOptions {
 /// Which transport a transfer must take.
 enum class TransferVia {
   Auto,  ///< peer mappings when both registrations are on this host, of one memory kind, and the peer's memory can
-         ///< be mapped (memfd/shm host memory, VMM or cudaMalloc CUDA memory); else TCP. Transfer::transport() says.
+         ///< be mapped (memfd/shm host memory, VMM or cudaMalloc CUDA memory); between hosts RDMA when both
+         ///< endpoints have an RDMA device; else TCP. Transfer::transport() says.
   Peer,  ///< same-host peer mappings; Unsupported (naming why) when the peer cannot be mapped here
   Tcp,   ///< TCP, even on one host
-  Rdma,  ///< RDMA READ/WRITE (not in this version: Unsupported)
+  Rdma,  ///< RDMA READ/WRITE; Unsupported (naming why) when either endpoint has no device or the owner cannot serve it
 };
 
 /// Per-transfer options.

@@ -436,8 +436,8 @@ class Endpoint:
         """Pulls remote blocks into local ones: pair i copies remote block remote_blocks[i] into local block
         local_blocks[i], in every region (the layouts: same region count and block_bytes). -1 on either side skips
         the pair. Ids (int64 numpy arrays, torch CPU tensors, lists of ints) are validated before anything moves (in
-        range, no duplicate destination) and read before it returns. via: 'auto', 'tcp' (or 'peer', 'rdma': not in
-        this version, UnsupportedError)."""
+        range, no duplicate destination) and read before it returns. via: 'auto', 'peer', 'tcp', 'rdma' (a demanded
+        path that cannot run raises UnsupportedError naming why)."""
         call = "Endpoint.read"
         reg = self._registration(local, "local", call)
         if not reg._writable:

@@ -76,7 +76,8 @@ inline int fuzzFetchRequest(const uint8_t* data, size_t size) {
       WireControlHead head{};
       const uint8_t* at = nullptr;
       if (decodeControl(runs, q.numRuns, &head, &at).empty()) {
-        KVCOMM_FUZZ_CHECK(head.bytes <= body - sizeof(WireRun) && body - sizeof(WireRun) - head.bytes < sizeof(WireRun));
+        KVCOMM_FUZZ_CHECK(head.bytes <= body - sizeof(WireRun) &&
+                          body - sizeof(WireRun) - head.bytes < sizeof(WireRun));
         KVCOMM_FUZZ_CHECK(at == reinterpret_cast<const uint8_t*>(runs + 1));
         fuzzRdmaConnect(at, head.bytes);
         accepted = 1;

@@ -305,7 +305,7 @@ TEST(FetchWire, ControlRequestsCarryTheirBodyAndRdmaConnectMessagesRoundTripAndR
   ASSERT_EQ(decodeConnectReply(m.data(), m.size(), 1u << 20, &back), "");
   EXPECT_EQ(back.qps[1].psn, 9u);
   EXPECT_EQ(back.chunks[1].rkey, 6u);
-  EXPECT_NE(decodeConnectReply(m.data(), m.size(), 8192, &back), "");  // a piece past the registration
+  EXPECT_NE(decodeConnectReply(m.data(), m.size(), 8192, &back), "");          // a piece past the registration
   EXPECT_NE(decodeConnectReply(m.data(), m.size() - 1, 1u << 20, &back), "");  // truncated
   RdmaConnectReply overlap = r;
   overlap.chunks[1].offset = 2048;
@@ -325,7 +325,8 @@ TEST(FetchWire, ControlRequestsCarryTheirBodyAndRdmaConnectMessagesRoundTripAndR
   const std::vector<uint8_t> valid = encodeConnectReply(r);
   for (int i = 0; i < 50000; ++i) {
     std::vector<uint8_t> buf = valid;
-    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) buf[rng() % buf.size()] = static_cast<uint8_t>(rng());
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k)
+      buf[rng() % buf.size()] = static_cast<uint8_t>(rng());
     if (rng() % 8 == 0) buf.resize(rng() % buf.size());
     fuzzRdmaConnect(buf.data(), buf.size());
   }
