@@ -771,10 +771,13 @@ void Endpoint::Impl::unregister(Registration::Impl& r, int64_t timeoutMs) {
         ++it;
         continue;
       }
-      std::lock_guard<std::mutex> pl(it->second->peerMu);
-      if (it->second->peer) {
-        it->second->peer->disable();  // device-id runs into or out of it copy nothing from now on
-        retired.push_back(std::move(it->second->peer));
+      {
+        // Scoped: erasing may destroy the link, and its mutex with it.
+        std::lock_guard<std::mutex> pl(it->second->peerMu);
+        if (it->second->peer) {
+          it->second->peer->disable();  // device-id runs into or out of it copy nothing from now on
+          retired.push_back(std::move(it->second->peer));
+        }
       }
       it = links.erase(it);
     }
