@@ -52,6 +52,9 @@ set(KVCOMM_SOURCES
     src/endpoint/peer_mapping.cpp
     src/endpoint/peer_link.cpp
     src/endpoint/rdma_side.cpp
+    src/endpoint/notify_wire.cpp
+    src/endpoint/inbox.cpp
+    src/endpoint/notifier.cpp
     src/endpoint/endpoint.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

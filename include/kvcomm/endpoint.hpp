@@ -5,8 +5,9 @@
 // metadata alone and reads remote blocks into its own registered memory, or writes its blocks into the remote's.
 //
 // The same transport plug-ins carry it as the Fetcher (fetch/transport/): peer mappings on the same host (the peer's
-// registration mapped here over a Unix socket: SM kernel or copy engine, CPU copies for host memory) and TCP
-// anywhere; RDMA is not there yet (docs/api/endpoint.md says what is).
+// registration mapped here over a Unix socket: SM kernel or copy engine, CPU copies for host memory), RDMA READ/WRITE
+// between hosts with RDMA devices, and TCP anywhere. Endpoints also carry notifications: small messages, alone or
+// delivered once a transfer's bytes are in place ("blocks landed, free them").
 //
 // Security (docs/api/endpoint.md#threat-model): each registration has a 128-bit bearer capability in its metadata; the
 // endpoint refuses a connection without it before saying anything about the memory. revoke() replaces it and bumps
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,19 @@ struct EndpointOptions {
   int64_t timeoutMs = -1;
   /// Parallel connections per (local registration, remote registration) pair.
   int connectionsPerPeer = 4;
+  /// Most notifications received and not yet taken (notifications()); a sender beyond it gets a Busy refusal.
+  size_t maxQueuedNotifications = 65536;
+};
+
+/// Longest notification message (bytes).
+inline constexpr size_t kMaxNotificationBytes = 16384;
+
+/// A notification this endpoint received (Endpoint::notifications).
+struct Notification {
+  uint64_t from = 0;          ///< the sending endpoint's id (Endpoint::id(); a restarted sender has another)
+  std::string fromName;       ///< its name (EndpointOptions::name; at most 63 bytes)
+  uint64_t registration = 0;  ///< the registration of this endpoint whose metadata the sender used
+  std::string message;        ///< the bytes sent (any content, at most kMaxNotificationBytes)
 };
 
 /// What a registration lets the holders of its metadata do.
@@ -70,6 +85,11 @@ enum class TransferVia {
 struct TransferOptions {
   /// A demanded transport that cannot run is an Unsupported error naming why, never a silent fallback.
   TransferVia via = TransferVia::Auto;
+  /// A message for the remote endpoint (at most kMaxNotificationBytes), delivered once this transfer's bytes are
+  /// all in place (a write: visible in the remote's memory; a read: read, so the owner may reuse the blocks). The
+  /// transfer is Done only once the remote acknowledged it; a transfer that fails never delivers it. Endpoint::notify
+  /// says how notifications are ordered.
+  std::optional<std::string> notify;
 };
 
 /// Block ids in device memory (CUDA registrations) or host memory (host registrations) for Endpoint::readDevice and
@@ -263,6 +283,19 @@ class KVCOMM_API Endpoint {
   /// Reads (and clears) the first error a readDevice/writeDevice between these two recorded. Synchronise the
   /// stream first.
   DeviceError pollError(const Registration& local, const RemoteMemory& remote);
+
+  /// Sends `message` (at most kMaxNotificationBytes) to the endpoint that owns `remote`, over TCP, and returns once
+  /// that endpoint holds it (notifications() hands it out there). Ordering: this endpoint's notifications to one
+  /// endpoint -- these and those of transfers (TransferOptions::notify), through any of its registrations -- are
+  /// delivered there in the order they were issued (a transfer's waits for its bytes, so it holds back the ones
+  /// issued after it), each once: a notification whose acknowledgement was lost is sent once more and recognised.
+  /// Throws InvalidArgumentError for a message too long or metadata the owner refuses (revoked, unregistered, a
+  /// restart), Busy when its inbox is full, NetworkError when it cannot be reached (then whether it arrived is
+  /// unknown).
+  void notify(const RemoteMemory& remote, const std::string& message);
+  /// Takes the notifications received so far, oldest first (each sender's in the order it issued them); waits up to
+  /// `timeoutMs` (< 0: no bound) for one when there is none. Empty when none came, or once the endpoint closed.
+  std::vector<Notification> notifications(int64_t timeoutMs = 0);
 
   /// Unregisters everything (waiting for transfers as unregister() does, with no bound), stops listening and
   /// drops every connection. Idempotent.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -23,7 +24,10 @@
 #include "common/log.hpp"
 #include "common/socket.hpp"
 #include "device/device_memory.hpp"
+#include "endpoint/inbox.hpp"
 #include "endpoint/metadata.hpp"
+#include "endpoint/notifier.hpp"
+#include "endpoint/notify_wire.hpp"
 #include "endpoint/peer_link.hpp"
 #include "endpoint/peer_mapping.hpp"
 #include "endpoint/rdma_side.hpp"
@@ -241,6 +245,23 @@ struct RemoteMemory::Impl {
   }
 };
 
+namespace {
+
+// How this endpoint reaches the owner of `remote` outside a transfer (its RDMA connection, notifications): member 1
+// of the context is the remote registration, with its capability.
+detail::NetContext ownerContext(const RemoteMemory::Impl& remote, std::string localName, int64_t timeoutMs) {
+  detail::NetContext ctx;
+  ctx.rank = 0;
+  ctx.groupId = remote.meta.endpointId;
+  ctx.descs = {detail::RemoteDescriptor{}, remote.desc};
+  ctx.netTimeoutMs = timeoutMs;
+  ctx.capabilities = {detail::WireCapability{}, remote.meta.capability};
+  ctx.sourceNames = {std::move(localName), cat("endpoint '", remote.meta.name, "'")};
+  return ctx;
+}
+
+}  // namespace
+
 RemoteMemory::RemoteMemory() = default;
 RemoteMemory::~RemoteMemory() = default;
 RemoteMemory::RemoteMemory(const RemoteMemory&) = default;
@@ -318,15 +339,31 @@ struct Transfer::Impl {
   std::vector<int64_t> blocksDone;
   bool ended = false;
   FetchStatus final;
+  // A notification (TransferOptions::notify): once the bytes moved (`moved`) the transfer stays InProgress until
+  // the endpoint's notifier has sent it (Sending while it does) and ends it with the outcome.
+  enum class Note { None, Waiting, Sending };
+  Note note = Note::None;
+  bool moved = false;
+  std::condition_variable noted;  // `note` left Sending, or the transfer ended
 
   // Under mu.
   FetchStatus poll() {
     if (ended) return final;
+    if (moved) return movedStatus();
     bool finished = false;
     std::string error;
     op->poll(blocksDone, &finished, &error);
     FetchStatus s = statusOf(finished, error);
+    if (finished && error.empty() && note != Note::None) {
+      moved = true;  // the notifier sends the notification now, and ends the transfer
+      return movedStatus();
+    }
     if (finished) end(s);
+    return s;
+  }
+  FetchStatus movedStatus() const {
+    FetchStatus s;
+    s.bytesTotal = s.bytesDone = plan->info.bytes;
     return s;
   }
   FetchStatus statusOf(bool finished, const std::string& error) const {
@@ -354,10 +391,17 @@ struct Transfer::Impl {
     ended = true;
     if (op) op->stop();  // finished: joins a thread that has nothing left to do
     op.reset();
+    noted.notify_all();
   }
-  // Under mu: stops it (nothing it started touches memory after this), failing it with `why` unless it ended.
-  void cancel(const std::string& why) {
+  // Under `lock` (of mu): stops it (nothing it started touches memory after this), failing it with `why` unless it
+  // ended. A notification being sent is waited for: once delivered, the transfer is Done.
+  void cancel(std::unique_lock<std::mutex>& lock, const std::string& why) {
     if (ended) return;
+    if (moved) {
+      noted.wait(lock, [&] { return ended || note != Note::Sending; });
+      if (!ended) end(statusOf(true, cat(why, " (its blocks had moved; its notification was not sent)")));
+      return;
+    }
     bool finished = false;
     std::string error;
     op->poll(blocksDone, &finished, &error);
@@ -387,8 +431,8 @@ void takeLive(TransferList& list, std::vector<std::shared_ptr<Transfer::Impl>>& 
 // Stops each (nothing it started touches memory after this), failing those still running with `why`.
 void cancelAll(const std::vector<std::shared_ptr<Transfer::Impl>>& live, const std::string& why) {
   for (auto& t : live) {
-    std::lock_guard<std::mutex> lock(t->mu);
-    t->cancel(why);
+    std::unique_lock<std::mutex> lock(t->mu);
+    t->cancel(lock, why);
   }
 }
 
@@ -406,15 +450,15 @@ void Registration::Impl::cancelTransfers(const std::string& why) {
 Transfer::Transfer() = default;
 Transfer::~Transfer() {
   if (!impl_) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->cancel("the Transfer handle was destroyed before it ended");
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cancel(lock, "the Transfer handle was destroyed before it ended");
 }
 Transfer::Transfer(Transfer&&) noexcept = default;
 Transfer& Transfer::operator=(Transfer&& o) noexcept {
   if (this != &o) {
     if (impl_) {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      impl_->cancel("the Transfer handle was replaced before it ended");
+      std::unique_lock<std::mutex> lock(impl_->mu);
+      impl_->cancel(lock, "the Transfer handle was replaced before it ended");
     }
     impl_ = std::move(o.impl_);
   }
@@ -433,23 +477,29 @@ FetchStatus Transfer::wait(int64_t timeoutMs) {
   const bool bounded = timeoutMs >= 0 && timeoutMs < 1000000000000ll;
   const auto deadline = Clock::now() + std::chrono::milliseconds(bounded ? timeoutMs : 0);
   for (bool first = true;; first = false) {
+    // Woken when it ends, in slices so that a bounded wait keeps its bound.
+    int64_t slice = 50;
+    if (bounded)
+      slice = std::max<int64_t>(
+          std::min<int64_t>(slice,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1),
+          0);
     std::shared_ptr<detail::TransportOp> op;
     {
-      std::lock_guard<std::mutex> lock(t->mu);
+      std::unique_lock<std::mutex> lock(t->mu);
       FetchStatus s = t->poll();
       if (s.state != FetchState::InProgress || (bounded && Clock::now() >= deadline)) return s;
+      if (t->moved) {  // its notification is on its way: the notifier ends it
+        t->noted.wait_for(lock, std::chrono::milliseconds(slice));
+        continue;
+      }
       op = t->op;
     }
     // An unbounded wait runs a transfer no worker has started yet itself (a small one then costs what a synchronous
     // call does); a bounded one must return at its bound, so it only waits.
     if (first && !bounded && op->runHere()) continue;
-    // Woken when it ends, outside the lock (an unregister may cancel it meanwhile: stop() leaves the object alive
-    // for this wait), in slices so that a bounded wait keeps its bound.
-    int64_t slice = 50;
-    if (bounded)
-      slice = std::min<int64_t>(
-          slice, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1);
-    op->waitEnded(std::max<int64_t>(slice, 0));
+    // Outside the lock: an unregister may cancel it meanwhile (stop() leaves the object alive for this wait).
+    op->waitEnded(slice);
   }
 }
 
@@ -475,6 +525,8 @@ struct Endpoint::Impl {
   const detail::VerbsApi* verbs = nullptr;  // the provider fabrics open (tests: a fake)
   bool rdma = false;                        // an RDMA device opened at create
   std::string noRdma;                       // why not
+  std::shared_ptr<detail::Inbox> inbox;     // notifications received (the server's threads deliver them)
+  std::unique_ptr<detail::Notifier> notifier;
 
   std::mutex mu;
   bool closed = false;
@@ -519,6 +571,10 @@ struct Endpoint::Impl {
                  const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count, const TransferOptions& options);
   void startDevice(const char* call, bool push, const Registration& local, const RemoteMemory& remote,
                    const DeviceTransferBatch& batch, Stream stream);
+  detail::NotifyTarget notifyTarget(const RemoteMemory::Impl& remote) const;
+  /// Queues `t`'s notification: sent once its bytes moved, dropped when it fails; its outcome ends `t`.
+  void postNotification(const std::shared_ptr<Transfer::Impl>& t, const RemoteMemory::Impl& remote,
+                        std::string message);
   void watch(std::shared_ptr<detail::PeerMapping> mapping, std::string owner);
   /// Makes the watcher look at `watches` again (hold watchMu).
   void wakeWatcher();
@@ -560,6 +616,9 @@ Endpoint Endpoint::create(const EndpointOptions& options) {
   impl->timeoutMs = options.timeoutMs < 0 ? env::fetchNetTimeoutMs() : options.timeoutMs;
   KVCOMM_CHECK_ARG(impl->timeoutMs > 0, call, "timeoutMs must be positive (or < 0 for the default)");
   impl->connections = options.connectionsPerPeer;
+  KVCOMM_CHECK_ARG(options.maxQueuedNotifications >= 1, call, "maxQueuedNotifications must be at least 1");
+  impl->inbox = std::make_shared<detail::Inbox>(options.maxQueuedNotifications);
+  impl->notifier = std::make_unique<detail::Notifier>(impl->id, impl->name, impl->timeoutMs);
   impl->hostKey = detail::thisHostKey();
   SockAddr at = options.tcpAddress.empty() ? detail::pickLocalAddress() : SockAddr::parse(options.tcpAddress);
   impl->directory = std::make_shared<detail::ServedDirectory>(impl->id);
@@ -587,6 +646,30 @@ std::string Endpoint::name() const {
 std::string Endpoint::address() const {
   return require(impl_, "Endpoint::address", "Endpoint")->address.toString();
 }
+
+namespace {
+
+// A notification's control request, for registration `regionId` (the endpoint's inbox: null once it is gone).
+detail::WireStatus receiveNotification(detail::Inbox* inbox, uint64_t regionId, const uint8_t* body, size_t n,
+                                       std::string* why) {
+  detail::NotifyMessage m;
+  *why = detail::decodeNotify(body, n, &m);
+  if (!why->empty()) return detail::WireStatus::Malformed;
+  switch (inbox ? inbox->deliver(std::move(m), regionId) : detail::Inbox::Delivery::Closed) {
+    case detail::Inbox::Delivery::Delivered:
+    case detail::Inbox::Delivery::Duplicate:  // a resend after a lost acknowledgement: delivered already
+      return detail::WireStatus::Ok;
+    case detail::Inbox::Delivery::Full:
+      *why = "the endpoint's inbox is full (maxQueuedNotifications not taken yet)";
+      return detail::WireStatus::Busy;
+    case detail::Inbox::Delivery::Closed:
+      break;
+  }
+  *why = "the endpoint is closing";
+  return detail::WireStatus::Closing;
+}
+
+}  // namespace
 
 Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, MemoryKind kind, int device,
                                  const KvLayout& layout, const RegisterOptions& options,
@@ -641,15 +724,19 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   r->verbs = verbs;
   r->rdmaOffered = rdma;
   r->timeoutMs = timeoutMs;
-  // A peer's RDMA connect request (over its TCP connection, capability and generation checked by the server).
+  // A peer's RDMA connect request or notification (over its TCP connection, capability and generation checked by
+  // the server).
   std::weak_ptr<Registration::Impl> weak = r;
-  served->control = [weak](uint32_t kind, const uint8_t* body, size_t n, std::vector<uint8_t>* reply,
-                           std::shared_ptr<void>* hold, std::string* why) {
+  std::weak_ptr<detail::Inbox> inboxOf = inbox;
+  served->control = [weak, inboxOf, regionId = r->id](uint32_t kind, const uint8_t* body, size_t n,
+                                                      std::vector<uint8_t>* reply, std::shared_ptr<void>* hold,
+                                                      std::string* why) {
     auto me = weak.lock();
     if (!me) {
       *why = "the registration is gone";
       return detail::WireStatus::Closing;
     }
+    if (kind == detail::kControlNotify) return receiveNotification(inboxOf.lock().get(), regionId, body, n, why);
     if (kind != detail::kControlRdmaConnect) {
       *why = cat("control request kind ", kind, " is not one this endpoint answers");
       return detail::WireStatus::Unsupported;
@@ -987,13 +1074,7 @@ detail::FetchTransport* Endpoint::Impl::rdmaFor(Link& link, Registration::Impl& 
   // The owner's queue pairs: asked for over a TCP connection of its own (hello with the capability), which stays
   // open as their lease.
   const char* call = "Endpoint (rdma connect)";
-  detail::NetContext ctx;
-  ctx.rank = 0;
-  ctx.groupId = remote->meta.endpointId;
-  ctx.descs = {detail::RemoteDescriptor{}, remote->desc};
-  ctx.netTimeoutMs = timeoutMs;
-  ctx.capabilities = {detail::WireCapability{}, remote->meta.capability};
-  ctx.sourceNames = {local.who(), cat("endpoint '", remote->meta.name, "'")};
+  const detail::NetContext ctx = ownerContext(*remote, local.who(), timeoutMs);
   const std::string who = detail::describePeer(ctx, 1);
   int peer = -1;
   try {
@@ -1067,6 +1148,9 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
     KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
   KVCOMM_CHECK_ARG(count == 0 || (remoteBlocks && localBlocks), call, count, " pairs but a null id array");
+  KVCOMM_CHECK_ARG(!options.notify || options.notify->size() <= kMaxNotificationBytes, call, "a notification of ",
+                   options.notify ? options.notify->size() : 0,
+                   " bytes (at most kMaxNotificationBytes = ", kMaxNotificationBytes, ")");
   std::shared_ptr<Link> link = linkFor(local, remote);
 
   // The path: peer mappings when demanded, or (Auto) when both ends are on this host with memory of one kind that
@@ -1173,9 +1257,16 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     return Transfer(t);
   }
   if (plan->runs.empty()) {
-    t->end(t->statusOf(true, ""));
+    if (!options.notify) {
+      t->end(t->statusOf(true, ""));
+      return Transfer(t);
+    }
+    t->moved = true;  // nothing to move: the notification goes at once (in order with the others)
+    t->note = Transfer::Impl::Note::Waiting;
+    postNotification(t, *remote, *options.notify);
     return Transfer(t);
   }
+  if (options.notify) t->note = Transfer::Impl::Note::Waiting;
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   if (peer) {
@@ -1190,12 +1281,63 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   }
   std::lock_guard<std::mutex> lock(local->mu);
   if (!local->registered) {  // unregistered while this one started: it must not run past the unregistration
-    std::lock_guard<std::mutex> tl(t->mu);
-    t->cancel(cat(local->who(), " was unregistered while the transfer started"));
+    std::unique_lock<std::mutex> tl(t->mu);
+    t->cancel(tl, cat(local->who(), " was unregistered while the transfer started"));
   } else {
     track(local->transfers, t);
   }
+  if (options.notify) postNotification(t, *remote, *options.notify);
   return Transfer(t);
+}
+
+detail::NotifyTarget Endpoint::Impl::notifyTarget(const RemoteMemory::Impl& remote) const {
+  detail::NotifyTarget t;
+  t.endpointId = remote.meta.endpointId;
+  t.regionId = remote.meta.regionId;
+  t.generation = remote.meta.generation;
+  t.ctx = ownerContext(remote, cat("endpoint '", name, "'"), timeoutMs);
+  t.who = detail::describePeer(t.ctx, 1);
+  return t;
+}
+
+void Endpoint::Impl::postNotification(const std::shared_ptr<Transfer::Impl>& t, const RemoteMemory::Impl& remote,
+                                      std::string message) {
+  using Note = Transfer::Impl::Note;
+  detail::NotifyJob job;
+  job.target = notifyTarget(remote);
+  job.message = std::move(message);
+  std::weak_ptr<Transfer::Impl> weak = t;
+  // On the notifier's worker: until the bytes moved (send) or the transfer failed, was cancelled or went away (drop).
+  job.await = [weak] {
+    for (;;) {
+      auto t = weak.lock();
+      if (!t) return false;
+      std::shared_ptr<detail::TransportOp> op;
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        t->poll();
+        if (t->ended) return false;
+        if (t->moved) {
+          t->note = Note::Sending;
+          return true;
+        }
+        op = t->op;
+      }
+      op->waitEnded(50);
+    }
+  };
+  job.done = [weak](const detail::NotifyOutcome& o) {
+    auto t = weak.lock();
+    if (!t) return;
+    std::unique_lock<std::mutex> lock(t->mu);
+    t->note = Note::None;
+    if (!o.error.empty())
+      t->cancel(lock, cat("the notification was not delivered: ", o.error));
+    else if (!t->ended)
+      t->end(t->statusOf(true, ""));
+    t->noted.notify_all();
+  };
+  notifier->post(std::move(job));
 }
 
 void Endpoint::Impl::startDevice(const char* call, bool push, const Registration& localReg,
@@ -1261,6 +1403,26 @@ void Endpoint::writeDevice(const Registration& local, const RemoteMemory& remote
                            Stream stream) {
   const char* call = "Endpoint::writeDevice";
   require(impl_, call, "Endpoint")->startDevice(call, true, local, remote, batch, stream);
+}
+
+void Endpoint::notify(const RemoteMemory& remote, const std::string& message) {
+  const char* call = "Endpoint::notify";
+  auto* e = require(impl_, call, "Endpoint");
+  auto* r = require(remote.impl_, call, "RemoteMemory");
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->requireOpen(call);
+  }
+  KVCOMM_CHECK_ARG(!r->disconnected, call, "remote ", r->who(),
+                   " was disconnected (Endpoint::disconnect): connect again from its metadata");
+  KVCOMM_CHECK_ARG(message.size() <= kMaxNotificationBytes, call, "a message of ", message.size(),
+                   " bytes (at most kMaxNotificationBytes = ", kMaxNotificationBytes, ")");
+  const detail::NotifyOutcome o = e->notifier->send(e->notifyTarget(*r), message);
+  if (!o.error.empty()) detail::throwError(o.code, call, o.error, __FILE__, __LINE__);
+}
+
+std::vector<Notification> Endpoint::notifications(int64_t timeoutMs) {
+  return require(impl_, "Endpoint::notifications", "Endpoint")->inbox->take(timeoutMs);
 }
 
 DeviceError Endpoint::pollError(const Registration& local, const RemoteMemory& remote) {
@@ -1360,10 +1522,12 @@ void Endpoint::disconnect(RemoteMemory& remote) {
   if (r->disconnected.exchange(true)) return;
   const std::string why = cat("remote ", r->who(), " was disconnected by this endpoint");
   std::vector<std::shared_ptr<Link>> gone;
+  bool lastOfItsEndpoint = true;
   {
     std::lock_guard<std::mutex> lock(e->mu);
     for (auto it = e->remotes.begin(); it != e->remotes.end();)
       it = it->second == r ? e->remotes.erase(it) : std::next(it);
+    for (auto& [bytes, other] : e->remotes) lastOfItsEndpoint &= other->meta.endpointId != r->meta.endpointId;
     for (auto it = e->links.begin(); it != e->links.end();) {
       if (it->first.second == r.get()) {
         gone.push_back(it->second);
@@ -1389,6 +1553,7 @@ void Endpoint::disconnect(RemoteMemory& remote) {
     std::lock_guard<std::mutex> rl(link->rdmaMu);
     link->dropRdma();  // our queue pairs go, and the owner drops its own when the connection closes
   }
+  if (lastOfItsEndpoint) e->notifier->forget(r->meta.endpointId);  // its notification connections close
   std::shared_ptr<detail::PeerMapping> mapping;
   {
     std::lock_guard<std::mutex> lock(r->mu);
@@ -1412,7 +1577,9 @@ void Endpoint::close() {
     e.closed = true;
     for (auto& [id, r] : e.registrations) regs.push_back(r);
   }
-  for (auto& r : regs) e.unregister(*r, -1);
+  for (auto& r : regs) e.unregister(*r, -1);  // every transfer ended (a notification being sent first)
+  e.notifier->close();
+  e.inbox->close();
   // Our mappings of peers' memory: every transfer on them stopped, unmapped, leases closed.
   {
     std::lock_guard<std::mutex> lock(e.watchMu);

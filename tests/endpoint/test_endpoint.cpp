@@ -691,6 +691,92 @@ TEST(EndpointFaults, AClientKilledMidWriteLeavesTheServerServingAndNothingBehind
   std::remove(metaPath.c_str());
 }
 
+// The notification of item k of a sender's stream (tests below): its index, and bytes that tell a torn message.
+std::string streamMessage(int64_t k, bool write) {
+  std::string m = (write ? "w " : "m ") + std::to_string(k) + ":";
+  for (int64_t i = 0; i < k % 301; ++i) m.push_back(static_cast<char>(mix(static_cast<uint64_t>(k * 1000 + i))));
+  return m;
+}
+
+// Pattern of block k in a sender's memory (what its write k lands).
+void fillBlock(uint8_t* base, const KvLayout& l, int64_t k) {
+  const KvRegion& g = l.regions[0];
+  for (size_t i = 0; i < g.blockBytes; ++i)
+    base[g.offset + static_cast<size_t>(k) * g.blockStride + i] =
+        static_cast<uint8_t>(mix(static_cast<uint64_t>(k) * 7 + i / 8) >> (i % 8 * 8));
+}
+
+TEST(EndpointFaults, ASenderKilledMidStreamLeavesNoPhantomNotification) {
+  // Both sides arenas on one host: writes go through the peer mapping, notifications over TCP.
+  constexpr int64_t kBlocks = 2048;
+  KvLayout layout = layered(1, 512, kBlocks);
+  ArenaOptions ao;
+  ao.kind = MemoryKind::Host;
+  Arena srvArena = Arena::create(layout, ao);
+  std::memset(srvArena.data(), 0, srvArena.bytes());
+  Endpoint server = Endpoint::create(local("server"));
+  Registration reg = server.registerArena(srvArena);
+  const std::string metaPath = tempPath("notify-kill");
+  writeFile(metaPath, reg.metadata());
+  Gate started;
+  pid_t sender = spawn([&] {
+    Arena mine = Arena::create(layout, ao);
+    for (int64_t k = 0; k < kBlocks; ++k) fillBlock(static_cast<uint8_t*>(mine.data()), layout, k);
+    Endpoint ep = Endpoint::create(local("doomed"));
+    Registration c = ep.registerArena(mine);
+    RemoteMemory r = ep.connect(readFile(metaPath));
+    std::vector<Transfer> inflight;
+    for (int64_t k = 0;; ++k) {  // until killed: writes with notifications and plain messages, 8 in flight
+      if (k % 2 && k < kBlocks) {
+        TransferOptions t;
+        t.notify = streamMessage(k, true);
+        inflight.push_back(ep.write(c, r, &k, &k, 1, t));
+        if (inflight.back().transport() != FetchTransportKind::Peer) return false;
+        if (inflight.size() == 8) {
+          if (inflight.front().wait().state != FetchState::Done) return false;
+          inflight.erase(inflight.begin());
+        }
+      } else {
+        ep.notify(r, streamMessage(k, false));
+      }
+      if (k == 64) started.pass();
+    }
+  });
+  ASSERT_TRUE(started.wait(30000));
+  std::vector<Notification> got;
+  auto take = [&](int64_t ms) {
+    for (Notification& n : server.notifications(ms)) got.push_back(std::move(n));
+  };
+  while (got.size() < 200) take(100);
+  kill(sender, SIGKILL);
+  EXPECT_EQ(reap(sender), -SIGKILL);
+  for (int i = 0; i < 10; ++i) take(100);
+  // A prefix of the stream, each message whole, each write's block in place.
+  std::vector<uint8_t> want(srvArena.bytes());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i);
+    const bool write = k % 2 && k < kBlocks;
+    ASSERT_EQ(got[i].message, streamMessage(k, write)) << "notification " << i << " is not item " << k;
+    ASSERT_EQ(got[i].fromName, "doomed");
+    if (write) {
+      fillBlock(want.data(), layout, k);
+      const KvRegion& g = layout.regions[0];
+      const size_t at = g.offset + static_cast<size_t>(k) * g.blockStride;
+      ASSERT_EQ(std::memcmp(static_cast<const uint8_t*>(srvArena.data()) + at, want.data() + at, g.blockBytes), 0)
+          << "write " << k << " was notified but its block is not in place";
+    }
+  }
+  // The server goes on receiving from others.
+  Endpoint next = Endpoint::create(local("next"));
+  next.notify(next.connect(readFile(metaPath)), "after");
+  got.clear();
+  take(5000);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].message, "after");
+  server.unregister(reg);
+  std::remove(metaPath.c_str());
+}
+
 // ---- same-host peers: the registration mapped, not copied over a socket ---------------------------------------------
 
 // A host arena (memfd: another process can map it) holding `im`'s bytes.

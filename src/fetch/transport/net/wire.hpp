@@ -16,9 +16,10 @@
 //   kMaxRunsPerRequest]) ends the connection after its error reply: the stream cannot be trusted after it. Decoding
 //   never allocates: headers and runs have fixed caps.
 // Control requests (endpoints, phase 2): a Request header with kWireControlMagic whose `numRuns` 16-byte units carry
-//   a WireControlHead and its body (the RDMA connection of a pair: fetch/transport/rdma/rdma_connect.hpp); checked
-//   like a read (open, generation) and answered by the registration's handler: a Reply with the handler's bytes as
-//   payload, or an error. What the handler set up lives as long as the connection (the lease of its queue pairs).
+//   a WireControlHead and its body (kind 1: the RDMA connection of a pair, fetch/transport/rdma/rdma_connect.hpp;
+//   kind 2: an endpoint's notification, whose body the endpoint layer decodes); checked like a read (open,
+//   generation) and answered by the registration's handler: a Reply with the handler's bytes as payload, or an error.
+//   What the handler set up lives as long as the connection (the lease of its queue pairs).
 // Every field is in the host's byte order, little-endian on every platform kvcomm builds for (checked below); the
 // magics make a peer of another byte order fail phase 1.
 #pragma once
@@ -145,6 +146,7 @@ static_assert(sizeof(WireControlHead) == sizeof(WireRun));
 
 /// Control kinds.
 inline constexpr uint32_t kControlRdmaConnect = 1;  ///< connect a queue pair set to the registration's fabric
+inline constexpr uint32_t kControlNotify = 2;       ///< a notification for the endpoint (endpoint/notify_wire.hpp)
 
 /// The runs of a control request carrying `bytes` of `body` after its head (padded to whole runs): what the
 /// request's `numRuns` counts. Throws InvalidArgument when it would exceed kMaxRunsPerRequest runs.
