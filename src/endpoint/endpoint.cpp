@@ -649,6 +649,12 @@ std::string Endpoint::address() const {
 
 namespace {
 
+// The one bound on a notification's message, for every call that takes one.
+void checkMessage(const char* call, size_t bytes) {
+  KVCOMM_CHECK_ARG(bytes <= kMaxNotificationBytes, call, "a notification of ", bytes,
+                   " bytes (at most kMaxNotificationBytes = ", kMaxNotificationBytes, ")");
+}
+
 // A notification's control request, for registration `regionId` (the endpoint's inbox: null once it is gone).
 detail::WireStatus receiveNotification(detail::Inbox* inbox, uint64_t regionId, const uint8_t* body, size_t n,
                                        std::string* why) {
@@ -1148,9 +1154,7 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
   if (push && remote->meta.access != static_cast<uint32_t>(Access::ReadWrite))
     KVCOMM_THROW(InvalidArgument, call, "remote ", remote->who(), " is registered read-only: it cannot be written");
   KVCOMM_CHECK_ARG(count == 0 || (remoteBlocks && localBlocks), call, count, " pairs but a null id array");
-  KVCOMM_CHECK_ARG(!options.notify || options.notify->size() <= kMaxNotificationBytes, call, "a notification of ",
-                   options.notify ? options.notify->size() : 0,
-                   " bytes (at most kMaxNotificationBytes = ", kMaxNotificationBytes, ")");
+  if (options.notify) checkMessage(call, options.notify->size());
   std::shared_ptr<Link> link = linkFor(local, remote);
 
   // The path: peer mappings when demanded, or (Auto) when both ends are on this host with memory of one kind that
@@ -1256,17 +1260,16 @@ Transfer Endpoint::Impl::start(const char* call, bool push, const Registration& 
     t->end(t->statusOf(true, refusal));
     return Transfer(t);
   }
+  if (options.notify) t->note = Transfer::Impl::Note::Waiting;
   if (plan->runs.empty()) {
     if (!options.notify) {
       t->end(t->statusOf(true, ""));
       return Transfer(t);
     }
     t->moved = true;  // nothing to move: the notification goes at once (in order with the others)
-    t->note = Transfer::Impl::Note::Waiting;
     postNotification(t, *remote, *options.notify);
     return Transfer(t);
   }
-  if (options.notify) t->note = Transfer::Impl::Note::Waiting;
   std::vector<size_t> runs(plan->runs.size());
   for (size_t i = 0; i < runs.size(); ++i) runs[i] = i;
   if (peer) {
@@ -1415,8 +1418,7 @@ void Endpoint::notify(const RemoteMemory& remote, const std::string& message) {
   }
   KVCOMM_CHECK_ARG(!r->disconnected, call, "remote ", r->who(),
                    " was disconnected (Endpoint::disconnect): connect again from its metadata");
-  KVCOMM_CHECK_ARG(message.size() <= kMaxNotificationBytes, call, "a message of ", message.size(),
-                   " bytes (at most kMaxNotificationBytes = ", kMaxNotificationBytes, ")");
+  checkMessage(call, message.size());
   const detail::NotifyOutcome o = e->notifier->send(e->notifyTarget(*r), message);
   if (!o.error.empty()) detail::throwError(o.code, call, o.error, __FILE__, __LINE__);
 }
