@@ -212,8 +212,8 @@ class KVCOMM_API Fetcher {
                       const FetchOptions& options = {});
   /// Stream-ordered fetch of ids in device memory by the gather kernel (CUDA) or the CPU (host buffers); safe to
   /// capture in a CUDA graph: rewrite the ids between replays. An id outside the layout, or a block outside the
-  /// backed part of the buffer when the kernel runs, skips that pair and is reported by checkErrors(); duplicate
-  /// destinations are not detected (the last copy wins).
+  /// backed part of the buffer when the kernel runs, skips that pair and is reported by checkErrors(); a destination
+  /// block named by several pairs goes whole to the last of them (never bytes of two sources in one block).
   void fetchDevice(const DeviceFetchBatch& batch, Stream stream = nullptr);
   /// Starts a polled fetch (validated like plan()). `stream`: CUDA buffers enqueue on it (nullptr: the fetcher's
   /// own stream); host buffers copy on a worker thread.

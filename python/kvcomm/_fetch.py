@@ -334,8 +334,9 @@ class Fetcher(DeviceErrors):
         """Stream-ordered fetch of ids in device memory (CUDA buffers: int64 CUDA tensors on the buffer's GPU;
         host buffers: int64 CPU arrays), safe to capture in torch.cuda.graph: rewrite the ids between replays.
         Sources: one `src_rank` for every pair, or `src_ranks` (int32, one per pair). CUDA: an id outside the layout
-        skips that pair and check_errors() raises it; host buffers refuse the whole batch before copying. Keep the
-        id tensors alive until the stream ran the fetch."""
+        skips that pair and check_errors() raises it; host buffers refuse the whole batch before copying. A destination
+        named by several pairs goes whole to the last of them. Keep the id tensors alive until the stream ran the
+        fetch."""
         call = "Fetcher.fetch_device"
         rank = self._rank
         cuda = self._buffer.kind == MemoryKind.Cuda

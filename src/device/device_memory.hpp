@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kvcomm/stream.hpp"
 
@@ -21,5 +22,27 @@ void deviceToHost(void* dst, const void* src, size_t bytes);
 void hostToDevice(void* dst, const void* src, size_t bytes);
 /// Whether `stream` is being captured into a CUDA graph (false without CUDA).
 bool streamCapturing(Stream stream);
+
+/// `count` zeroed 32-bit words of device memory on the current context, freed with the object (the claim words of
+/// the gather kernel: see FetchLaunch::claims).
+class DeviceWords {
+ public:
+  DeviceWords() = default;
+  explicit DeviceWords(size_t count) : count_(count) {
+    p_ = static_cast<uint32_t*>(deviceAlloc(count * sizeof(uint32_t)));
+    deviceMemset(p_, 0, count * sizeof(uint32_t));
+  }
+  ~DeviceWords() {
+    if (p_) deviceFree(p_);
+  }
+  DeviceWords(const DeviceWords&) = delete;
+  DeviceWords& operator=(const DeviceWords&) = delete;
+  uint32_t* get() const { return p_; }
+  size_t count() const { return count_; }
+
+ private:
+  uint32_t* p_ = nullptr;
+  size_t count_ = 0;
+};
 
 }  // namespace kvcomm::detail

@@ -60,8 +60,11 @@ PeerLink::~PeerLink() {
   disable();
   if (spec_.kind != MemoryKind::Cuda) return;
   arena::CudaContextScope scope(cudaCtx_);
-  for (Direction* d : {&read_, &write_})
+  for (Direction* d : {&read_, &write_}) {
     if (d->words) deviceFree(d->words);
+    d->claims.reset();  // device memory of this context: freed inside its scope
+    d->error.reset();
+  }
 }
 
 void PeerLink::build(Direction& d, bool write) {
@@ -107,6 +110,13 @@ void PeerLink::build(Direction& d, bool write) {
   h.rank = 0;
   h.granShift = 63;
   c.error = d.error->get();
+  if (spec_.kind == MemoryKind::Cuda) {
+    uint64_t blocks = 1;  // the destination's (member 0's) blocks
+    for (size_t j = 0; j < t.numRegions; ++j) blocks = std::max<uint64_t>(blocks, t.views[j].numBlocks);
+    d.claims = std::make_unique<DeviceWords>(blocks);
+    c.claims = d.claims->get();
+    c.numClaims = static_cast<int64_t>(blocks);
+  }
   c.copier = spec_.copier;
   c.pids = {static_cast<int>(::getpid()), spec_.remotePid};
   c.names = {"", spec_.remoteName};

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device/device_errors.hpp"
+#include "device/device_memory.hpp"
 #include "endpoint/peer_mapping.hpp"
 #include "fetch/device_copy.hpp"
 #include "fetch/member_layouts.hpp"
@@ -63,6 +64,7 @@ class PeerLink {
     uint64_t* words = nullptr;  // device memory (CUDA) or hostWords: regions, peers, backed
     std::vector<uint64_t> hostWords;
     std::unique_ptr<ErrorRecordMemory> error;
+    std::unique_ptr<DeviceWords> claims;  // CUDA: device-id runs' duplicate destinations (FetchLaunch::claims)
     PeerContext ctx;
     std::unique_ptr<FetchTransport> transport;
   };

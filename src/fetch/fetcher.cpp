@@ -167,6 +167,7 @@ struct Fetcher::Impl {
   uint64_t generation = 0;
   std::unique_ptr<RegionTables> srcTables, dstTables;
   std::unique_ptr<detail::ErrorRecordMemory> errors;
+  std::unique_ptr<detail::DeviceWords> claims;   // CUDA: one per destination block, for fetchDevice's duplicates
   std::unique_ptr<detail::DeviceCopier> copier;  // CUDA buffers
   detail::PeerContext ctx;
   // The registered transports (fetch/transport/registry.cpp), in registry order, and what members exchanged.
@@ -448,7 +449,14 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
     impl->srcTables = std::make_unique<RegionTables>(impl->kind, impl->table.views.size());
     impl->dstTables = std::make_unique<RegionTables>(impl->kind, impl->table.numRegions);
     impl->writeTables();
-    if (impl->kind == MemoryKind::Cuda) impl->copier = detail::makeDeviceCopier();
+    if (impl->kind == MemoryKind::Cuda) {
+      impl->copier = detail::makeDeviceCopier();
+      uint64_t blocks = 1;
+      for (size_t j = 0; j < impl->table.numRegions; ++j)
+        blocks = std::max<uint64_t>(
+            blocks, impl->table.views[static_cast<size_t>(comm.rank()) * impl->table.numRegions + j].numBlocks);
+      impl->claims = std::make_unique<detail::DeviceWords>(blocks);
+    }
   });
   FetchDeviceHandle& h = impl->ctx.handle;
   h.srcRegions = impl->srcTables->get();
@@ -464,6 +472,10 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
   impl->ctx.memory = detail::bufferPeerMemory(impl->buf);
   impl->ctx.table = &impl->table;
   impl->ctx.error = impl->errors->get();
+  if (impl->claims) {
+    impl->ctx.claims = impl->claims->get();
+    impl->ctx.numClaims = static_cast<int64_t>(impl->claims->count());
+  }
   impl->ctx.copier = impl->copier.get();
   impl->ctx.health = &detail::healthOf(impl->comm);
   for (const MemberInfo& m : comm.topology().members) impl->ctx.pids.push_back(m.pid);

@@ -178,6 +178,12 @@ struct FetchLaunch {
   DeviceErrorRecord* error;
   int32_t inlineCount;  // > 0: the pairs are the inline arrays below (numPairs == inlineCount)
   int32_t trusted;      // 1: the host validated every pair against the current generation (plans): no checks
+  // Unvalidated ids (device ids): one word per destination block, zero between launches. A claim pass leaves the
+  // largest (pair + 1) naming each destination block in it, the copy pass copies only that pair's blocks, a release
+  // pass zeroes what was claimed: the last pair naming a destination wins it whole (never bytes of two sources).
+  // nullptr: no claims (host-validated plans, which refuse duplicates).
+  uint32_t* claims;
+  int64_t numClaims;
   int64_t inlineSrc[kInlineFetchPairs];
   int64_t inlineDst[kInlineFetchPairs];
   int32_t inlineRank[kInlineFetchPairs];

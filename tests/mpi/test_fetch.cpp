@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -202,6 +203,55 @@ TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
   bool landed = got[r0.offset + 30 * r0.blockStride] == source;
   EXPECT_EQ(landed, kind_ == MemoryKind::Cuda) << "pair 0 " << (landed ? "landed" : "did not land");
   EXPECT_EQ(got[r0.offset + 32 * r0.blockStride], own) << "the bad pair wrote its destination";
+  comm.barrier();
+}
+
+// Device ids that name one destination block several times: the last pair naming it wins the whole block (every
+// region, every byte from its source block), on the GPU as on the CPU; never bytes of two sources in one block.
+TEST_P(Fetch, DuplicateDestinationsOfDeviceIdsGoWholeToTheLastPair) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{64 << 10, 2, true, 32};  // 4 regions of 64 KiB blocks: many warps per block
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, c, &extent, &most);
+  std::vector<KvLayout> layouts;
+  for (int r = 0; r < comm.size(); ++r) {
+    size_t e = 0;
+    layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
+  }
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  std::vector<uint8_t> want = kvtest::initialImage(mine, seed_, comm.rank(), extent);
+  kvtest::toMemory(kind_, buf.local(), want.data(), extent);
+  Fetcher f = Fetcher::create(buf, mine);
+  comm.barrier();
+  const int src = (comm.rank() + 1) % comm.size();
+  std::mt19937_64 rng(seed_ + static_cast<uint64_t>(comm.rank()));
+  for (int round = 0; round < 4; ++round) {
+    // 256 pairs into 8 destination blocks of [16, 24) from source blocks of [0, 16) (never written by anyone).
+    const size_t n = 256;
+    kvtest::FetchBatch b;
+    b.ranks = {src};
+    b.src.resize(1);
+    b.dst.resize(1);
+    for (size_t i = 0; i < n; ++i) {
+      b.src[0].push_back(static_cast<int64_t>(rng() % 16));
+      b.dst[0].push_back(16 + static_cast<int64_t>(rng() % 8));
+    }
+    kvtest::applyFetchOracle(want, layouts, comm.rank(), seed_, b);  // pair by pair: the last one stays
+    kvtest::Memory s(kind_, n * 8), d(kind_, n * 8);
+    kvtest::toMemory(kind_, s.data(), b.src[0].data(), n * 8);
+    kvtest::toMemory(kind_, d.data(), b.dst[0].data(), n * 8);
+    kvcomm::DeviceFetchBatch db;
+    db.srcBlocks = reinterpret_cast<const int64_t*>(s.data());
+    db.dstBlocks = reinterpret_cast<const int64_t*>(d.data());
+    db.srcRank = src;
+    db.count = n;
+    f.fetchDevice(db);
+    kvtest::synchronize(kind_);
+    f.checkErrors();
+    std::vector<uint8_t> got(extent);
+    kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+    ASSERT_EQ(kvtest::describeMismatch(got, want, mine), "") << "round " << round;
+  }
   comm.barrier();
 }
 

@@ -79,6 +79,8 @@ FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs) {
   f.h = c.handle;
   f.vec = c.table->vec;
   f.error = c.error;
+  f.claims = c.claims;
+  f.numClaims = c.numClaims;
   f.numPairs = static_cast<int64_t>(pairs);
   uint64_t largest = 0;
   for (size_t j = 0; j < c.table->numRegions; ++j) largest = std::max(largest, c.table->views[j].blockBytes);

@@ -19,6 +19,8 @@ struct PeerContext {
   const MemberLayouts* table = nullptr;
   FetchDeviceHandle handle{};
   DeviceErrorRecord* error = nullptr;
+  uint32_t* claims = nullptr;  // CUDA: one zeroed word per destination block (device ids: the last pair wins)
+  int64_t numClaims = 0;
   DeviceCopier* copier = nullptr;       // CUDA buffers
   std::vector<int> pids;                // by rank (liveness of sources)
   std::vector<std::string> names;       // by rank: how errors name a source ("" : "source rank R")
