@@ -85,6 +85,7 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/fetch.cu
     src/kernels/dependent_launch.cu
     src/fetch/device_copy.cpp
+    src/fetch/checked_launch.cpp
     src/fetch/transport/rdma/gpu_direct.cpp
     src/device/device_memory.cpp
     src/device/launch_limits.cpp

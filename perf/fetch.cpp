@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -133,8 +134,171 @@ kvbench::Stats eventUs(const std::function<void()>& op, cudaStream_t s, int reps
   return kvbench::stats(t);
 }
 
+// Copies of ids in pinned host memory (an engine's pinned id tensors).
+struct PinnedIds {
+  int64_t* src = nullptr;
+  int64_t* dst = nullptr;
+  explicit PinnedIds(const Ids& ids) {
+    const size_t n = std::max<size_t>(ids.src.size(), 1) * sizeof(int64_t);
+    CU(cudaHostAlloc(reinterpret_cast<void**>(&src), n, cudaHostAllocMapped | cudaHostAllocPortable));
+    CU(cudaHostAlloc(reinterpret_cast<void**>(&dst), n, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memcpy(src, ids.src.data(), ids.src.size() * sizeof(int64_t));
+    std::memcpy(dst, ids.dst.data(), ids.dst.size() * sizeof(int64_t));
+  }
+  ~PinnedIds() {
+    cudaFreeHost(src);
+    cudaFreeHost(dst);
+  }
+  PinnedIds(const PinnedIds&) = delete;
+  PinnedIds& operator=(const PinnedIds&) = delete;
+};
+
 using kvbench::Column;
 using kvbench::Kind;
+
+// Host time of each fetch form against the pair count (rank 0 pulls 4 KiB blocks from rank 1): the call alone, on
+// the host's clock; the stream is drained between calls (untimed), so no call waits for the GPU.
+void hostCostTable(kvcomm::Communicator& world, const Options& opt, const kvbench::Placement& where, cudaStream_t s) {
+  const int me = world.rank();
+  auto ks = reinterpret_cast<kvcomm::Stream>(s);
+  kvbench::Report rep(
+      "fetch host cost (rank 0's call, host clock; the GPU drained between calls)",
+      {Column{"pairs", Kind::Int, "block pairs per call (4 KiB blocks, one region, scattered)"},
+       Column{"op", Kind::Text, "the call timed"}, Column{"reps", Kind::Int, "timed calls"},
+       Column{"p50_us", Kind::Num, "median host us per call"}, Column{"p99_us", Kind::Num, "99th percentile"},
+       Column{"ns_per_pair", Kind::Num, "(p50 - 5 us) / pairs, in ns"},
+       Column{"target", Kind::Text,
+              "issue target: p50 <= 5 us + 1 ns per pair (ids in pinned or device memory; pageable "
+              "ids add one copy, reported apart)"}},
+      where);
+  for (size_t n : {size_t{1}, size_t{100}, size_t{1000}, size_t{10000}, size_t{100000}}) {
+    if (opt.quick && n > 10000) continue;
+    Case c{"host cost", 4u << 10, 1, n, 0};
+    kvcomm::KvLayout layout = makeLayout(c);
+    const size_t bytesAll = 2 * n * c.blockBytes;
+    auto buf = kvcomm::SymmetricBuffer::create(world, bytesAll, bytesAll, kvcomm::MemoryKind::Cuda);
+    auto f = kvcomm::Fetcher::create(buf, layout);
+    Ids ids = makeIds(c, 11);
+    world.barrier();
+    if (me == 0) {
+      const int reps = n >= 100000 ? 50 : n >= 10000 ? 200 : 1000;
+      PinnedIds pinned(ids);
+      int64_t *dSrc = nullptr, *dDst = nullptr;
+      CU(cudaMalloc(&dSrc, n * 8));
+      CU(cudaMalloc(&dDst, n * 8));
+      CU(cudaMemcpy(dSrc, ids.src.data(), n * 8, cudaMemcpyHostToDevice));
+      CU(cudaMemcpy(dDst, ids.dst.data(), n * 8, cudaMemcpyHostToDevice));
+      kvcomm::FetchRequest pageable{1, ids.src.data(), ids.dst.data(), n, 0};
+      kvcomm::FetchRequest pin{1, pinned.src, pinned.dst, n, 0};
+      kvcomm::FetchRequest dev{1, dSrc, dDst, n, 0};
+      kvcomm::FetchOptions hostCheck, deviceCheck;
+      hostCheck.path = kvcomm::FetchPath::Kernel;
+      deviceCheck.validation = kvcomm::FetchValidation::Device;
+      kvcomm::FetchPlan plan = f.plan({pageable}, hostCheck);
+      kvcomm::DeviceFetchBatch db{dSrc, dDst, nullptr, 1, n};
+      auto timed = [&](const std::string& op, const std::function<void()>& call, bool targeted) {
+        std::vector<double> t;
+        for (int i = 0; i < reps + 3; ++i) {
+          CU(cudaStreamSynchronize(s));
+          auto t0 = std::chrono::steady_clock::now();
+          call();
+          auto t1 = std::chrono::steady_clock::now();
+          if (i >= 3) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+        CU(cudaStreamSynchronize(s));
+        kvbench::Stats st = kvbench::stats(t);
+        const double limit = 5.0 + 0.001 * static_cast<double>(n);
+        std::string verdict = !targeted            ? "reported apart"
+                              : st.median <= limit ? "met"
+                                                   : "missed by " + fmt(st.median / limit, 2) + " x";
+        rep.row({std::to_string(n), op, std::to_string(st.reps), fmt(st.median), fmt(st.p99),
+                 fmt(std::max(0.0, st.median - 5.0) * 1000.0 / static_cast<double>(n)), verdict});
+      };
+      timed(
+          "fetch, checked on the host (pageable ids)", [&] { f.fetch({pageable}, ks, hostCheck); }, false);
+      timed(
+          "fetch, checked on the host (pinned ids)", [&] { f.fetch({pin}, ks, hostCheck); }, true);
+      timed(
+          "fetch, checked on the device (pageable ids)", [&] { f.fetch({pageable}, ks, deviceCheck); }, false);
+      timed(
+          "fetch, checked on the device (pinned ids)", [&] { f.fetch({pin}, ks, deviceCheck); }, true);
+      timed(
+          "fetch, checked on the device (device ids)", [&] { f.fetch({dev}, ks, deviceCheck); }, true);
+      timed(
+          "submit (plan reused)", [&] { f.submit(plan, ks); }, true);
+      timed(
+          "fetchDevice (device ids)", [&] { f.fetchDevice(db, ks); }, true);
+      f.checkErrors();
+      cudaFree(dSrc);
+      cudaFree(dDst);
+    }
+    world.barrier();
+  }
+  if (me == 0) rep.print(opt.json);
+}
+
+// An engine loop: 1,000 fetches of 4,096 x 16 KiB pairs, fresh host ids each time (16 id sets in turn), back to
+// back on one stream; GPU busy = 1,000 x one fetch's GPU time (fetchDevice, ids already there) / the loop's time.
+void backToBackTable(kvcomm::Communicator& world, const Options& opt, const kvbench::Placement& where, cudaStream_t s) {
+  const int me = world.rank();
+  auto ks = reinterpret_cast<kvcomm::Stream>(s);
+  kvbench::Report rep(
+      "fetch back to back (rank 0: 1,000 fetches of 4,096 x 16 KiB, fresh host ids each)",
+      {Column{"op", Kind::Text, "the loop's form"}, Column{"loop_us", Kind::Num, "events around the whole loop"},
+       Column{"gpu_us", Kind::Num, "1,000 x the median GPU time of one fetchDevice of the same pairs"},
+       Column{"gpu_busy", Kind::Num, "gpu_us / loop_us (target >= 0.9)"},
+       Column{"target", Kind::Text, "met or missed"}},
+      where);
+  const size_t n = 4096, iters = opt.quick ? 100 : 1000;
+  Case c{"back to back", 16u << 10, 1, n, 0};
+  kvcomm::KvLayout layout = makeLayout(c);
+  const size_t bytesAll = 2 * n * c.blockBytes;
+  auto buf = kvcomm::SymmetricBuffer::create(world, bytesAll, bytesAll, kvcomm::MemoryKind::Cuda);
+  auto f = kvcomm::Fetcher::create(buf, layout);
+  world.barrier();
+  if (me == 0) {
+    std::vector<Ids> sets;
+    std::vector<std::unique_ptr<PinnedIds>> pinned;
+    for (uint64_t k = 0; k < 16; ++k) {
+      sets.push_back(makeIds(c, 100 + k));
+      pinned.push_back(std::make_unique<PinnedIds>(sets.back()));
+    }
+    int64_t *dSrc = nullptr, *dDst = nullptr;
+    CU(cudaMalloc(&dSrc, n * 8));
+    CU(cudaMalloc(&dDst, n * 8));
+    CU(cudaMemcpy(dSrc, sets[0].src.data(), n * 8, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dDst, sets[0].dst.data(), n * 8, cudaMemcpyHostToDevice));
+    kvcomm::DeviceFetchBatch db{dSrc, dDst, nullptr, 1, n};
+    const double gpu = eventUs([&] { f.fetchDevice(db, ks); }, s, opt.reps, 3).median * static_cast<double>(iters);
+    auto loop = [&](const std::string& op, const std::function<void(size_t)>& call) {
+      const double us = eventUs(
+                            [&] {
+                              for (size_t i = 0; i < iters; ++i) call(i % 16);
+                            },
+                            s, 3, 1)
+                            .median;
+      const double busy = gpu / us;
+      rep.row({op, fmt(us), fmt(gpu), fmt(busy, 3), busy >= 0.9 ? "met" : "missed by " + fmt(0.9 / busy, 2) + " x"});
+    };
+    kvcomm::FetchOptions hostCheck, deviceCheck;
+    hostCheck.path = kvcomm::FetchPath::Kernel;
+    deviceCheck.validation = kvcomm::FetchValidation::Device;
+    loop("fetch, checked on the host (pageable ids)", [&](size_t k) {
+      f.fetch({kvcomm::FetchRequest{1, sets[k].src.data(), sets[k].dst.data(), n, 0}}, ks, hostCheck);
+    });
+    loop("fetch, checked on the device (pageable ids)", [&](size_t k) {
+      f.fetch({kvcomm::FetchRequest{1, sets[k].src.data(), sets[k].dst.data(), n, 0}}, ks, deviceCheck);
+    });
+    loop("fetch, checked on the device (pinned ids)", [&](size_t k) {
+      f.fetch({kvcomm::FetchRequest{1, pinned[k]->src, pinned[k]->dst, n, 0}}, ks, deviceCheck);
+    });
+    f.checkErrors();
+    cudaFree(dSrc);
+    cudaFree(dDst);
+  }
+  world.barrier();
+  if (me == 0) rep.print(opt.json);
+}
 
 // The GPU table's columns.
 std::vector<Column> gpuColumns() {
@@ -257,6 +421,20 @@ void runGpu(kvcomm::Communicator& world, const Options& opt, const kvbench::Plac
       CU(cudaMemcpy(dDst, ids.dst.data(), c.pairs * 8, cudaMemcpyHostToDevice));
       kvcomm::DeviceFetchBatch db{dSrc, dDst, nullptr, 1, c.pairs};
       row("kvcomm fetchDevice (ids on the GPU)", eventUs([&] { f.fetchDevice(db, ks); }, s, r, 2), "-", "-");
+      {
+        kvcomm::FetchOptions o;
+        o.validation = kvcomm::FetchValidation::Device;
+        std::vector<double> plans;
+        row("kvcomm fetch (checked on the device, pageable ids)",
+            eventUs([&] { plans.push_back(f.fetch({q}, ks, o).planMicros); }, s, r, 2), "-",
+            fmt(kvbench::median(plans)));
+        PinnedIds pinned(ids);
+        kvcomm::FetchRequest pq{1, pinned.src, pinned.dst, c.pairs, 0};
+        plans.clear();
+        row("kvcomm fetch (checked on the device, pinned ids)",
+            eventUs([&] { plans.push_back(f.fetch({pq}, ks, o).planMicros); }, s, r, 2), "-",
+            fmt(kvbench::median(plans)));
+      }
       // Overlap with a compute-bound kernel on another stream (the engine's work).
       if (c.name == "scattered 64 KiB") {
         cudaStream_t cs;
@@ -399,11 +577,13 @@ void runGpu(kvcomm::Communicator& world, const Options& opt, const kvbench::Plac
     world.barrier();
   }
   cudaFree(sink);
-  cudaStreamDestroy(s);
   if (me == 0) {
     rep.print(json);
     coll.print(json);
   }
+  hostCostTable(world, opt, where, s);
+  backToBackTable(world, opt, where, s);
+  cudaStreamDestroy(s);
 }
 
 #endif  // KVCOMM_HAVE_CUDA

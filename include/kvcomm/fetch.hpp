@@ -57,6 +57,16 @@ struct FetchRequest {
   uint64_t srcLayoutHash = 0;  ///< 0: accept the source's registered layout; else it must equal this hash
 };
 
+/// Where fetch() checks a batch of host-named pairs (FetchOptions::validation).
+enum class FetchValidation {
+  Host,    ///< on the host before anything is enqueued: a bad pair throws, naming it (host work grows with the pairs)
+  Device,  ///< CUDA buffers, same-host sources: the gather kernel's first pass checks every pair and refuses the
+           ///< whole batch if any is bad (nothing copied; checkErrors() names it); the host only hands the raw ids
+           ///< over (O(1) for ids in pinned or device memory, one memcpy for pageable ids). Host buffers: as Host.
+};
+/// "host", "device".
+KVCOMM_API const char* fetchValidationName(FetchValidation validation);
+
 /// Per-call options.
 struct FetchOptions {
   /// Demanded path of the same-host runs (Auto, Kernel, CopyEngine or Host); Auto honours KVCOMM_FETCH_PATH (auto |
@@ -69,6 +79,11 @@ struct FetchOptions {
   /// Polled fetches on host memory: copy at most this many bytes per second (0: unlimited), for background
   /// prefetches that should leave memory bandwidth to the engine.
   uint64_t maxBytesPerSecond = 0;
+  /// fetch() only (plan(), start() and fetchAll() always check on the host). Device needs path Auto or Kernel,
+  /// every source on the peer path (Unsupported naming the rank otherwise), at most
+  /// limits::kMaxDeviceCheckedRequests requests, and ids the GPU can read or the host can copy (pageable, pinned,
+  /// device memory of the buffer's GPU, managed). No environment knob: it changes when errors are reported.
+  FetchValidation validation = FetchValidation::Host;
 };
 
 /// What a plan does (FetchPlan::info(), returned by fetch()).

@@ -371,19 +371,22 @@ typedef enum KVCOMM_ENUM_BASE {
   kvcommDeviceErrorBarrierTimeout = 2,  /**< a barrier wait expired; the peer never arrived */
   kvcommDeviceErrorBlockOutOfRange = 3, /**< a fetch named a block id outside its layout; that pair was not copied */
   kvcommDeviceErrorPeerFailed = 4,      /**< a barrier wait stopped: the communicator was aborted or a member died */
-  kvcommDeviceErrorLaneOutOfRange = 5   /**< a device barrier call named a lane outside [0, lanes); nothing done */
+  kvcommDeviceErrorLaneOutOfRange = 5,  /**< a device barrier call named a lane outside [0, lanes); nothing done */
+  kvcommDeviceErrorBatchRefused = 6     /**< a fetch checked on the device had a bad pair: nothing of it was copied */
 } kvcommDeviceErrorKind_t;
 
 /** A device error read back by kvcommPublisherPollError, kvcommBarrierPollError or kvcommFetcherPollError. Fields
  *  that do not apply are -1. */
 typedef struct {
   kvcommDeviceErrorKind_t kind;
-  int64_t tokenIndex; /**< SlotOutOfRange: token index; BlockOutOfRange: index of the block pair */
-  int64_t slot;       /**< SlotOutOfRange: the slot; BlockOutOfRange: the offending block id */
-  int tensor;         /**< SlotOutOfRange: tensor index; BlockOutOfRange: region index */
+  int64_t tokenIndex; /**< SlotOutOfRange: token index; BlockOutOfRange: index of the block pair; BatchRefused: the
+                           pair's index in its request */
+  int64_t slot;       /**< SlotOutOfRange: the slot; BlockOutOfRange, BatchRefused: the offending block id */
+  int tensor;         /**< SlotOutOfRange: tensor index; BlockOutOfRange: region index; BatchRefused: request index */
   int rank;           /**< rank that detected it */
-  int peer;           /**< BarrierTimeout: the peer waited for; BlockOutOfRange: the source rank */
-  int lane;           /**< BarrierTimeout: the lane */
+  int peer;           /**< BarrierTimeout: the peer waited for; BlockOutOfRange, BatchRefused: the source rank */
+  int lane; /**< BarrierTimeout: the lane; BatchRefused: why (0 source id, 1 destination id out of range, 2 duplicate
+               destination, 3 reads a block the batch writes) */
 } kvcommDeviceError;
 
 kvcommResult_t kvcommCacheTensorInit(kvcommCacheTensor* tensor);
@@ -480,6 +483,13 @@ typedef enum KVCOMM_ENUM_BASE {
                                       refused as options->path */
 } kvcommFetchPath_t;
 
+/** Where kvcommFetcherFetch checks its pairs (kvcommFetchOptions.validation). */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommFetchValidationHost = 0,  /**< on the host before anything is enqueued: a bad pair fails the call */
+  kvcommFetchValidationDevice = 1 /**< CUDA, same-host sources: the kernel checks every pair; any bad pair and
+                                       nothing is copied (kvcommFetcherCheckErrors names it); host work O(requests) */
+} kvcommFetchValidation_t;
+
 /** What carries a fetch's bytes from a source member to this rank (kvcommFetcherTransport). */
 typedef enum KVCOMM_ENUM_BASE {
   kvcommFetchTransportNone = 0, /**< the source cannot be reached (a plan naming it says why) */
@@ -505,6 +515,7 @@ typedef struct {
   size_t copyEngineMinRunBytes; /**< Auto on CUDA: runs of at least this many bytes go to the copy engines
                                      (0: KVCOMM_FETCH_CE_MIN_BYTES) */
   uint64_t maxBytesPerSecond;   /**< polled fetches on host memory: pace the copies (0: unlimited) */
+  kvcommFetchValidation_t validation; /**< kvcommFetcherFetch only (plans, starts and fetchAll check on the host) */
 } kvcommFetchOptions;
 
 /** What a plan does (kvcommFetchPlanGetInfo; returned by kvcommFetch and kvcommFetchAll). */

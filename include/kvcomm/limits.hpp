@@ -16,6 +16,8 @@ inline constexpr size_t kMaxFetchRegions = 4096;
 inline constexpr size_t kMaxFetchRequests = 65536;
 /// Block pairs of one fetch call: the sum of its requests' counts, or a DeviceFetchBatch's count (2^24).
 inline constexpr size_t kMaxFetchPairs = size_t{1} << 24;
+/// Requests of one fetch checked on the device (FetchValidation::Device): they travel inside the kernel launch.
+inline constexpr size_t kMaxDeviceCheckedRequests = 16;
 /// Tensors of one publish call.
 inline constexpr size_t kMaxPublishTensors = 4;
 /// Lanes of a Barrier, of a Publisher's barrier and of a Fetcher's collective form (BarrierOptions::lanes, ...).

@@ -37,6 +37,9 @@ nb::object deviceErrorToPython(const DeviceError& e) {
     case DeviceErrorKind::LaneOutOfRange:
       d["kind"] = "lane_out_of_range";
       break;
+    case DeviceErrorKind::BatchRefused:
+      d["kind"] = "batch_refused";
+      break;
     case DeviceErrorKind::None:
       break;
   }

@@ -102,7 +102,8 @@ struct CEnum<kvcommDeviceErrorKind_t> {
       {kvcommDeviceErrorBarrierTimeout, "kvcommDeviceErrorBarrierTimeout", DeviceErrorKind::BarrierTimeout},
       {kvcommDeviceErrorBlockOutOfRange, "kvcommDeviceErrorBlockOutOfRange", DeviceErrorKind::BlockOutOfRange},
       {kvcommDeviceErrorPeerFailed, "kvcommDeviceErrorPeerFailed", DeviceErrorKind::PeerFailed},
-      {kvcommDeviceErrorLaneOutOfRange, "kvcommDeviceErrorLaneOutOfRange", DeviceErrorKind::LaneOutOfRange}};
+      {kvcommDeviceErrorLaneOutOfRange, "kvcommDeviceErrorLaneOutOfRange", DeviceErrorKind::LaneOutOfRange},
+      {kvcommDeviceErrorBatchRefused, "kvcommDeviceErrorBatchRefused", DeviceErrorKind::BatchRefused}};
 };
 
 template <>
@@ -114,6 +115,14 @@ struct CEnum<kvcommFetchPath_t> {
       {kvcommFetchPathCopyEngine, "kvcommFetchPathCopyEngine", FetchPath::CopyEngine},
       {kvcommFetchPathHost, "kvcommFetchPathHost", FetchPath::Host},
       {kvcommFetchPathNetwork, "kvcommFetchPathNetwork", FetchPath::Network}};
+};
+
+template <>
+struct CEnum<kvcommFetchValidation_t> {
+  static constexpr const char* name = "kvcommFetchValidation_t";
+  static constexpr EnumEntry<kvcommFetchValidation_t, FetchValidation> entries[] = {
+      {kvcommFetchValidationHost, "kvcommFetchValidationHost", FetchValidation::Host},
+      {kvcommFetchValidationDevice, "kvcommFetchValidationDevice", FetchValidation::Device}};
 };
 
 template <>
@@ -161,9 +170,11 @@ static_assert(wellFormed<kvcommAxis_t>() && kEnumSize<kvcommAxis_t> == 4, "kvcom
 static_assert(wellFormed<kvcommMemoryKind_t>() && kEnumSize<kvcommMemoryKind_t> == 3, "kvcommMemoryKind_t");
 static_assert(wellFormed<kvcommSlotType_t>() && kEnumSize<kvcommSlotType_t> == 2, "kvcommSlotType_t");
 static_assert(wellFormed<kvcommPublishMode_t>() && kEnumSize<kvcommPublishMode_t> == 2, "kvcommPublishMode_t");
-static_assert(wellFormed<kvcommDeviceErrorKind_t>() && kEnumSize<kvcommDeviceErrorKind_t> == 6,
+static_assert(wellFormed<kvcommDeviceErrorKind_t>() && kEnumSize<kvcommDeviceErrorKind_t> == 7,
               "kvcommDeviceErrorKind_t");
 static_assert(wellFormed<kvcommFetchPath_t>() && kEnumSize<kvcommFetchPath_t> == 5, "kvcommFetchPath_t");
+static_assert(wellFormed<kvcommFetchValidation_t>() && kEnumSize<kvcommFetchValidation_t> == 2,
+              "kvcommFetchValidation_t");
 static_assert(wellFormed<kvcommFetchTransport_t>() && kEnumSize<kvcommFetchTransport_t> == 4, "kvcommFetchTransport_t");
 static_assert(wellFormed<kvcommFetchState_t>() && kEnumSize<kvcommFetchState_t> == 3, "kvcommFetchState_t");
 static_assert(wellFormed<kvcommArenaOwnerLoss_t>() && kEnumSize<kvcommArenaOwnerLoss_t> == 2, "kvcommArenaOwnerLoss_t");

@@ -31,6 +31,7 @@ kvcomm::FetchOptions optionsOf(const kvcommFetchOptions* o, const char* call) {
                      " (kvcommFetchPathNetwork) is reported by plans, not a path to demand");
     out.copyEngineMinRunBytes = o->copyEngineMinRunBytes;
     out.maxBytesPerSecond = o->maxBytesPerSecond;
+    out.validation = kvcomm::capi::fromC(o->validation, call, "options->validation");
   }
   return out;
 }
@@ -119,6 +120,7 @@ kvcommResult_t kvcommFetchOptionsInit(kvcommFetchOptions* options) {
     options->path = kvcomm::capi::toC<kvcommFetchPath_t>(d.path);
     options->copyEngineMinRunBytes = d.copyEngineMinRunBytes;
     options->maxBytesPerSecond = d.maxBytesPerSecond;
+    options->validation = kvcomm::capi::toC<kvcommFetchValidation_t>(d.validation);
   });
 }
 

@@ -73,6 +73,29 @@ void throwDeviceError(const DeviceError& e, uint64_t timeoutMs) {
       KVCOMM_THROW(InvalidArgument, "fetch (device)", "pair ", e.tokenIndex, ": block id ", e.slot, " (source rank ",
                    e.peer, ", region ", e.tensor,
                    ") is outside the layout; that pair was not copied (other pairs were)");
+    case DeviceErrorKind::BatchRefused: {
+      std::string what;
+      switch (static_cast<RefusalReason>(e.lane)) {
+        case RefusalReason::SourceOutOfRange:
+          what = cat("source block ", e.slot, " is outside the layout of source rank ", e.peer);
+          break;
+        case RefusalReason::DestinationOutOfRange:
+          what = cat("destination block ", e.slot, " is outside this rank's layout");
+          break;
+        case RefusalReason::DuplicateDestination:
+          what = cat("destination block ", e.slot, " is already written by an earlier pair (duplicate destination)");
+          break;
+        case RefusalReason::ReadsWrittenBlock:
+          what = cat("source block ", e.slot, " of this rank is also written by the batch (a batch must not read a ",
+                     "local block it writes)");
+          break;
+        default:
+          what = cat("reason ", e.lane, ", block ", e.slot);
+          break;
+      }
+      KVCOMM_THROW(InvalidArgument, "fetch (checked on the device)", "request ", e.tensor, ", pair ", e.tokenIndex,
+                   ": ", what, "; nothing of the batch was copied");
+    }
   }
   KVCOMM_THROW(InternalError, "device error", "unknown kind ", static_cast<int>(e.kind));
 }

@@ -16,6 +16,7 @@
 #include "common/socket.hpp"
 #include "device/device_errors.hpp"
 #include "device/device_memory.hpp"
+#include "fetch/checked_launch.hpp"
 #include "fetch/fetcher_internals.hpp"
 #include "fetch/member_layouts.hpp"
 #include "fetch/planner.hpp"
@@ -60,6 +61,16 @@ const char* fetchTransportName(FetchTransportKind kind) {
       return "tcp";
     case FetchTransportKind::Rdma:
       return "rdma";
+  }
+  return "?";
+}
+
+const char* fetchValidationName(FetchValidation validation) {
+  switch (validation) {
+    case FetchValidation::Host:
+      return "host";
+    case FetchValidation::Device:
+      return "device";
   }
   return "?";
 }
@@ -167,8 +178,9 @@ struct Fetcher::Impl {
   uint64_t generation = 0;
   std::unique_ptr<RegionTables> srcTables, dstTables;
   std::unique_ptr<detail::ErrorRecordMemory> errors;
-  std::unique_ptr<detail::DeviceWords> claims;   // CUDA: one per destination block, for fetchDevice's duplicates
-  std::unique_ptr<detail::DeviceCopier> copier;  // CUDA buffers
+  std::unique_ptr<detail::DeviceWords> claims;       // CUDA: one per destination block, for fetchDevice's duplicates
+  std::unique_ptr<detail::DeviceCopier> copier;      // CUDA buffers
+  std::unique_ptr<detail::CheckedLauncher> checked;  // CUDA: fetch() with FetchValidation::Device
   detail::PeerContext ctx;
   // The registered transports (fetch/transport/registry.cpp), in registry order, and what members exchanged.
   std::vector<std::shared_ptr<detail::FetchTransport>> transports;
@@ -192,6 +204,7 @@ struct Fetcher::Impl {
     for (auto& t : transports) t->stopServing();
     for (auto it = transports.rbegin(); it != transports.rend(); ++it) (*it)->close();
     if (copier) copier->drain();  // a fetcher whose create failed before the transports existed
+    if (checked) checked->drain();
   }
 
   detail::FetchTransport* transportOf(detail::Route r) const {
@@ -317,6 +330,59 @@ struct Fetcher::Impl {
     std::stable_sort(parts.begin(), parts.end(),
                      [&](const auto& a, const auto& b) { return (a.first == local) > (b.first == local); });
     for (auto& [t, runs] : parts) t->submit(plan, runs, stream);
+  }
+
+  // fetch() checked on the device (CUDA): what is per request is checked here, as the planner would; the pairs are
+  // the check pass's (all or nothing: checkErrors() names the first bad pair).
+  FetchPlanInfo fetchChecked(const std::vector<FetchRequest>& requests, const FetchOptions& o, Stream stream) {
+    const char* call = "Fetcher::fetch";
+    const auto t0 = std::chrono::steady_clock::now();
+    KVCOMM_CHECK_ENUM(o.path, FetchPath::Host, call, "options.path");
+    const FetchPath path = resolvePath(o);
+    if (path != FetchPath::Auto && path != FetchPath::Kernel)
+      KVCOMM_THROW(Unsupported, call, "pairs checked on the device are copied by the gather kernel, not the ",
+                   fetchPathName(path), " path", o.path == FetchPath::Auto ? " (KVCOMM_FETCH_PATH)" : "",
+                   ": use path auto or kernel, or validation host");
+    KVCOMM_CHECK_ARG(requests.size() <= limits::kMaxDeviceCheckedRequests, call, requests.size(),
+                     " requests exceed kvcomm::limits::kMaxDeviceCheckedRequests (", limits::kMaxDeviceCheckedRequests,
+                     ") of a fetch checked on the device (merge the requests of a source, or check on the host)");
+    checkCurrent(generation, call);
+    const detail::FetchTransport* peer = transportOf(detail::Route::Peer);
+    std::vector<detail::CheckedIds> ids;
+    size_t total = 0;
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const FetchRequest& q = requests[k];
+      KVCOMM_CHECK_ARG(q.srcRank >= 0 && q.srcRank < comm.size(), call, "request ", k, ": source rank ", q.srcRank,
+                       " is outside the group of ", comm.size());
+      const size_t r = static_cast<size_t>(q.srcRank);
+      if (!route[r] || route[r] != peer)
+        KVCOMM_THROW(Unsupported, call, "request ", k, ": source rank ", q.srcRank,
+                     route[r] ? cat(" is reached over ", route[r]->name()) : cat(" cannot be reached (", why[r], ")"),
+                     "; pairs checked on the device need the same-host peer path (use validation host)");
+      KVCOMM_CHECK_ARG(q.srcLayoutHash == 0 || q.srcLayoutHash == table.hashes[r], call, "request ", k,
+                       ": expects source layout hash 0x", std::hex, q.srcLayoutHash, " but rank ", std::dec, q.srcRank,
+                       " registered 0x", std::hex, table.hashes[r], std::dec, " (its layout changed)");
+      KVCOMM_CHECK_ARG(q.count == 0 || (q.srcBlocks && q.dstBlocks), call, "request ", k, ": ", q.count,
+                       " pairs but a null id array");
+      KVCOMM_CHECK_ARG(q.count <= limits::kMaxFetchPairs - total, call, "request ", k, ": ", q.count,
+                       " pairs bring the call past kvcomm::limits::kMaxFetchPairs (", limits::kMaxFetchPairs, ")");
+      total += q.count;
+      ids.push_back({q.srcBlocks, q.dstBlocks, q.count, q.srcRank, table.minBlocks[r]});
+    }
+    KVCOMM_CHECK_ARG(!copier->capturing(stream), call,
+                     "a fetch with host-side block ids cannot be captured in a CUDA graph (the ids would be frozen "
+                     "into it); use fetchDevice() with ids in device memory");
+    FetchPlanInfo info;
+    info.pairsIn = total;
+    info.path = FetchPath::Kernel;
+    if (total > 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      detail::BufferUse use(buf, call);
+      checked->launch(detail::makeFetchLaunch(ctx, total), ids, rank(), table.minBlocks[static_cast<size_t>(rank())],
+                      stream);
+    }
+    info.planMicros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return info;
   }
 
   void writeTables() {
@@ -456,6 +522,7 @@ Fetcher Fetcher::create(SymmetricBuffer& buffer, const KvLayout& layout, const F
         blocks = std::max<uint64_t>(
             blocks, impl->table.views[static_cast<size_t>(comm.rank()) * impl->table.numRegions + j].numBlocks);
       impl->claims = std::make_unique<detail::DeviceWords>(blocks);
+      impl->checked = detail::makeCheckedLauncher(blocks);
     }
   });
   FetchDeviceHandle& h = impl->ctx.handle;
@@ -528,7 +595,12 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
 FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream stream, const FetchOptions& options) {
   KVCOMM_CHECK_ARG(impl_, "Fetcher::fetch", "empty fetcher");
   detail::RankScope scope(impl_->rank());
+  KVCOMM_CHECK_ENUM(options.validation, FetchValidation::Device, "Fetcher::fetch", "options.validation");
   impl_->checkHealth(requests, "Fetcher::fetch");
+  if (options.validation == FetchValidation::Device && impl_->kind == MemoryKind::Cuda) {
+    impl_->checkOpen("Fetcher::fetch");
+    return impl_->fetchChecked(requests, options, stream);
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->makePlan(requests, options, impl_->scratch, "Fetcher::fetch");
   detail::BufferUse use(impl_->buf, "Fetcher::fetch");  // after planning: it read the buffer's generation itself

@@ -1,11 +1,16 @@
 // The fetch layer's CUDA entry point in a build without CUDA: host buffers never reach it; say so if anything does.
 #include "common/check.hpp"
+#include "fetch/checked_launch.hpp"
 #include "fetch/device_copy.hpp"
 #include "fetch/transport/rdma/gpu_direct.hpp"
 
 namespace kvcomm::detail {
 
 std::unique_ptr<DeviceCopier> makeDeviceCopier() {
+  KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
+}
+
+std::unique_ptr<CheckedLauncher> makeCheckedLauncher(size_t) {
   KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
 }
 

@@ -189,6 +189,50 @@ struct FetchLaunch {
   int32_t inlineRank[kInlineFetchPairs];
 };
 
+inline constexpr int kMaxCheckedRequests = 16;  // limits::kMaxDeviceCheckedRequests
+
+/// One request of a batch checked on the device: ids readable by the GPU, pairs [base, base + count) of the batch.
+struct CheckedRequestView {
+  const int64_t* src;
+  const int64_t* dst;
+  int64_t base;
+  int64_t count;
+  uint64_t srcLimit;  // blocks of the source's layout
+  int32_t rank;
+  int32_t pad;
+};
+
+/// The refusal words of checked batches, in device memory, all ones between uses. A launch uses index `parity`; its
+/// copy pass resets the other index for the next launch (launches of one fetcher are ordered on the device).
+/// refused: (pair << 32 | earlier pair, or 0xffffffff for an id out of range), the minimum over bad pairs, so the
+/// first bad pair in batch order is reported, as the host planner does; readsWritten: the same for pairs that read a
+/// local block the batch writes (checked after every claim landed).
+struct CheckWords {
+  unsigned long long refused[2];
+  unsigned long long readsWritten[2];
+};
+
+/// A batch of host-named pairs checked on the device (FetchValidation::Device): the check pass reads every pair,
+/// writes it to out* for the copy pass, refuses ids out of range and claims destinations (claims[d] ends as
+/// 0xffffffff - the first pair naming d: an earlier claim seen means a duplicate); the reads-written pass (only
+/// when a request reads this rank) then refuses a local source that is claimed; the copy pass copies nothing when
+/// anything was refused (and records the first refusal), and zeroes the claims either way.
+struct CheckLaunch {
+  CheckedRequestView req[kMaxCheckedRequests];
+  int32_t numRequests;
+  int32_t myRank;
+  int32_t parity;
+  int32_t pad;
+  int64_t numPairs;
+  uint64_t dstLimit;  // blocks of this rank's layout (<= numClaims)
+  uint32_t* claims;
+  int64_t numClaims;
+  CheckWords* words;
+  int64_t* outSrc;
+  int64_t* outDst;
+  int32_t* outRank;
+};
+
 /// Which half (or both) of a barrier a launch runs.
 enum class BarrierStep { Signal = 1, Wait = 2, Both = 3 };
 
@@ -199,6 +243,9 @@ void launchPublish(const PublishLaunch& p, void* stream, const BarrierDeviceHand
 void launchBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step, void* stream);
 void launchPack(const PackLaunch& p, void* stream);
 void launchFetch(const FetchLaunch& f, void* stream);
+/// The check pass(es) of `c`, then the copy pass `f` over c's out* arrays (f.trusted: the checks ran), dependently.
+/// `readsLocal`: some request reads this rank's own blocks (the reads-written pass runs).
+void launchCheckedFetch(const CheckLaunch& c, const FetchLaunch& f, bool readsLocal, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
 // InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane, or an

@@ -17,5 +17,8 @@ void launchPack(const PackLaunch&, void*) {
 void launchFetch(const FetchLaunch&, void*) {
   KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
 }
+void launchCheckedFetch(const CheckLaunch&, const FetchLaunch&, bool, void*) {
+  KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
+}
 
 }  // namespace kvcomm::detail

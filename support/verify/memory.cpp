@@ -4,8 +4,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -111,6 +114,30 @@ int countMappings() {
   int n = 0;
   for (std::string line; std::getline(f, line);) ++n;
   return n;
+}
+
+PinnedMemory::PinnedMemory(size_t bytes) {
+  const size_t page = 4096, size = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  p_ = static_cast<char*>(std::aligned_alloc(page, size));
+  if (!p_) throw std::bad_alloc();
+#ifdef KVCOMM_HAVE_CUDA
+  if (haveGpu()) {
+    CUresult r = kvcomm::detail::cudaDriver().cuMemHostRegister(
+        p_, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS) {
+      std::free(p_);
+      KVCOMM_CHECK_CU(r);
+    }
+    registered_ = true;
+  }
+#endif
+}
+
+PinnedMemory::~PinnedMemory() {
+#ifdef KVCOMM_HAVE_CUDA
+  if (registered_) kvcomm::detail::cudaDriver().cuMemHostUnregister(p_);
+#endif
+  std::free(p_);
 }
 
 Memory::Memory(kvcomm::MemoryKind kind, size_t bytes) : kind_(kind) {

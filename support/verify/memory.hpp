@@ -51,6 +51,21 @@ class Memory {
   std::vector<char> host_;
 };
 
+/// Page-aligned host memory registered with CUDA (page-locked, mapped for the GPU) while the object lives, as an
+/// engine's pinned id tensors are; plain host memory without a GPU.
+class PinnedMemory {
+ public:
+  explicit PinnedMemory(size_t bytes);
+  ~PinnedMemory();
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  char* data() const { return p_; }
+
+ private:
+  char* p_ = nullptr;
+  bool registered_ = false;
+};
+
 /// Waits for all work on the current device (no-op for host memory).
 void synchronize(kvcomm::MemoryKind kind);
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -253,6 +254,188 @@ TEST_P(Fetch, DuplicateDestinationsOfDeviceIdsGoWholeToTheLastPair) {
     ASSERT_EQ(kvtest::describeMismatch(got, want, mine), "") << "round " << round;
   }
   comm.barrier();
+}
+
+// Pairs checked on the device (FetchValidation::Device): the same bytes as the host planner's fetch, whether the
+// ids are pageable, pinned or in device memory. Host buffers check on the host (documented), same bytes.
+TEST_P(Fetch, DeviceValidatedFetchMatchesOracleWhereverTheIdsLive) {
+  auto comm = kvtest::tcpWorld();
+  enum Where { Pageable, Pinned, OnDevice };
+  const std::vector<Where> wheres =
+      kind_ == MemoryKind::Cuda ? std::vector<Where>{Pageable, Pinned, OnDevice} : std::vector<Where>{Pageable};
+  std::vector<FetchCase> all = cases();
+  for (size_t ci = 0; ci < all.size(); ci += 2)
+    for (Where where : wheres) {
+      kvcomm::FetchOptions o;
+      o.validation = kvcomm::FetchValidation::Device;
+      scenario(comm, all[ci], 1000, 3, [&](Fetcher& f, const FetchBatch& b) {
+        std::vector<kvcomm::FetchRequest> q = b.requests();
+        std::vector<std::unique_ptr<kvtest::PinnedMemory>> pins;
+        std::vector<std::unique_ptr<kvtest::Memory>> mem;
+        for (size_t k = 0; k < q.size(); ++k) {
+          const size_t bytes = q[k].count * sizeof(int64_t);
+          if (where == Pinned) {
+            for (int side = 0; side < 2; ++side) {
+              pins.push_back(std::make_unique<kvtest::PinnedMemory>(bytes));
+              std::memcpy(pins.back()->data(), side ? q[k].dstBlocks : q[k].srcBlocks, bytes);
+              (side ? q[k].dstBlocks : q[k].srcBlocks) = reinterpret_cast<const int64_t*>(pins.back()->data());
+            }
+          } else if (where == OnDevice) {
+            for (int side = 0; side < 2; ++side) {
+              mem.push_back(std::make_unique<kvtest::Memory>(kind_, bytes + 8));
+              kvtest::toMemory(kind_, mem.back()->data(), side ? q[k].dstBlocks : q[k].srcBlocks, bytes);
+              (side ? q[k].dstBlocks : q[k].srcBlocks) = reinterpret_cast<const int64_t*>(mem.back()->data());
+            }
+          }
+        }
+        kvcomm::FetchPlanInfo info = f.fetch(q, nullptr, o);
+        EXPECT_EQ(info.pairsIn, b.pairs());
+        kvtest::synchronize(kind_);  // before the ids are unpinned or freed
+      });
+    }
+}
+
+// A bad pair anywhere in a batch checked on the device: nothing of the batch lands (every byte of this rank's
+// buffer as it was), the first bad pair in batch order is named as the host planner names it, and the next batch
+// runs as if nothing happened. Host buffers refuse synchronously (checked on the host).
+TEST_P(Fetch, DeviceValidationRefusesTheWholeBatchNamingTheFirstBadPair) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{4096, 2, true, 64};
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, c, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  const uint8_t own = static_cast<uint8_t>(comm.rank() + 1);
+  kvtest::fillMemory(kind_, buf.local(), own, extent);  // every byte says whose
+  Fetcher f = Fetcher::create(buf, mine);
+  comm.barrier();
+  const int peer = (comm.rank() + 1) % comm.size(), me = comm.rank();
+  kvcomm::FetchOptions o;
+  o.validation = kvcomm::FetchValidation::Device;
+  struct Bad {
+    const char* what;
+    std::vector<int64_t> src0, dst0, src1, dst1;  // request 0 from the peer, request 1 from `rank1`
+    int rank1;
+    std::vector<std::string> says;
+  };
+  const std::vector<Bad> bads = {
+      {"source out of range",
+       {1, 2, 3},
+       {10, 11, 12},
+       {4, 999, 5},
+       {13, 14, 15},
+       peer,
+       {"request 1, pair 1", "source block 999"}},
+      {"destination out of range",
+       {1, 2, 3},
+       {10, 11, 12},
+       {4, 5, 6},
+       {13, 14, 64},
+       peer,
+       {"request 1, pair 2", "destination block 64"}},
+      {"negative id other than -1",
+       {1, -1, 3},
+       {10, 11, -2},
+       {4},
+       {13},
+       peer,
+       {"request 0, pair 2", "destination block -2"}},
+      // Two duplicate groups (11 and 10): the first second use in order is request 1, pair 1 (11 again).
+      {"duplicate destination",
+       {1, 2, 3, 7},
+       {10, 11, 12, 20},
+       {4, 5, 6, 8},
+       {13, 11, 14, 10},
+       peer,
+       {"request 1, pair 1", "destination block 11", "duplicate destination"}},
+      // Reads a local block (30) that request 0 writes; a range error would come first, so none here.
+      {"reads a block the batch writes",
+       {1, 2, 3},
+       {30, 31, 32},
+       {40, 30},
+       {41, 42},
+       me,
+       {"request 1, pair 1", "source block 30", "also written by"}}};
+  for (const Bad& bad : bads) {
+    std::vector<kvcomm::FetchRequest> q(2);
+    q[0] = {peer, bad.src0.data(), bad.dst0.data(), bad.src0.size(), 0};
+    q[1] = {bad.rank1, bad.src1.data(), bad.dst1.data(), bad.src1.size(), 0};
+    if (kind_ == MemoryKind::Host) {
+      expectError([&] { f.fetch(q, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, bad.says);
+    } else {
+      f.fetch(q, nullptr, o);
+      kvtest::synchronize(kind_);
+      std::vector<std::string> says = bad.says;
+      says.push_back("nothing of the batch was copied");
+      expectError([&] { f.checkErrors(); }, kvcomm::ErrorCode::InvalidArgument, says);
+      EXPECT_FALSE(f.pollError()) << "the refusal is reported once";
+    }
+    std::vector<uint8_t> got(extent);
+    kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+    size_t wrong = 0;
+    for (uint8_t v : got) wrong += v != own;
+    EXPECT_EQ(wrong, 0u) << bad.what << ": bytes of this rank's buffer changed";
+  }
+  // After every refusal: a good batch (one destination of each bad one) lands whole, on both sides of the parity.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int64_t> src{1, 2, 3, 4}, dst{10 + round, 11 + 2 * round, 12 + 4 * round, 30};
+    std::vector<kvcomm::FetchRequest> q{{peer, src.data(), dst.data(), src.size(), 0}};
+    f.fetch(q, nullptr, o);
+    kvtest::synchronize(kind_);
+    f.checkErrors();
+    std::vector<uint8_t> got(extent);
+    kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+    for (const kvcomm::KvRegion& r : mine.regions)
+      for (int64_t d : dst)
+        EXPECT_EQ(got[r.offset + static_cast<uint64_t>(d) * r.blockStride + r.blockBytes - 1],
+                  static_cast<uint8_t>(peer + 1))
+            << "round " << round << ": block " << d << " did not land";
+  }
+  comm.barrier();
+}
+
+// What a batch checked on the device cannot do is refused before anything is enqueued, naming it.
+TEST_P(Fetch, DeviceValidationRefusesWhatItCannotCheck) {
+  auto comm = kvtest::tcpWorld();
+  FetchCase c{4096, 1, true, 64};
+  size_t extent = 0, most = 0;
+  KvLayout mine = layoutOf(comm, c, &extent, &most);
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  Fetcher f = Fetcher::create(buf, mine);
+  const int peer = (comm.rank() + 1) % comm.size();
+  std::vector<int64_t> src{1}, dst{2};
+  std::vector<kvcomm::FetchRequest> one{{peer, src.data(), dst.data(), 1, 0}};
+  kvcomm::FetchOptions o;
+  o.validation = static_cast<kvcomm::FetchValidation>(7);
+  expectError([&] { f.fetch(one, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, {"options.validation", "7"});
+  o.validation = kvcomm::FetchValidation::Device;
+  if (kind_ == MemoryKind::Cuda) {
+    kvcomm::FetchOptions ce = o;
+    ce.path = FetchPath::CopyEngine;
+    expectError([&] { f.fetch(one, nullptr, ce); }, kvcomm::ErrorCode::Unsupported, {"gather kernel", "copy"});
+    std::vector<kvcomm::FetchRequest> many(17, kvcomm::FetchRequest{peer, src.data(), dst.data(), 0, 0});
+    expectError([&] { f.fetch(many, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+                {"17 requests", "kMaxDeviceCheckedRequests"});
+    std::vector<kvcomm::FetchRequest> hash{{peer, src.data(), dst.data(), 1, 12345}};
+    expectError([&] { f.fetch(hash, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, {"request 0", "layout hash"});
+    std::vector<kvcomm::FetchRequest> nul{{peer, nullptr, dst.data(), 1, 0}};
+    expectError([&] { f.fetch(nul, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, {"request 0", "null id array"});
+    std::vector<kvcomm::FetchRequest> rank{{comm.size(), src.data(), dst.data(), 1, 0}};
+    expectError([&] { f.fetch(rank, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+                {"request 0", "outside the group"});
+  }
+  f.fetch(one, nullptr, o);  // and a good one still runs
+  kvtest::synchronize(kind_);
+  f.checkErrors();
+  comm.barrier();
+  {
+    // Sources reached over a network transport: their pairs can only be checked on the host.
+    ScopedEnv tcp("KVCOMM_FETCH_TRANSPORT", "tcp");
+    Fetcher t = Fetcher::create(buf, mine);
+    if (kind_ == MemoryKind::Cuda && t.transport(peer) == kvcomm::FetchTransportKind::Tcp)
+      expectError([&] { t.fetch(one, nullptr, o); }, kvcomm::ErrorCode::Unsupported,
+                  {"request 0", "reached over tcp", "validation host"});
+    comm.barrier();
+  }
 }
 
 TEST_P(Fetch, PolledFetchReportsBytesAndCompletes) {

@@ -17,6 +17,15 @@ enum class DeviceErrorKind : int32_t {
   BlockOutOfRange = 3,  ///< a fetch named a block id outside its layout; that block pair was not copied
   PeerFailed = 4,       ///< a barrier wait stopped: the communicator was aborted or a member died
   LaneOutOfRange = 5,   ///< a device barrier call named a lane outside [0, lanes); it signalled and waited for nothing
+  BatchRefused = 6,     ///< a fetch checked on the device found a bad pair and copied nothing of its batch
+};
+
+/// BatchRefused: why (DeviceError::lane).
+enum class RefusalReason : int32_t {
+  SourceOutOfRange = 0,       ///< the source id is outside the source's layout (or negative other than -1)
+  DestinationOutOfRange = 1,  ///< the destination id is outside this rank's layout (or negative other than -1)
+  DuplicateDestination = 2,   ///< an earlier pair of the batch names the same destination block
+  ReadsWrittenBlock = 3,      ///< a pair reads a block of this rank that a pair of the batch writes
 };
 
 /// First error wins; later ones are dropped until the host clears the record.
