@@ -316,16 +316,21 @@ class Fetcher(DeviceErrors):
         self._native.submit(plan._native, self._stream(stream, "Fetcher.submit"))
 
     def fetch(self, requests: Requests, stream: Any = None, path: Any = "auto", *,
-              copy_engine_min_run_bytes: int = 0) -> "_kvcomm.FetchPlanInfo":
+              copy_engine_min_run_bytes: int = 0, validation: str = "host") -> "_kvcomm.FetchPlanInfo":
         """plan() + submit() in one call; returns the plan's info (pairs, runs after coalescing, bytes, path).
         requests: ``[(src_rank, src_ids, dst_ids), ...]`` (or FetchRequest). path: 'auto' (KVCOMM_FETCH_PATH, else per
-        run), 'kernel', 'copy' or 'host'; a path that cannot run on this buffer raises UnsupportedError."""
+        run), 'kernel', 'copy' or 'host'; a path that cannot run on this buffer raises UnsupportedError.
+        validation: 'host' (a bad pair raises here) or 'device' (CUDA buffers, same-host sources: the kernel checks
+        the pairs, all or nothing, and check_errors() raises a bad one after the stream ran; host work per call stops
+        growing with the pairs; host buffers still check here)."""
         call = "Fetcher.fetch"
+        if validation not in ("host", "device"):
+            raise invalid(call, self._rank, f"validation {shown(validation)} is not one of 'host', 'device'")
         raw, keep = self._requests(requests, call)
         s = self._stream(stream, call)
         how = _path(path, call, self._rank)
         ce = check_int(copy_engine_min_run_bytes, "copy_engine_min_run_bytes", call, self._rank)
-        info = self._native.fetch(raw, s, how, ce, 0)
+        info = self._native.fetch(raw, s, how, ce, 0, validation == "device")
         del keep
         return info
 

@@ -165,9 +165,13 @@ void bindFetch(nb::module_& m) {
       .def(
           "fetch",
           [](Fetcher& f, const std::vector<RawRequest>& requests, uintptr_t stream, FetchPath path, size_t ceMin,
-             uint64_t bps) { return f.fetch(toRequests(requests), toStream(stream), toOptions(path, ceMin, bps)); },
-          nb::arg("requests"), nb::arg("stream"), KVCOMM_FETCH_OPTION_ARGS, nb::call_guard<nb::gil_scoped_release>(),
-          "Internal: plan + submit on raw requests.")
+             uint64_t bps, bool onDevice) {
+            FetchOptions o = toOptions(path, ceMin, bps);
+            o.validation = onDevice ? FetchValidation::Device : FetchValidation::Host;
+            return f.fetch(toRequests(requests), toStream(stream), o);
+          },
+          nb::arg("requests"), nb::arg("stream"), KVCOMM_FETCH_OPTION_ARGS, nb::arg("check_on_device") = false,
+          nb::call_guard<nb::gil_scoped_release>(), "Internal: plan + submit on raw requests.")
       .def(
           "fetch_device",
           [](Fetcher& f, uintptr_t src, uintptr_t dst, uintptr_t ranks, int srcRank, size_t count, uintptr_t stream) {

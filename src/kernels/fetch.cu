@@ -1,9 +1,11 @@
 // The fetch gather kernel: every warp takes (pair, region, chunk) items in a grid-stride loop, computes both
 // addresses on the device from the region tables, checks them, and copies with 16-byte vectors, four in flight per
 // lane (a plain gather of this shape reaches about 0.95 of the copy engine on NVLink for 4 KiB blocks and up).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/check.hpp"
 #include "device/launch_limits.hpp"
@@ -15,6 +17,8 @@
 namespace kvcomm::detail {
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 
@@ -59,8 +63,7 @@ __device__ __forceinline__ unsigned long long refusal(int64_t pair, uint32_t low
 // Check pass of a batch checked on the device: copies every pair to out*, refuses ids out of range, and claims
 // destinations keeping the first pair: a pair that finds another's claim makes (later, earlier) a candidate, and
 // the least candidate is the batch's first duplicate in order (its second use, naming the first).
-__global__ void __launch_bounds__(kThreads) checkKernel(const __grid_constant__ CheckLaunch c) {
-  awaitPriorKernels();  // the previous batch's copy pass reset this launch's words and zeroed the claims
+__device__ void checkPairs(const CheckLaunch& c) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < c.numPairs; g += step) {
     int k = 0;
@@ -88,8 +91,7 @@ __global__ void __launch_bounds__(kThreads) checkKernel(const __grid_constant__ 
 }
 
 // Reads-written pass (a request reads this rank): a local source block that a pair of the batch writes.
-__global__ void __launch_bounds__(kThreads) readsWrittenKernel(const __grid_constant__ CheckLaunch c) {
-  awaitPriorKernels();  // every claim landed
+__device__ void checkReadsWritten(const CheckLaunch& c) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < c.numPairs; g += step) {
     if (c.outRank[g] != c.myRank) continue;
@@ -100,17 +102,9 @@ __global__ void __launch_bounds__(kThreads) readsWrittenKernel(const __grid_cons
   }
 }
 
-// What the copy pass of a checked batch needs besides its FetchLaunch (empty for the other launches).
-struct CheckTail {
-  CheckWords* words;
-  int32_t parity;
-  int32_t numRequests;
-  int64_t base[kMaxCheckedRequests];
-};
-
 // A checked batch's copy pass: resets the other parity's words for the next launch, zeroes the claims, and when a
 // pair was refused, records the first refusal and copies nothing. True: copy.
-__device__ bool settleChecked(const FetchLaunch& f, const CheckTail& t) {
+__device__ bool settleChecked(const FetchLaunch& f, const CheckLaunch& t) {
   const unsigned long long refused = *static_cast<volatile unsigned long long*>(&t.words->refused[t.parity]);
   const unsigned long long readsWritten = *static_cast<volatile unsigned long long*>(&t.words->readsWritten[t.parity]);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -133,19 +127,18 @@ __device__ bool settleChecked(const FetchLaunch& f, const CheckTail& t) {
                         : low == kDestinationBad ? RefusalReason::DestinationOutOfRange
                                                  : RefusalReason::DuplicateDestination;
     int k = 0;
-    while (k + 1 < t.numRequests && g >= t.base[k + 1]) ++k;
+    while (k + 1 < t.numRequests && g >= t.req[k + 1].base) ++k;
     const bool sourceSide = why == RefusalReason::SourceOutOfRange || why == RefusalReason::ReadsWrittenBlock;
-    recordDeviceError(f.error, DeviceErrorKind::BatchRefused, g - t.base[k],
+    recordDeviceError(f.error, DeviceErrorKind::BatchRefused, g - t.req[k].base,
                       sourceSide ? f.srcBlocks[g] : f.dstBlocks[g], k, f.h.rank, f.srcRanks[g], static_cast<int>(why));
   }
   return false;
 }
 
+// The copy loop: (pair, region, chunk) items over the grid's warps. CHECKED: the pairs passed the check pass (the
+// claim words are not the device-id path's).
 template <int VEC, bool CHECKED>
-__global__ void __launch_bounds__(kThreads)
-    fetchKernel(const __grid_constant__ FetchLaunch f, const __grid_constant__ CheckTail t) {
-  awaitPriorKernels();  // after a claim or check pass: its words are final
-  if (CHECKED && !settleChecked(f, t)) return;
+__device__ void copyPairs(const FetchLaunch& f) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -183,30 +176,88 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int VEC>
+__global__ void __launch_bounds__(kThreads) fetchKernel(const __grid_constant__ FetchLaunch f) {
+  awaitPriorKernels();  // after a claim pass: its words are final
+  copyPairs<VEC, false>(f);
+}
+
+// A batch checked on the device, in one cooperative launch (one launch is most of its host cost): check, then
+// (readsLocal) the reads-written check, then settle and copy, a grid-wide sync between the phases.
+template <int VEC>
+__global__ void __launch_bounds__(kThreads)
+    checkedFetchKernel(const __grid_constant__ CheckLaunch c, const __grid_constant__ FetchLaunch f, int readsLocal) {
+  cg::grid_group grid = cg::this_grid();
+  checkPairs(c);
+  grid.sync();
+  if (readsLocal) {
+    checkReadsWritten(c);
+    grid.sync();
+  }
+  if (settleChecked(f, c)) copyPairs<VEC, true>(f);
+}
+
 // Blocks resident at once (2048 threads per SM): the grid-stride loop runs without waves.
 int maxBlocks() {
   return currentDeviceSmCount() * (2048 / kThreads);
 }
 
-// The copy pass at f.vec's width, dependently on the kernel before it (a claim or check pass) or plainly.
-template <bool CHECKED>
-cudaError_t launchCopy(const FetchLaunch& f, const CheckTail& t, int blocks, cudaStream_t s, bool dependent) {
+void checkLaunch(cudaError_t e) {
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throwError(ErrorCode::CudaError, "fetch kernel launch", cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)),
+               __FILE__, __LINE__, static_cast<int>(e));
+}
+
+// The copy pass at f.vec's width, dependently on the claim pass before it or plainly.
+cudaError_t launchCopy(const FetchLaunch& f, int blocks, cudaStream_t s, bool dependent) {
   auto copy = [&](auto kernel) {
-    return dependent ? launchDependent(kernel, blocks, kThreads, s, f, t)
-                     : (kernel<<<blocks, kThreads, 0, s>>>(f, t), cudaSuccess);
+    return dependent ? launchDependent(kernel, blocks, kThreads, s, f)
+                     : (kernel<<<blocks, kThreads, 0, s>>>(f), cudaSuccess);
   };
   switch (f.vec) {
     case 16:
-      return copy(fetchKernel<16, CHECKED>);
+      return copy(fetchKernel<16>);
     case 8:
-      return copy(fetchKernel<8, CHECKED>);
+      return copy(fetchKernel<8>);
     case 4:
-      return copy(fetchKernel<4, CHECKED>);
+      return copy(fetchKernel<4>);
     case 2:
-      return copy(fetchKernel<2, CHECKED>);
+      return copy(fetchKernel<2>);
     default:
-      return copy(fetchKernel<1, CHECKED>);
+      return copy(fetchKernel<1>);
   }
+}
+
+// Blocks of `kernel` resident at once on the current device (a cooperative launch may not ask for more); cached per
+// device and vector width.
+template <int VEC>
+int residentCheckedBlocks() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cache[kDevices];
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) checkLaunch(e);
+  if (device >= 0 && device < kDevices)
+    if (int n = cache[device].load(std::memory_order_relaxed); n > 0) return n;
+  int perSm = 0;
+  checkLaunch(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, checkedFetchKernel<VEC>, kThreads, 0));
+  const int n = std::max(1, perSm) * currentDeviceSmCount();
+  if (device >= 0 && device < kDevices) cache[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+template <int VEC>
+cudaError_t launchChecked(const CheckLaunch& c, const FetchLaunch& f, int readsLocal, int wanted, cudaStream_t s) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(std::min(wanted, residentCheckedBlocks<VEC>())));
+  config.blockDim = dim3(static_cast<unsigned>(kThreads));
+  config.stream = s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, checkedFetchKernel<VEC>, c, f, readsLocal);
 }
 
 int copyBlocks(const FetchLaunch& f) {
@@ -220,28 +271,31 @@ int pairBlocks(int64_t pairs) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((pairs + kThreads - 1) / kThreads, maxBlocks())));
 }
 
-void checkLaunch(cudaError_t e) {
-  if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throwError(ErrorCode::CudaError, "fetch kernel launch", cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)),
-               __FILE__, __LINE__, static_cast<int>(e));
-}
-
 }  // namespace
 
 void launchCheckedFetch(const CheckLaunch& c, const FetchLaunch& f, bool readsLocal, void* stream) {
   if (c.numPairs == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  CheckTail t{};
-  t.words = c.words;
-  t.parity = c.parity;
-  t.numRequests = c.numRequests;
-  for (int k = 0; k < c.numRequests; ++k) t.base[k] = c.req[k].base;
-  // Every pass waits for the one before (dependent launches: no launch gap); the check pass also for the copy pass
-  // of the batch before, which reset its words.
-  cudaError_t e = launchDependent(checkKernel, pairBlocks(c.numPairs), kThreads, s, c);
-  if (e == cudaSuccess && readsLocal) e = launchDependent(readsWrittenKernel, pairBlocks(c.numPairs), kThreads, s, c);
-  if (e == cudaSuccess) e = launchCopy<true>(f, t, copyBlocks(f), s, true);
+  const int wanted = std::max(pairBlocks(c.numPairs), copyBlocks(f));
+  const int local = readsLocal ? 1 : 0;
+  cudaError_t e;
+  switch (f.vec) {
+    case 16:
+      e = launchChecked<16>(c, f, local, wanted, s);
+      break;
+    case 8:
+      e = launchChecked<8>(c, f, local, wanted, s);
+      break;
+    case 4:
+      e = launchChecked<4>(c, f, local, wanted, s);
+      break;
+    case 2:
+      e = launchChecked<2>(c, f, local, wanted, s);
+      break;
+    default:
+      e = launchChecked<1>(c, f, local, wanted, s);
+      break;
+  }
   checkLaunch(e);
 }
 
@@ -256,7 +310,7 @@ void launchFetch(const FetchLaunch& f, void* stream) {
   // The claim pass, then the copy and release passes launched dependently (each waits for the one before, without
   // the launch gap between them).
   if (claim) claimKernel<<<claimBlocks, kThreads, 0, s>>>(g, false);
-  cudaError_t e = launchCopy<false>(g, CheckTail{}, copyBlocks(g), s, claim);
+  cudaError_t e = launchCopy(g, copyBlocks(g), s, claim);
   if (e == cudaSuccess && claim) e = launchDependent(claimKernel, claimBlocks, kThreads, s, g, true);
   checkLaunch(e);
 }

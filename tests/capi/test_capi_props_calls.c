@@ -1302,7 +1302,8 @@ static void propsFetchOptionsInit(Ctx* c) {
   REFUSED("options is NULL", kvcommFetchOptionsInit(NULL));
   kvcommFetchOptions o;
   SUCCEEDS(kvcommFetchOptionsInit(&o));
-  EXPECT(o.path == kvcommFetchPathAuto && o.copyEngineMinRunBytes == 0 && o.maxBytesPerSecond == 0);
+  EXPECT(o.path == kvcommFetchPathAuto && o.copyEngineMinRunBytes == 0 && o.maxBytesPerSecond == 0 &&
+         o.validation == kvcommFetchValidationHost);
 }
 
 static void propsFetchPathName(Ctx* c) {
@@ -1486,6 +1487,16 @@ static void fetchProps(Ctx* c, FetchFn fn, int writes) {
       snprintf(word, sizeof(word), "options->path %u", vals[i]);
       REFUSED(word, fn(c, &base, 1, &o));
     }
+  }
+  /* validation: every value outside the enum is refused naming it; host buffers check on the host either way. */
+  nv = enumValues(2, vals);
+  for (size_t i = 2; i < nv; ++i) {
+    kvcommFetchOptions o;
+    SUCCEEDS(kvcommFetchOptionsInit(&o));
+    o.validation = (kvcommFetchValidation_t)vals[i];
+    char word[48];
+    snprintf(word, sizeof(word), "options->validation %u", vals[i]);
+    REFUSED(word, fn(c, &base, 1, &o));
   }
   REFUSED("requests is NULL", fn(c, NULL, 1, NULL));
   q[0] = base;

@@ -1012,6 +1012,16 @@ def _fetch(c: Ctx) -> None:
                 continue  # a slow pace is a slow test, not another property
             c.check(f"{label}({option}={v!r})", lambda v=v: fn([(0, SRC_IDS, DST_IDS)], **{option: v}), e,
                     (lambda r: fetch_oracle(SRC_IDS, DST_IDS)) if e.ok else None)
+        if name == "fetch":  # where the pairs are checked: host buffers check on the host either way (docs)
+            for v, e in (("host", OK), ("device", OK), ("Device", BAD), ("", BAD), (None, BAD), (1, BAD),
+                         (True, BAD)):
+                c.check(f"{label}(validation={v!r})", lambda v=v: fn([(0, SRC_IDS, DST_IDS)], validation=v), e,
+                        (lambda r: fetch_oracle(SRC_IDS, DST_IDS)) if e.ok else None)
+            for text, s, d in (("id 40 (num_blocks)", [1, 2, 3, 40], DST_IDS),
+                               ("duplicate destination", [1, 2], [10, 10])):
+                s, d = np.array(s, np.int64), np.array(d, np.int64)
+                c.check(f"{label}(validation='device', ids {text})",
+                        lambda s=s, d=d: fn([(0, s, d)], validation="device"), BAD)
     # submit(plan): only this fetcher's plans
     plan = f.plan([(0, SRC_IDS, DST_IDS)])
     for v, e in [(plan, OK)] + [(v, BAD) for v in NOT_OBJECTS + [plan.info]]:
