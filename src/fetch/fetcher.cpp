@@ -597,10 +597,9 @@ FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream s
   detail::RankScope scope(impl_->rank());
   KVCOMM_CHECK_ENUM(options.validation, FetchValidation::Device, "Fetcher::fetch", "options.validation");
   impl_->checkHealth(requests, "Fetcher::fetch");
-  if (options.validation == FetchValidation::Device && impl_->kind == MemoryKind::Cuda) {
-    impl_->checkOpen("Fetcher::fetch");
+  // A closed buffer is refused by fetchChecked's BufferUse, as by the planned path's.
+  if (options.validation == FetchValidation::Device && impl_->kind == MemoryKind::Cuda)
     return impl_->fetchChecked(requests, options, stream);
-  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->makePlan(requests, options, impl_->scratch, "Fetcher::fetch");
   detail::BufferUse use(impl_->buf, "Fetcher::fetch");  // after planning: it read the buffer's generation itself
