@@ -103,7 +103,7 @@ TEST(EndpointNotify, MessagesAndTransferNotificationsArriveOnceInIssueOrderWithT
   std::mt19937_64 rng(seed);
   Pair p(512, seed);
   // Issue order: plain messages (synchronous), reads and writes (concurrent, waited for at the end) and empty
-  // transfers, each with its own message; writes put distinct client blocks into distinct server blocks.
+  // transfers, each with its own message; writes put client blocks into distinct server blocks that no read reads.
   struct Issued {
     std::string message;
     int64_t writtenBlock = -1;  // server block a write filled
@@ -127,7 +127,8 @@ TEST(EndpointNotify, MessagesAndTransferNotificationsArriveOnceInIssueOrderWithT
         break;
       }
       case 2: {
-        const int64_t dst = nextWrite++, src = static_cast<int64_t>(rng() % 256);
+        // Server blocks [256, 512) take writes, [0, 256) serve reads: no block is read and written at once.
+        const int64_t dst = 256 + nextWrite++, src = static_cast<int64_t>(rng() % 256);
         it.writtenBlock = dst;
         it.fromBlock = src;
         issued.push_back(it);
