@@ -10,6 +10,7 @@
 #include "comm/topology_build.hpp"
 #include "comm/wire.hpp"
 #include "endpoint/metadata.hpp"
+#include "endpoint/notify_wire.hpp"
 #include "symm/fd_exchange.hpp"
 #include "symm/rendezvous.hpp"
 
@@ -153,6 +154,15 @@ int main(int argc, char** argv) {
     m.layoutHash = kvcomm::layoutHash(m.layout);
     std::vector<uint8_t> b = encodeMetadata(m);
     write("endpoint_metadata", "two_regions", std::vector<char>(b.begin(), b.end()));
+  }
+  {  // a notification: a named sender, its third message
+    NotifyMessage m;
+    m.sender = 0x3333;
+    m.sequence = 3;
+    m.senderName = "prefill-0";
+    m.message = "request 17: blocks 40-47 in place";
+    std::vector<uint8_t> b = encodeNotify(m);
+    write("endpoint_notify", "named", std::vector<char>(b.begin(), b.end()));
   }
   return 0;
 }
