@@ -66,7 +66,7 @@ from ._errors import (
 )
 from ._arena import Arena, ArenaCapability, ArenaGrowth, ArenaImport, ArenaPin, ArenaServer, ArenaSession, OwnerLoss
 from ._barrier import Barrier
-from ._endpoint import Access, Endpoint, Registration, RemoteMemory, Transfer, TransferVia
+from ._endpoint import Access, Endpoint, Notification, Registration, RemoteMemory, Transfer, TransferVia
 from ._fetch import (
     FetchOperation,
     FetchPath,
@@ -117,8 +117,8 @@ __all__ = [
     "ArenaSession", "Axis", "Barrier", "BusyError", "CacheTensor", "Communicator", "CudaError", "Endpoint", "Error",
     "ErrorCode", "FetchOperation", "FetchPath", "FetchPlan", "FetchPlanInfo", "FetchTransport", "FetchRequest",
     "FetchState", "FetchStatus", "Fetcher", "InternalError", "InvalidArgumentError", "KvRegion", "ParallelGroups",
-    "MemoryKind", "NetworkError", "OwnerLoss", "PublishMode", "PublishThen", "Publisher", "Registration", "RemoteError",
-    "RemoteMemory", "SymmetricBuffer", "SystemError", "TimeoutError", "Transfer", "TransferVia", "UniqueId",
+    "MemoryKind", "NetworkError", "Notification", "OwnerLoss", "PublishMode", "PublishThen", "Publisher", "Registration",
+    "RemoteError", "RemoteMemory", "SymmetricBuffer", "SystemError", "TimeoutError", "Transfer", "TransferVia", "UniqueId",
     "UnsupportedError", "__version__", "capabilities", "create_unique_id", "init_allgather", "init_mpi4py",
     "init_store", "init_tcp", "init_torch", "layout_hash", "limits", "use_local_device",
 ]

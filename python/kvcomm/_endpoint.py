@@ -13,6 +13,7 @@ reason in its status; a malformed or truncated metadata raises InvalidArgumentEr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
@@ -56,6 +57,33 @@ def _via(value: Any, call: str) -> "_kvcomm.TransferVia":
 def _ms(value: Any, what: str, call: str) -> int:
     """A timeout in ms: None or < 0 is no bound."""
     return -1 if value is None else check_int(value, what, call, -1, _I64[1], _I64[0])
+
+
+def _message(value: Any, what: str, call: str) -> bytes:
+    """A notification message: bytes-like (bytes, bytearray, memoryview) or a str (sent as UTF-8), at most
+    kvcomm.limits.MAX_NOTIFICATION_BYTES bytes."""
+    if isinstance(value, str):
+        data = value.encode("utf-8")
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    else:
+        raise invalid(call, -1, f"{what} must be bytes or a str, got {shown(value)}")
+    if len(data) > limits.MAX_NOTIFICATION_BYTES:
+        raise invalid(call, -1, f"{what} is {len(data)} bytes, longer than kvcomm.limits.MAX_NOTIFICATION_BYTES "
+                      f"({limits.MAX_NOTIFICATION_BYTES})")
+    return data
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A notification this endpoint received (Endpoint.notifications): the sending endpoint's id (`sender`; a
+    restarted sender has another) and name, the registration of this endpoint whose metadata it used, and the bytes
+    it sent."""
+
+    sender: int
+    sender_name: str
+    registration: int
+    message: bytes
 
 
 def _read_only(obj: Any) -> bool:
@@ -242,12 +270,13 @@ class Endpoint:
     ``unregister(registration)`` when the memory goes away; ``close()`` (or leaving a ``with`` block) at the end."""
 
     def __init__(self, name: str = "", *, tcp_address: str = "", timeout_ms: int = -1,
-                 connections_per_peer: int = 4) -> None:
+                 connections_per_peer: int = 4, max_queued_notifications: int = 65536) -> None:
         """Listens (TCP) and is ready to register memory and connect to peers. name: how peers' errors name this
         endpoint ('' : 'pid <pid>'; at most 63 bytes); tcp_address: 'a.b.c.d:port' or '[v6]:port' to listen on
         ('' : this host's address as KVCOMM_SOCKET_IFNAME picks it, an ephemeral port); timeout_ms: a transfer with
         no progress for this long fails (< 0: KVCOMM_FETCH_NET_TIMEOUT_MS, 3000); connections_per_peer: parallel
-        connections per (local, remote) registration pair (1 to 64)."""
+        connections per (local, remote) registration pair (1 to 64); max_queued_notifications: most notifications
+        received and not yet taken (notifications()), a sender beyond it gets BusyError (at least 1)."""
         call = "Endpoint"
         self._held: Dict[int, Registration] = {}
         for what, v in (("name", name), ("tcp_address", tcp_address)):
@@ -255,7 +284,8 @@ class Endpoint:
                 raise invalid(call, -1, f"{what} must be a str, got {shown(v)}")
         ms = check_int(timeout_ms, "timeout_ms", call, -1, _I64[1], _I64[0])
         connections = check_int(connections_per_peer, "connections_per_peer", call, -1, 65, 1)
-        self._native = _kvcomm.Endpoint.create(name, tcp_address, ms, connections)
+        queued = check_int(max_queued_notifications, "max_queued_notifications", call, -1, _I64[1], 1)
+        self._native = _kvcomm.Endpoint.create(name, tcp_address, ms, connections, queued)
 
     @classmethod
     def create(cls, name: str = "", **options: Any) -> "Endpoint":
@@ -415,41 +445,68 @@ class Endpoint:
         s = stream_handle(stream, cuda, reg.device if cuda else -1, -1, call)
         self._native.read_device(reg._native, remote._native, r.ptr, l_.ptr, r.shape[0], s, push)
 
-    def _start(self, call: str, push: bool, local: Any, remote: Any, remote_blocks: Any, local_blocks: Any,
-               via: Any) -> Transfer:
-        reg = self._registration(local, "local", call)
+    def _remote(self, remote: Any, call: str) -> RemoteMemory:
         if not isinstance(remote, RemoteMemory):
             raise invalid(call, -1, f"remote must be a kvcomm.RemoteMemory (Endpoint.connect), got "
                           f"{type(remote).__name__}")
+        return remote
+
+    def _start(self, call: str, push: bool, local: Any, remote: Any, remote_blocks: Any, local_blocks: Any,
+               via: Any, notify: Any) -> Transfer:
+        reg = self._registration(local, "local", call)
+        self._remote(remote, call)
         how = _via(via, call)
+        message = None if notify is None else _message(notify, "notify", call)
         r = host_ids(remote_blocks, "remote_blocks", call, -1, "endpoints read block ids on the host")
         m = host_ids(local_blocks, "local_blocks", call, -1, "endpoints read block ids on the host")
         if r.shape[0] != m.shape[0]:
             raise invalid(call, -1, f"remote_blocks has {r.shape[0]} ids but local_blocks has {m.shape[0]}")
         op = self._native.write if push else self._native.read
-        native = op(reg._native, remote._native, r.ptr, m.ptr, r.shape[0], how)
+        native = op(reg._native, remote._native, r.ptr, m.ptr, r.shape[0], how, message)
         del r, m  # read before the call returned
         return Transfer(native)
 
     def read(self, local: Registration, remote: RemoteMemory, remote_blocks: Any, local_blocks: Any, *,
-             via: Union[str, "_kvcomm.TransferVia"] = "auto") -> Transfer:
+             via: Union[str, "_kvcomm.TransferVia"] = "auto", notify: Union[bytes, str, None] = None) -> Transfer:
         """Pulls remote blocks into local ones: pair i copies remote block remote_blocks[i] into local block
         local_blocks[i], in every region (the layouts: same region count and block_bytes). -1 on either side skips
         the pair. Ids (int64 numpy arrays, torch CPU tensors, lists of ints) are validated before anything moves (in
         range, no duplicate destination) and read before it returns. via: 'auto', 'peer', 'tcp', 'rdma' (a demanded
-        path that cannot run raises UnsupportedError naming why)."""
+        path that cannot run raises UnsupportedError naming why). notify: a message (bytes, or a str sent as UTF-8;
+        at most kvcomm.limits.MAX_NOTIFICATION_BYTES) the remote endpoint receives once the blocks are read (so it
+        may reuse them); the transfer is done only once the remote acknowledged it, and one that fails never
+        delivers it."""
         call = "Endpoint.read"
         reg = self._registration(local, "local", call)
         if not reg._writable:
             raise invalid(call, -1, "local: the registered array is read-only: a read would write it")
-        return self._start(call, False, reg, remote, remote_blocks, local_blocks, via)
+        return self._start(call, False, reg, remote, remote_blocks, local_blocks, via, notify)
 
     def write(self, local: Registration, remote: RemoteMemory, remote_blocks: Any, local_blocks: Any, *,
-              via: Union[str, "_kvcomm.TransferVia"] = "auto") -> Transfer:
+              via: Union[str, "_kvcomm.TransferVia"] = "auto", notify: Union[bytes, str, None] = None) -> Transfer:
         """Pushes local blocks into remote ones (the remote registration must be read_write): pair i copies local
         block local_blocks[i] into remote block remote_blocks[i]. CUDA memory: the blocks must be final when write()
-        is called (synchronise the stream that produced them)."""
-        return self._start("Endpoint.write", True, local, remote, remote_blocks, local_blocks, via)
+        is called (synchronise the stream that produced them). notify: as read's, delivered once the blocks are
+        visible in the remote's memory."""
+        return self._start("Endpoint.write", True, local, remote, remote_blocks, local_blocks, via, notify)
+
+    # ---- notifications ----
+    def notify(self, remote: RemoteMemory, message: Union[bytes, str]) -> None:
+        """Sends `message` (bytes, or a str sent as UTF-8; at most kvcomm.limits.MAX_NOTIFICATION_BYTES) to the
+        endpoint that owns `remote` and returns once that endpoint holds it. This endpoint's notifications to one
+        endpoint (these and those of transfers) arrive there in the order they were issued, each once. Raises
+        InvalidArgumentError for metadata the owner refuses (revoked, unregistered, a restart), BusyError when its
+        inbox is full, NetworkError when it cannot be reached (then whether it arrived is unknown)."""
+        call = "Endpoint.notify"
+        r = self._remote(remote, call)
+        self._native.notify(r._native, _message(message, "message", call))
+
+    def notifications(self, timeout_ms: Optional[int] = 0) -> List[Notification]:
+        """Takes the notifications received so far, oldest first (each sender's in the order it issued them); waits
+        up to `timeout_ms` (None or < 0: no bound) for one when there is none. Empty when none came, or once the
+        endpoint closed."""
+        ms = _ms(timeout_ms, "timeout_ms", "Endpoint.notifications")
+        return [Notification(*n) for n in self._native.notifications(ms)]
 
     def close(self) -> None:
         """Unregisters everything (waiting for transfers as unregister() does, with no bound), stops listening and

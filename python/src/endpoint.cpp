@@ -1,8 +1,8 @@
 // Endpoints: Endpoint, Registration, RemoteMemory, Transfer. Memory comes in as the address, size, kind and device of
 // an array the package validated (_arrays.require) and keeps alive while it is registered; layouts as the regions
 // the package checked; block ids as raw addresses of int64 arrays it validated (read before read()/write() return);
-// metadata as bytes. Every call that can block (listening, registering, unregistering, starting, polling and waiting
-// for a transfer, revoking, closing) runs without the GIL.
+// metadata and notification messages as bytes. Every call that can block (listening, registering, unregistering,
+// starting, polling and waiting for a transfer, revoking, closing) runs without the GIL.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -24,9 +24,14 @@ RegisterOptions registerOptions(Access access) {
   return o;
 }
 
-TransferOptions transferOptions(TransferVia via) {
+// `notify` is None (no notification) or bytes the package checked (at most kMaxNotificationBytes).
+TransferOptions transferOptions(TransferVia via, const nb::object& notify) {
   TransferOptions o;
   o.via = via;
+  if (!notify.is_none()) {
+    nb::bytes b = nb::cast<nb::bytes>(notify);
+    o.notify = std::string(b.c_str(), b.size());
+  }
   return o;
 }
 
@@ -104,16 +109,19 @@ void bindEndpoint(nb::module_& m) {
   nb::class_<Endpoint>(m, "Endpoint", "Transfers of KV blocks between processes that meet at run time.")
       .def_static(
           "create",
-          [](const std::string& name, const std::string& tcpAddress, int64_t timeoutMs, int connectionsPerPeer) {
+          [](const std::string& name, const std::string& tcpAddress, int64_t timeoutMs, int connectionsPerPeer,
+             size_t maxQueuedNotifications) {
             EndpointOptions o;
             o.name = name;
             o.tcpAddress = tcpAddress;
             o.timeoutMs = timeoutMs;
             o.connectionsPerPeer = connectionsPerPeer;
+            o.maxQueuedNotifications = maxQueuedNotifications;
             nb::gil_scoped_release nogil;
             return Endpoint::create(o);
           },
-          nb::arg("name"), nb::arg("tcp_address"), nb::arg("timeout_ms"), nb::arg("connections_per_peer"))
+          nb::arg("name"), nb::arg("tcp_address"), nb::arg("timeout_ms"), nb::arg("connections_per_peer"),
+          nb::arg("max_queued_notifications"))
       .def_prop_ro("valid", &Endpoint::valid)
       .def_prop_ro("id", &Endpoint::id)
       .def_prop_ro("name", &Endpoint::name)
@@ -179,19 +187,46 @@ void bindEndpoint(nb::module_& m) {
       .def(
           "read",
           [](Endpoint& e, const Registration& local, const RemoteMemory& remote, uintptr_t remoteBlocks,
-             uintptr_t localBlocks, size_t count, TransferVia via) {
-            return e.read(local, remote, ids(remoteBlocks), ids(localBlocks), count, transferOptions(via));
+             uintptr_t localBlocks, size_t count, TransferVia via, const nb::object& notify) {
+            TransferOptions o = transferOptions(via, notify);
+            nb::gil_scoped_release nogil;
+            return e.read(local, remote, ids(remoteBlocks), ids(localBlocks), count, o);
           },
           nb::arg("local"), nb::arg("remote"), nb::arg("remote_blocks"), nb::arg("local_blocks"), nb::arg("count"),
-          nb::arg("via"), nb::call_guard<nb::gil_scoped_release>(), "Internal: read on raw id addresses.")
+          nb::arg("via"), nb::arg("notify").none(), "Internal: read on raw id addresses.")
       .def(
           "write",
           [](Endpoint& e, const Registration& local, const RemoteMemory& remote, uintptr_t remoteBlocks,
-             uintptr_t localBlocks, size_t count, TransferVia via) {
-            return e.write(local, remote, ids(remoteBlocks), ids(localBlocks), count, transferOptions(via));
+             uintptr_t localBlocks, size_t count, TransferVia via, const nb::object& notify) {
+            TransferOptions o = transferOptions(via, notify);
+            nb::gil_scoped_release nogil;
+            return e.write(local, remote, ids(remoteBlocks), ids(localBlocks), count, o);
           },
           nb::arg("local"), nb::arg("remote"), nb::arg("remote_blocks"), nb::arg("local_blocks"), nb::arg("count"),
-          nb::arg("via"), nb::call_guard<nb::gil_scoped_release>(), "Internal: write on raw id addresses.")
+          nb::arg("via"), nb::arg("notify").none(), "Internal: write on raw id addresses.")
+      .def(
+          "notify",
+          [](Endpoint& e, const RemoteMemory& remote, const nb::bytes& message) {
+            std::string m(message.c_str(), message.size());
+            nb::gil_scoped_release nogil;
+            e.notify(remote, m);
+          },
+          nb::arg("remote"), nb::arg("message"), "Internal: notify with bytes the package checked.")
+      .def(
+          "notifications",
+          [](Endpoint& e, int64_t timeoutMs) {
+            std::vector<Notification> got;
+            {
+              nb::gil_scoped_release nogil;
+              got = e.notifications(timeoutMs);
+            }
+            nb::list out;
+            for (const Notification& n : got)
+              out.append(
+                  nb::make_tuple(n.from, n.fromName, n.registration, nb::bytes(n.message.data(), n.message.size())));
+            return out;
+          },
+          nb::arg("timeout_ms"), "Internal: [(from, from_name, registration, message)], oldest first.")
       .def("close", &Endpoint::close, nb::call_guard<nb::gil_scoped_release>());
 }
 

@@ -2,6 +2,7 @@
 // against it before anything is sized.
 #include "kvcomm/limits.hpp"
 #include "bindings.hpp"
+#include "kvcomm/endpoint.hpp"
 
 namespace kvcomm::py {
 
@@ -19,6 +20,7 @@ void bindLimits(nb::module_& m) {
         d["MAX_HANDLE_PEERS"] = limits::kMaxHandlePeers;
         d["MAX_BUFFER_RANGES"] = limits::kMaxBufferRanges;
         d["MAX_ARENA_REGIONS"] = limits::kMaxArenaRegions;
+        d["MAX_NOTIFICATION_BYTES"] = kMaxNotificationBytes;
         return d;
       },
       "Internal: the limit table of kvcomm/limits.hpp, {name: value} (kvcomm.limits holds the same values).");

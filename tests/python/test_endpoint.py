@@ -212,6 +212,91 @@ def test_a_server_in_another_process():
             p.kill()
 
 
+# ---- notifications --------------------------------------------------------------------------------------------------
+
+
+def test_notifications_arrive_once_in_issue_order_after_their_blocks(pair):
+    """Plain messages and transfer notifications of one sender arrive in the order they were issued, each once, with
+    the sender's id and name and the registration used; a transfer's arrives only with its bytes in place."""
+    server, client, served, mine, server_mem, client_mem = pair
+    remote = client.connect(served.metadata())
+    client_mem[:] = pattern(21, CLIENT_BYTES)
+    before = server_mem.copy()
+    client.notify(remote, b"hello \x00 bytes")
+    t = client.write(mine, remote, WRITE_REMOTE, WRITE_LOCAL, notify="written 1,2,14")
+    client.notify(remote, "after the write")  # issued after: held back until the write's notification is out
+    done(t)
+    got = server.notifications(TIMEOUT_MS)
+    while len(got) < 3:
+        more = server.notifications(TIMEOUT_MS)
+        assert more, f"only {got} arrived"
+        got += more
+    assert [n.message for n in got] == [b"hello \x00 bytes", b"written 1,2,14", b"after the write"]
+    for n in got:
+        assert isinstance(n, kvcomm.Notification) and n.sender == client.id and n.sender_name == "client"
+        assert n.registration == served.id
+    # The write's notification came with its bytes: they were in place when it was taken.
+    np.testing.assert_array_equal(server_mem, copied(before, SERVER_LAYOUT, client_mem, CLIENT_LAYOUT, WRITE_LOCAL,
+                                                     WRITE_REMOTE))
+    done(client.read(mine, remote, [5], [6], notify=b"read 5"))
+    assert [n.message for n in server.notifications(TIMEOUT_MS)] == [b"read 5"]
+    assert server.notifications(0) == []  # each once
+    big = b"x" * kvcomm.limits.MAX_NOTIFICATION_BYTES
+    client.notify(remote, big)
+    assert [n.message for n in server.notifications(TIMEOUT_MS)] == [big]
+
+
+def test_a_failed_transfer_delivers_no_notification(pair):
+    server, client, served, mine, server_mem, client_mem = pair
+    old = served.metadata()
+    served.revoke()
+    st = client.write(mine, client.connect(old), [4], [5], notify="must not arrive").wait(TIMEOUT_MS)
+    assert st.failed and ("capability refused" in st.error or "revoked" in st.error), st
+    with pytest.raises(kvcomm.InvalidArgumentError, match="capability refused|revoked"):
+        client.notify(client.connect(old), "nor this")
+    client.notify(client.connect(served.metadata()), "this one")
+    assert [n.message for n in server.notifications(TIMEOUT_MS)] == [b"this one"]
+    assert (server_mem == 0x5A).all()
+
+
+def test_notification_arguments_are_checked(pair):
+    server, client, served, mine, server_mem, client_mem = pair
+    remote = client.connect(served.metadata())
+    too_long = b"x" * (kvcomm.limits.MAX_NOTIFICATION_BYTES + 1)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="MAX_NOTIFICATION_BYTES"):
+        client.notify(remote, too_long)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="MAX_NOTIFICATION_BYTES"):
+        client.read(mine, remote, [0], [0], notify=too_long)
+    for wrong in (3, None, ["x"]):
+        with pytest.raises(kvcomm.InvalidArgumentError, match="message must be bytes or a str"):
+            client.notify(remote, wrong)
+        if wrong is not None:
+            with pytest.raises(kvcomm.InvalidArgumentError, match="notify must be bytes or a str"):
+                client.write(mine, remote, [0], [0], notify=wrong)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="remote must be a kvcomm.RemoteMemory"):
+        client.notify(served, "x")
+    with pytest.raises(kvcomm.InvalidArgumentError, match="timeout_ms"):
+        server.notifications("soon")
+    assert server.notifications(0) == []
+    assert (server_mem == 0x5A).all() and (client_mem == 0xC3).all()
+
+
+def test_a_full_inbox_refuses_the_sender_with_busy():
+    with kvcomm.Endpoint("small", tcp_address="127.0.0.1:0", max_queued_notifications=2) as server, \
+            local_endpoint("client") as client:
+        reg = server.register(np.zeros(SERVER_BYTES, np.uint8), SERVER_LAYOUT)
+        remote = client.connect(reg.metadata())
+        client.notify(remote, "1")
+        client.notify(remote, "2")
+        with pytest.raises(kvcomm.BusyError):
+            client.notify(remote, "3")
+        assert [n.message for n in server.notifications(0)] == [b"1", b"2"]
+        client.notify(remote, "4")
+        assert [n.message for n in server.notifications(TIMEOUT_MS)] == [b"4"]
+    with pytest.raises(kvcomm.InvalidArgumentError, match="max_queued_notifications"):
+        kvcomm.Endpoint(tcp_address="127.0.0.1:0", max_queued_notifications=0)
+
+
 # ---- refusals -------------------------------------------------------------------------------------------------------
 
 

@@ -1590,6 +1590,72 @@ def _endpoint_transfers(c: Ctx) -> None:
         c.restore()
 
 
+@entry("Endpoint.notify", "Endpoint.notifications", "Notification")
+def _endpoint_notifications(c: Ctx) -> None:
+    E = _endpoints(c)
+    n_max = L.MAX_NOTIFICATION_BYTES
+
+    def sent(*messages: bytes) -> Callable[[Any], None]:
+        """The check after a call that succeeded: exactly `messages` reached the server, in order."""
+        def take(_: Any) -> None:
+            got = [n.message for n in E.server.notifications(30000 if messages else 0)]
+            while len(got) < len(messages):
+                more = [n.message for n in E.server.notifications(30000)]
+                if not more:
+                    break
+                got += more
+            if got != list(messages):
+                c.failures.append(f"notifications: the server took {got[:4]!r}, expected {list(messages)[:4]!r}")
+        return take
+
+    messages = [(b"m", OK), (b"", OK), (bytearray(b"ba"), OK), (memoryview(b"mv"), OK), ("text \u00e9", OK),
+                (b"x" * n_max, OK), (b"x" * (n_max + 1), bad(match="MAX_NOTIFICATION_BYTES")),
+                ("\u00e9" * (n_max // 2 + 1), bad(match="MAX_NOTIFICATION_BYTES"))] + \
+        [(v, BAD) for v in NOT_OBJECTS if not isinstance(v, (str, bytes))]
+    for value, expect in messages:
+        want = (value.encode() if isinstance(value, str) else bytes(value)) if expect.ok else None
+
+        def call(v: Any = value) -> None:
+            E.client.notify(E.remote, v)
+
+        c.check(f"Endpoint.notify(message={str(value)[:20]!r})", call, expect,
+                (lambda r, w=want: sent(w)(r)) if expect.ok else None)
+    for v in NOT_OBJECTS + [E.mine, E.served]:
+        c.check(f"Endpoint.notify(remote={v!r})", lambda v=v: E.client.notify(v, b"x"), BAD)
+    # A read and a write carrying notify=: the message arrives, the bytes as the oracle says.
+    for value, expect in messages:
+        if value is None:
+            continue  # notify=None: no notification, below
+        def rd(v: Any = value) -> Any:
+            return E.read(notify=v)
+
+        c.check(f"Endpoint.read(notify={str(value)[:20]!r})", rd, expect,
+                (lambda r, v=value: (sent(v.encode() if isinstance(v, str) else bytes(v))(r),
+                                     read_oracle(SRC_IDS, DST_IDS))[1]) if expect.ok else None)
+    c.check("Endpoint.read(notify=None)", lambda: E.read(notify=None), OK,
+            lambda r: (sent()(r), read_oracle(SRC_IDS, DST_IDS))[1])
+    c.check("Endpoint.write(notify='w')", lambda: (E.write(notify="w"), sent(b"w")(None)), OK)
+    c.check("Endpoint.write(notify=3)", lambda: E.write(notify=3), BAD)
+    # notifications(timeout_ms): one is waiting each time, so no bound makes it wait.
+    for v, e in with_none(MS):
+        def take(v: Any = v) -> Any:
+            if e.ok:
+                E.client.notify(E.remote, b"t")
+            got = E.server.notifications(v)
+            if e.ok and [n.message for n in got] != [b"t"]:
+                raise kvcomm.InternalError(f"notifications({v!r}) took {got!r}")
+            return got
+        c.check(f"Endpoint.notifications(timeout_ms={v!r})", take, e)
+    c.check("Endpoint.notifications() (none waiting)", lambda: E.server.notifications() == [] or 1 / 0, OK)
+    E.client.notify(E.remote, b"fields")
+    n = E.server.notifications(30000)
+    c.check("Notification fields", lambda: (len(n) == 1 and n[0].sender == E.client.id and
+                                            n[0].sender_name == "props client" and
+                                            n[0].registration == E.served.id) or 1 / 0, OK)
+    c.check("Notification(...) by hand", lambda: kvcomm.Notification(1, "a", 2, b"m"), OK)
+    c.check("Notification is frozen", lambda: setattr(n[0], "message", b""), Expect(cls=AttributeError))
+
+
 # -- types without calls of their own to generate: enums, exceptions, native records
 
 
