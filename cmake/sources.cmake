@@ -67,6 +67,8 @@ set(KVCOMM_SOURCES
     src/arena/arena_import.cpp
     src/arena/arena_server.cpp
     src/capi/error.cpp
+    src/capi/kv_layout.cpp
+    src/capi/polled_status.cpp
     src/capi/bootstrap.cpp
     src/capi/communicator.cpp
     src/capi/parallel_groups.cpp
@@ -74,7 +76,8 @@ set(KVCOMM_SOURCES
     src/capi/publisher.cpp
     src/capi/barrier.cpp
     src/capi/fetch.cpp
-    src/capi/arena.cpp)
+    src/capi/arena.cpp
+    src/capi/endpoint.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

@@ -923,6 +923,218 @@ kvcommResult_t kvcommArenaServerRefusedConnections(kvcommArenaServer_t server, u
 /** Stops listening and ends every session (idempotent); the handle must still be destroyed. */
 kvcommResult_t kvcommArenaServerClose(kvcommArenaServer_t server);
 
+/* ---- endpoints ------------------------------------------------------------------------------------------------ */
+/* KV transfers between processes that meet at run time (a prefill and a decode instance, a KV server and its
+ * engines), with no communicator: each process makes one endpoint, registers the memory it has with its KV layout,
+ * and hands each registration's metadata (opaque bytes) to its peers over its own channel; a peer connects from the
+ * metadata alone and reads remote blocks into its own registered memory, or writes its blocks into the remote's,
+ * optionally with a notification. See docs/api/endpoint.md for the C++ semantics, which these calls keep. Endpoints
+ * have no rank: messages say "kvcomm [rank ?] ...".
+ *
+ * Call order:
+ *   both:  kvcommEndpointCreate -> kvcommEndpointRegister (or RegisterArena / RegisterBuffer)
+ *          -> kvcommRegistrationMetadata (send the bytes to peers)
+ *   peer:  kvcommEndpointConnect(metadata) -> kvcommEndpointRead / kvcommEndpointWrite -> kvcommTransferTest / Wait
+ *          -> kvcommTransferDestroy; kvcommEndpointNotify; kvcommEndpointNextNotification on the receiving side
+ *   end:   kvcommEndpointUnregister (before freeing the memory), kvcommRegistrationDestroy, kvcommRemoteMemoryDestroy,
+ *          kvcommEndpointDestroy (closes: unregisters everything). Handles keep what they use alive. */
+
+/** Longest notification message (bytes). */
+#define KVCOMM_MAX_NOTIFICATION_BYTES 16384
+/** Longest endpoint name carried in metadata (bytes, without the NUL). */
+#define KVCOMM_ENDPOINT_NAME_BYTES 63
+
+/** One process's endpoint: its listener, registrations and connections (kvcomm::Endpoint). Thread-safe. */
+typedef struct kvcommEndpoint* kvcommEndpoint_t;
+/** Memory registered with an endpoint (kvcomm::Registration). Destroying the handle does not unregister. */
+typedef struct kvcommRegistration* kvcommRegistration_t;
+/** A peer's registration known from its metadata (kvcomm::RemoteMemory). */
+typedef struct kvcommRemoteMemory* kvcommRemoteMemory_t;
+/** A polled transfer (kvcomm::Transfer). */
+typedef struct kvcommTransfer* kvcommTransfer_t;
+
+/** What a registration lets the holders of its metadata do. */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommAccessReadWrite = 0, /**< peers read its blocks and write into them */
+  kvcommAccessReadOnly = 1   /**< peers read only: a write is refused before any byte lands */
+} kvcommAccess_t;
+
+/** Which transport a transfer must take (a demanded one that cannot run is kvcommUnsupported, naming why). */
+typedef enum KVCOMM_ENUM_BASE {
+  kvcommTransferViaAuto = 0, /**< same-host peer mappings, else RDMA between hosts with devices, else TCP */
+  kvcommTransferViaPeer = 1,
+  kvcommTransferViaTcp = 2,
+  kvcommTransferViaRdma = 3
+} kvcommTransferVia_t;
+
+/** Options of kvcommEndpointCreate; kvcommEndpointOptionsInit fills the C++ defaults. */
+typedef struct {
+  const char* name;              /**< how peers' errors name it (NULL or "": "pid <pid>"); at most
+                                      KVCOMM_ENDPOINT_NAME_BYTES bytes */
+  const char* tcpAddress;        /**< "a.b.c.d:port" or "[v6]:port" to listen on (NULL or "": this host's address as
+                                      KVCOMM_SOCKET_IFNAME picks it, an ephemeral port) */
+  int64_t timeoutMs;             /**< a transfer with no progress for this long fails (< 0:
+                                      KVCOMM_FETCH_NET_TIMEOUT_MS) */
+  int connectionsPerPeer;        /**< parallel connections per (local, remote) registration pair, 1..64 */
+  size_t maxQueuedNotifications; /**< notifications received and not yet taken; a sender beyond it gets kvcommBusy
+                                      (at least 1) */
+} kvcommEndpointOptions;
+
+/** Per-transfer options; kvcommTransferOptionsInit fills the defaults (Auto, no notification). */
+typedef struct {
+  kvcommTransferVia_t via;
+  const void* notify; /**< NULL: no notification; else notifyBytes bytes (0 allowed) delivered to the remote endpoint
+                           once the transfer's bytes are in place (a write: visible there; a read: read, so the owner
+                           may reuse the blocks). A transfer that fails never delivers it. */
+  size_t notifyBytes; /**< at most KVCOMM_MAX_NOTIFICATION_BYTES */
+} kvcommTransferOptions;
+
+/** Block ids in device memory (CUDA registrations) or host memory (host registrations), for
+ *  kvcommEndpointReadDevice / WriteDevice: pair i moves remote block remoteBlocks[i] and local block localBlocks[i];
+ *  -1 skips the pair. */
+typedef struct {
+  const int64_t* remoteBlocks;
+  const int64_t* localBlocks;
+  size_t count;
+} kvcommDeviceTransferBatch;
+
+/** A notification this endpoint received (kvcommEndpointNextNotification); its bytes go to the caller's array. */
+typedef struct {
+  uint64_t from;                                 /**< the sending endpoint's id (a restarted sender has another) */
+  char fromName[KVCOMM_ENDPOINT_NAME_BYTES + 1]; /**< its name, NUL-terminated */
+  uint64_t registration; /**< the registration of this endpoint whose metadata the sender used */
+  size_t messageBytes;   /**< the message's size */
+} kvcommNotification;
+
+kvcommResult_t kvcommEndpointOptionsInit(kvcommEndpointOptions* options);
+kvcommResult_t kvcommTransferOptionsInit(kvcommTransferOptions* options);
+/** Listens (TCP) and is ready to register memory and connect to peers. `options` NULL: defaults. kvcommSystemError
+ *  when it cannot listen. */
+kvcommResult_t kvcommEndpointCreate(const kvcommEndpointOptions* options, kvcommEndpoint_t* endpoint);
+/** Closes the endpoint (as kvcommEndpointClose) and frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommEndpointDestroy(kvcommEndpoint_t endpoint);
+/** Unregisters everything (waiting for transfers, no bound), stops listening and drops every connection.
+ *  Idempotent; the handle must still be destroyed. */
+kvcommResult_t kvcommEndpointClose(kvcommEndpoint_t endpoint);
+/** Random 64-bit id of this endpoint (in its metadata; a restarted process has another). */
+kvcommResult_t kvcommEndpointId(kvcommEndpoint_t endpoint, uint64_t* id);
+/** Where it listens ("host:port"), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommEndpointAddress(kvcommEndpoint_t endpoint, char* text, size_t textBytes, size_t* needed);
+
+/** Registers [base, base + bytes) of host memory (kvcommMemoryHost: any memory of this process) or CUDA memory
+ *  (kvcommMemoryCuda: cudaMalloc, caching-allocator blocks, VMM mappings; `device` its ordinal) with its KV layout
+ *  (`numRegions` regions, at most KVCOMM_MAX_FETCH_REGIONS, and the engine's `version`). kvcommInvalidArgument
+ *  when the layout is malformed or does not fit in `bytes`, or base is NULL. */
+kvcommResult_t kvcommEndpointRegister(kvcommEndpoint_t endpoint, void* base, size_t bytes, kvcommMemoryKind_t kind,
+                                      int device, const kvcommKvRegion* regions, size_t numRegions, uint64_t version,
+                                      kvcommAccess_t access, kvcommRegistration_t* registration);
+/** An arena this process owns, with its layout; pinned while registered (it cannot be freed or shrunk). */
+kvcommResult_t kvcommEndpointRegisterArena(kvcommEndpoint_t endpoint, kvcommArena_t arena, kvcommAccess_t access,
+                                           kvcommRegistration_t* registration);
+/** This rank's memory of a symmetric buffer (its backed part must hold the layout). */
+kvcommResult_t kvcommEndpointRegisterBuffer(kvcommEndpoint_t endpoint, kvcommBuffer_t buffer,
+                                            const kvcommKvRegion* regions, size_t numRegions, uint64_t version,
+                                            kvcommAccess_t access, kvcommRegistration_t* registration);
+/** Unregisters: new requests are refused, this endpoint's transfers using it are waited for up to `timeoutMs`
+ *  (< 0: no bound) then cancelled, peers' requests end and same-host peers unmap it; returns when nothing can read
+ *  or write the memory any more. kvcommTimeout naming the pids when a same-host peer still maps it at the bound
+ *  (keep the memory; call again). Idempotent. */
+kvcommResult_t kvcommEndpointUnregister(kvcommEndpoint_t endpoint, kvcommRegistration_t registration,
+                                        int64_t timeoutMs);
+/** Frees the handle only (the memory stays registered until kvcommEndpointUnregister). NULL is a no-op. */
+kvcommResult_t kvcommRegistrationDestroy(kvcommRegistration_t registration);
+/** The metadata peers connect with (bytes, by the list pattern: copied when *bytes <= capacity; NULL and 0 ask for
+ *  the size). Anyone holding them may read (and, read-write, write) this memory: hand them to peers only. */
+kvcommResult_t kvcommRegistrationMetadata(kvcommRegistration_t registration, void* metadata, size_t capacity,
+                                          size_t* bytes);
+/** Replaces the capability and increments the generation: every earlier metadata is refused from now on. */
+kvcommResult_t kvcommRegistrationRevoke(kvcommRegistration_t registration);
+/** Random 64-bit id of the registration (in its metadata). */
+kvcommResult_t kvcommRegistrationId(kvcommRegistration_t registration, uint64_t* id);
+/** Starts at 1; each revoke increments it. */
+kvcommResult_t kvcommRegistrationGeneration(kvcommRegistration_t registration, uint64_t* generation);
+/** *registered = 0 once unregistered (or its endpoint closed), else 1. */
+kvcommResult_t kvcommRegistrationRegistered(kvcommRegistration_t registration, int* registered);
+
+/** A peer's registration from its metadata (lazy: nothing is sent until a transfer; the same metadata gives the
+ *  same peer). kvcommInvalidArgument naming what is wrong: not kvcomm metadata, truncated or corrupted, a wire
+ *  version this build does not speak, a malformed layout. Stale metadata is refused by its owner at the first
+ *  transfer. */
+kvcommResult_t kvcommEndpointConnect(kvcommEndpoint_t endpoint, const void* metadata, size_t bytes,
+                                     kvcommRemoteMemory_t* remote);
+/** Forgets a peer's registration: its running transfers fail ("disconnected"), its connections close and later
+ *  transfers through it are refused. Idempotent. */
+kvcommResult_t kvcommEndpointDisconnect(kvcommEndpoint_t endpoint, kvcommRemoteMemory_t remote);
+/** Frees the handle only. NULL is a no-op. */
+kvcommResult_t kvcommRemoteMemoryDestroy(kvcommRemoteMemory_t remote);
+/** The peer registration's id and generation, as its metadata says. */
+kvcommResult_t kvcommRemoteMemoryId(kvcommRemoteMemory_t remote, uint64_t* id, uint64_t* generation);
+/** Its layout: regions by the list pattern, and (if not NULL) the engine's version. */
+kvcommResult_t kvcommRemoteMemoryLayout(kvcommRemoteMemory_t remote, kvcommKvRegion* regions, size_t capacity,
+                                        size_t* count, uint64_t* version);
+/** Its memory kind (host or CUDA) and access. Either pointer may be NULL. */
+kvcommResult_t kvcommRemoteMemoryKind(kvcommRemoteMemory_t remote, kvcommMemoryKind_t* kind, kvcommAccess_t* access);
+/** The peer endpoint's name, copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommRemoteMemoryPeerName(kvcommRemoteMemory_t remote, char* text, size_t textBytes, size_t* needed);
+
+/** Pulls remote blocks into local ones: pair i copies remote block remoteBlocks[i] into local block localBlocks[i],
+ *  in every region (layouts: same region count and blockBytes). -1 on either side skips the pair. Everything is
+ *  validated before anything moves (kvcommInvalidArgument naming the pair: out of range, negative other than -1,
+ *  duplicate destination); the ids are read before it returns. `options` NULL: defaults. */
+kvcommResult_t kvcommEndpointRead(kvcommEndpoint_t endpoint, kvcommRegistration_t local, kvcommRemoteMemory_t remote,
+                                  const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
+                                  const kvcommTransferOptions* options, kvcommTransfer_t* transfer);
+/** Pushes local blocks into remote ones (the remote registration must be read-write). CUDA memory: the blocks must
+ *  be final when it is called. */
+kvcommResult_t kvcommEndpointWrite(kvcommEndpoint_t endpoint, kvcommRegistration_t local, kvcommRemoteMemory_t remote,
+                                   const int64_t* remoteBlocks, const int64_t* localBlocks, size_t count,
+                                   const kvcommTransferOptions* options, kvcommTransfer_t* transfer);
+/** Non-blocking progress (kvcommFetchStatus: failed blocks are destination ids, local ones of a read, remote ones of
+ *  a write). Done and Failed are final. */
+kvcommResult_t kvcommTransferTest(kvcommTransfer_t transfer, kvcommFetchStatus* status);
+/** Blocks up to `timeoutMs` (< 0: until it ends). Expiry returns kvcommSuccess with state InProgress. */
+kvcommResult_t kvcommTransferWait(kvcommTransfer_t transfer, int64_t timeoutMs, kvcommFetchStatus* status);
+/** The failed destination blocks of a Failed transfer (as of the last Test/Wait), by the list pattern. */
+kvcommResult_t kvcommTransferFailedBlocks(kvcommTransfer_t transfer, int64_t* blocks, size_t capacity, size_t* count);
+/** Why a Failed transfer failed (as of the last Test/Wait; "" otherwise), copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommTransferError(kvcommTransfer_t transfer, char* text, size_t textBytes, size_t* needed);
+/** What it does (pairs, runs, bytes, runs per transport). */
+kvcommResult_t kvcommTransferGetInfo(kvcommTransfer_t transfer, kvcommFetchPlanInfo* info);
+/** The transport that carries it. */
+kvcommResult_t kvcommTransferTransport(kvcommTransfer_t transfer, kvcommFetchTransport_t* transport);
+/** Waits until nothing the transfer started can touch either side's memory (cancelling it if still running), then
+ *  frees the handle. NULL is a no-op. */
+kvcommResult_t kvcommTransferDestroy(kvcommTransfer_t transfer);
+
+/** Same-host peers only: stream-ordered pull with the ids in device memory (CUDA registrations; capture-safe) or
+ *  host memory (host registrations: synchronous). A bad pair copies nothing and is recorded
+ *  (kvcommEndpointPollError). Make the first call for a (local, remote) pair before a CUDA graph capture (count 0
+ *  does only that). */
+kvcommResult_t kvcommEndpointReadDevice(kvcommEndpoint_t endpoint, kvcommRegistration_t local,
+                                        kvcommRemoteMemory_t remote, const kvcommDeviceTransferBatch* batch,
+                                        kvcommStream_t stream);
+/** The same, pushing local blocks into remote ones. */
+kvcommResult_t kvcommEndpointWriteDevice(kvcommEndpoint_t endpoint, kvcommRegistration_t local,
+                                         kvcommRemoteMemory_t remote, const kvcommDeviceTransferBatch* batch,
+                                         kvcommStream_t stream);
+/** Reads (and clears) the first error a device-id transfer between these two recorded. Synchronise first. */
+kvcommResult_t kvcommEndpointPollError(kvcommEndpoint_t endpoint, kvcommRegistration_t local,
+                                       kvcommRemoteMemory_t remote, kvcommDeviceError* error);
+
+/** Sends `bytes` bytes (at most KVCOMM_MAX_NOTIFICATION_BYTES; `message` may be NULL when 0) to the endpoint that
+ *  owns `remote`, and returns once that endpoint holds it. This endpoint's notifications to one endpoint (these and
+ *  transfers') arrive in the order they were issued, each once. kvcommInvalidArgument for metadata the owner refuses
+ *  (revoked, unregistered, restarted), kvcommBusy when its inbox is full, kvcommNetworkError when it cannot be
+ *  reached (whether it arrived is then unknown). */
+kvcommResult_t kvcommEndpointNotify(kvcommEndpoint_t endpoint, kvcommRemoteMemory_t remote, const void* message,
+                                    size_t bytes);
+/** The oldest notification received and not yet taken, waiting up to `timeoutMs` (< 0: no bound) for one.
+ *  *received = 0 when none came (or the endpoint closed); else 1 and *info describes it: when info->messageBytes
+ *  fits in `capacity` its bytes are copied into `message` and it is taken; otherwise nothing is copied and it stays
+ *  next in line (call again with at least info->messageBytes). `message` may be NULL with capacity 0. */
+kvcommResult_t kvcommEndpointNextNotification(kvcommEndpoint_t endpoint, int64_t timeoutMs, kvcommNotification* info,
+                                              void* message, size_t capacity, int* received);
+
 /* ---- capabilities --------------------------------------------------------------------------------------------- */
 
 /** What this machine and build can do, as kvcomm-info prints it (copied like kvcommCommTopologyString). */

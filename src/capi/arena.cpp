@@ -50,27 +50,7 @@ kvcomm::ArenaServer& getServer(kvcommArenaServer_t server, const char* call) {
 }
 
 kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
-  KVCOMM_CHECK_ARG(regions != nullptr || n == 0, call, "regions is NULL but numRegions is ", n);
-  kvcomm::capi::checkCount(n, lim::kMaxArenaRegions, call, "numRegions", "KVCOMM_MAX_ARENA_REGIONS");
-  kvcomm::KvLayout l;
-  l.version = version;
-  l.regions.resize(n);
-  for (size_t i = 0; i < n; ++i)
-    l.regions[i] = {regions[i].offset, regions[i].blockBytes, regions[i].blockStride, regions[i].numBlocks};
-  return l;
-}
-
-// The list pattern for a layout: min(count, capacity) regions written, *count = the full count.
-void copyLayout(const kvcomm::KvLayout& l, kvcommKvRegion* regions, size_t capacity, size_t* count, uint64_t* version,
-                const char* call) {
-  requireNonNull(count, call, "count");
-  KVCOMM_CHECK_ARG(regions != nullptr || capacity == 0, call, "regions is NULL but capacity is ", capacity);
-  for (size_t i = 0; i < l.regions.size() && i < capacity; ++i) {
-    const kvcomm::KvRegion& r = l.regions[i];
-    regions[i] = {r.offset, r.blockBytes, r.blockStride, r.numBlocks};
-  }
-  *count = l.regions.size();
-  if (version) *version = l.version;
+  return kvcomm::capi::layoutOf(regions, n, version, lim::kMaxArenaRegions, "KVCOMM_MAX_ARENA_REGIONS", call);
 }
 
 kvcomm::ArenaCapability capabilityOf(const kvcommArenaCapability* c) {
@@ -249,7 +229,7 @@ kvcommResult_t kvcommArenaLayout(kvcommArena_t arena, kvcommKvRegion* regions, s
   const char* call = "kvcommArenaLayout";
   return guard(call, [&] {
     auto& a = getArena(arena, call);
-    copyLayout(a.layout(), regions, capacity, count, version, call);
+    kvcomm::capi::copyLayout(a.layout(), regions, capacity, count, version, call);
   });
 }
 
@@ -468,7 +448,7 @@ kvcommResult_t kvcommArenaImportLayout(kvcommArenaImport_t import, kvcommKvRegio
   const char* call = "kvcommArenaImportLayout";
   return guard(call, [&] {
     auto& i = getImport(import, call);
-    copyLayout(i.layout(), regions, capacity, count, version, call);
+    kvcomm::capi::copyLayout(i.layout(), regions, capacity, count, version, call);
   });
 }
 

@@ -16,6 +16,8 @@
 #include "common/check.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
+#include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_layout.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/limits.hpp"
 
@@ -81,6 +83,16 @@ void copyString(const std::string& s, char* text, size_t textBytes, size_t* need
 /// Copies the `bytes` of a device handle into `out` when `outBytes` holds them (else InvalidArgument); *needed gets
 /// the size.
 void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, size_t* needed, const char* call);
+
+/// A layout from C regions (at most `limit`, the limit table's `limitName`) and the engine's version.
+KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, size_t limit, const char* limitName,
+                  const char* call);
+/// The list pattern for a layout: min(count, capacity) regions written, *count = the full count, *version (if not
+/// NULL) the engine's version.
+void copyLayout(const KvLayout& l, kvcommKvRegion* regions, size_t capacity, size_t* count, uint64_t* version,
+                const char* call);
+/// The C form of a plan's info.
+void toC(const FetchPlanInfo& i, kvcommFetchPlanInfo* out);
 
 /// The C form of a device error.
 void toC(const DeviceError& e, kvcommDeviceError* out);

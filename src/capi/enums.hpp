@@ -14,6 +14,7 @@
 #include "kvcomm/arena.hpp"
 #include "kvcomm/comm.hpp"
 #include "kvcomm/device_error.hpp"
+#include "kvcomm/endpoint.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
@@ -152,6 +153,24 @@ struct CEnum<kvcommArenaOwnerLoss_t> {
       {kvcommArenaOwnerLossRelease, "kvcommArenaOwnerLossRelease", OwnerLoss::Release}};
 };
 
+template <>
+struct CEnum<kvcommAccess_t> {
+  static constexpr const char* name = "kvcommAccess_t";
+  static constexpr EnumEntry<kvcommAccess_t, Access> entries[] = {
+      {kvcommAccessReadWrite, "kvcommAccessReadWrite", Access::ReadWrite},
+      {kvcommAccessReadOnly, "kvcommAccessReadOnly", Access::ReadOnly}};
+};
+
+template <>
+struct CEnum<kvcommTransferVia_t> {
+  static constexpr const char* name = "kvcommTransferVia_t";
+  static constexpr EnumEntry<kvcommTransferVia_t, TransferVia> entries[] = {
+      {kvcommTransferViaAuto, "kvcommTransferViaAuto", TransferVia::Auto},
+      {kvcommTransferViaPeer, "kvcommTransferViaPeer", TransferVia::Peer},
+      {kvcommTransferViaTcp, "kvcommTransferViaTcp", TransferVia::Tcp},
+      {kvcommTransferViaRdma, "kvcommTransferViaRdma", TransferVia::Rdma}};
+};
+
 /// Number of enumerators of C enum `C`.
 template <typename C>
 inline constexpr unsigned kEnumSize = static_cast<unsigned>(std::size(CEnum<C>::entries));
@@ -178,6 +197,8 @@ static_assert(wellFormed<kvcommFetchValidation_t>() && kEnumSize<kvcommFetchVali
 static_assert(wellFormed<kvcommFetchTransport_t>() && kEnumSize<kvcommFetchTransport_t> == 4, "kvcommFetchTransport_t");
 static_assert(wellFormed<kvcommFetchState_t>() && kEnumSize<kvcommFetchState_t> == 3, "kvcommFetchState_t");
 static_assert(wellFormed<kvcommArenaOwnerLoss_t>() && kEnumSize<kvcommArenaOwnerLoss_t> == 2, "kvcommArenaOwnerLoss_t");
+static_assert(wellFormed<kvcommAccess_t>() && kEnumSize<kvcommAccess_t> == 2, "kvcommAccess_t");
+static_assert(wellFormed<kvcommTransferVia_t>() && kEnumSize<kvcommTransferVia_t> == 4, "kvcommTransferVia_t");
 static_assert(sizeof(kvcommAxis_t) == sizeof(unsigned int), "C enums keep the size of their C compatible type");
 
 /// The integer a C enum value holds (any unsigned int: the type's underlying type is fixed).

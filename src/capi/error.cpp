@@ -82,6 +82,14 @@ const char* handleTypeName(HandleType t) noexcept {
       return HandleTraits<kvcommArenaSession>::name;
     case HandleType::ArenaServer:
       return HandleTraits<kvcommArenaServer>::name;
+    case HandleType::Endpoint:
+      return HandleTraits<kvcommEndpoint>::name;
+    case HandleType::Registration:
+      return HandleTraits<kvcommRegistration>::name;
+    case HandleType::RemoteMemory:
+      return HandleTraits<kvcommRemoteMemory>::name;
+    case HandleType::Transfer:
+      return HandleTraits<kvcommTransfer>::name;
   }
   return "handle";
 }

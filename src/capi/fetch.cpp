@@ -61,43 +61,7 @@ std::vector<kvcomm::FetchRequest> requestsOf(const kvcommFetchRequest* r, size_t
 }
 
 kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
-  KVCOMM_CHECK_ARG(regions != nullptr || n == 0, call, "regions is NULL but numRegions is ", n);
-  kvcomm::capi::checkCount(n, lim::kMaxFetchRegions, call, "numRegions", "KVCOMM_MAX_FETCH_REGIONS");
-  kvcomm::KvLayout l;
-  l.version = version;
-  l.regions.resize(n);
-  for (size_t i = 0; i < n; ++i)
-    l.regions[i] = {regions[i].offset, regions[i].blockBytes, regions[i].blockStride, regions[i].numBlocks};
-  return l;
-}
-
-void toC(const kvcomm::FetchPlanInfo& i, kvcommFetchPlanInfo* out) {
-  kvcommFetchPlanInfo c{};
-  c.pairsIn = i.pairsIn;
-  c.pairsSkipped = i.pairsSkipped;
-  c.runsOut = i.runsOut;
-  c.kernelRuns = i.kernelRuns;
-  c.copyEngineRuns = i.copyEngineRuns;
-  c.hostRuns = i.hostRuns;
-  c.bytes = i.bytes;
-  c.path = kvcomm::capi::toC<kvcommFetchPath_t>(i.path);
-  c.planMicros = i.planMicros;
-  c.tcpRuns = i.tcpRuns;
-  c.rdmaRuns = i.rdmaRuns;
-  *out = c;
-}
-
-void record(kvcommFetchOperation& op, kvcomm::FetchStatus s, kvcommFetchStatus* out) {
-  kvcommFetchStatus c{};
-  c.state = kvcomm::capi::toC<kvcommFetchState_t>(s.state);
-  c.bytesDone = s.bytesDone;
-  c.bytesTotal = s.bytesTotal;
-  c.numFailedBlocks = s.failedBlocks.size();
-  {
-    std::lock_guard<std::mutex> lock(op.mu);
-    op.last = std::move(s);
-  }
-  *out = c;
+  return kvcomm::capi::layoutOf(regions, n, version, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
 }
 
 }  // namespace
@@ -184,7 +148,7 @@ kvcommResult_t kvcommFetchPlanGetInfo(kvcommFetchPlan_t plan, kvcommFetchPlanInf
   return guard("kvcommFetchPlanGetInfo", [&] {
     auto& p = use(plan, "kvcommFetchPlanGetInfo", "plan");
     requireNonNull(info, "kvcommFetchPlanGetInfo", "info");
-    toC(p.plan.info(), info);
+    kvcomm::capi::toC(p.plan.info(), info);
   });
 }
 
@@ -210,7 +174,7 @@ kvcommResult_t kvcommFetch(kvcommFetcher_t fetcher, const kvcommFetchRequest* re
   return guard(call, [&] {
     auto& f = get(fetcher, call);
     kvcomm::FetchPlanInfo i = f.fetch(requestsOf(requests, numRequests, call), stream, optionsOf(options, call));
-    if (info) toC(i, info);
+    if (info) kvcomm::capi::toC(i, info);
   });
 }
 
@@ -246,7 +210,7 @@ kvcommResult_t kvcommFetchOperationTest(kvcommFetchOperation_t op, kvcommFetchSt
   return guard("kvcommFetchOperationTest", [&] {
     auto& o = getOp(op, "kvcommFetchOperationTest");
     requireNonNull(status, "kvcommFetchOperationTest", "status");
-    record(o, o.op.test(), status);
+    o.status.record(o.op.test(), status);
   });
 }
 
@@ -254,35 +218,19 @@ kvcommResult_t kvcommFetchOperationWait(kvcommFetchOperation_t op, int64_t timeo
   return guard("kvcommFetchOperationWait", [&] {
     auto& o = getOp(op, "kvcommFetchOperationWait");
     requireNonNull(status, "kvcommFetchOperationWait", "status");
-    record(o, o.op.wait(timeoutMs), status);
+    o.status.record(o.op.wait(timeoutMs), status);
   });
 }
 
 kvcommResult_t kvcommFetchOperationFailedBlocks(kvcommFetchOperation_t op, int64_t* blocks, size_t capacity,
                                                 size_t* count) {
   const char* call = "kvcommFetchOperationFailedBlocks";
-  return guard(call, [&] {
-    auto& o = getOp(op, call);
-    requireNonNull(count, call, "count");
-    KVCOMM_CHECK_ARG(blocks != nullptr || capacity == 0, call, "blocks is NULL but capacity is ", capacity);
-    std::lock_guard<std::mutex> lock(o.mu);
-    const std::vector<int64_t>& f = o.last.failedBlocks;
-    std::copy_n(f.begin(), std::min(capacity, f.size()), blocks);
-    *count = f.size();
-  });
+  return guard(call, [&] { getOp(op, call).status.failedBlocks(blocks, capacity, count, call); });
 }
 
 kvcommResult_t kvcommFetchOperationError(kvcommFetchOperation_t op, char* text, size_t textBytes, size_t* needed) {
   const char* call = "kvcommFetchOperationError";
-  return guard(call, [&] {
-    auto& o = getOp(op, call);
-    std::string e;
-    {
-      std::lock_guard<std::mutex> lock(o.mu);
-      e = o.last.error;
-    }
-    kvcomm::capi::copyString(e, text, textBytes, needed, call);
-  });
+  return guard(call, [&] { getOp(op, call).status.error(text, textBytes, needed, call); });
 }
 
 kvcommResult_t kvcommFetchOperationDestroy(kvcommFetchOperation_t op) {
@@ -311,7 +259,7 @@ kvcommResult_t kvcommFetchAll(kvcommFetcher_t fetcher, const kvcommFetchRequest*
           }
           i = f.fetchAll(r, stream, o);
         });
-    if (info) toC(i, info);
+    if (info) kvcomm::capi::toC(i, info);
   });
 }
 
@@ -332,16 +280,7 @@ kvcommResult_t kvcommFetcherLayout(kvcommFetcher_t fetcher, int rank, kvcommKvRe
                                    size_t* count, uint64_t* version) {
   const char* call = "kvcommFetcherLayout";
   return guard(call, [&] {
-    auto& f = get(fetcher, call);
-    requireNonNull(count, call, "count");
-    KVCOMM_CHECK_ARG(regions != nullptr || capacity == 0, call, "regions is NULL but capacity is ", capacity);
-    const kvcomm::KvLayout& l = f.layout(rank);
-    for (size_t i = 0; i < l.regions.size() && i < capacity; ++i) {
-      const kvcomm::KvRegion& r = l.regions[i];
-      regions[i] = {r.offset, r.blockBytes, r.blockStride, r.numBlocks};
-    }
-    *count = l.regions.size();
-    if (version) *version = l.version;
+    kvcomm::capi::copyLayout(get(fetcher, call).layout(rank), regions, capacity, count, version, call);
   });
 }
 

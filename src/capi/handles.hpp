@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,10 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "capi/polled_status.hpp"
 #include "common/check.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/endpoint.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/publish.hpp"
@@ -68,13 +71,11 @@ struct kvcommFetchPlan {
   kvcomm::FetchPlan plan;
   int rank;
 };
-// The status of the last test()/wait(), kept so that its failed blocks and error can be read by separate calls.
 struct kvcommFetchOperation {
   kvcommFetchOperation(kvcomm::FetchOperation o, int r) : op(std::move(o)), rank(r) {}
   kvcomm::FetchOperation op;
   int rank;
-  std::mutex mu;
-  kvcomm::FetchStatus last;
+  kvcomm::capi::PolledStatus status;
 };
 // Arenas belong to no communicator: their handles name no rank (-1, "[rank ?]" in messages).
 // The failures of the last grow(), kept so that their text can be read by a separate call.
@@ -108,6 +109,32 @@ struct kvcommArenaServer {
   explicit kvcommArenaServer(kvcomm::ArenaServer s) : server(std::move(s)) {}
   kvcomm::ArenaServer server;
   int rank = -1;
+};
+
+// Endpoints belong to no communicator either. Notifications taken from the endpoint but not yet handed out (one that
+// did not fit the caller's array stays first) wait in `taken`.
+struct kvcommEndpoint {
+  explicit kvcommEndpoint(kvcomm::Endpoint e) : endpoint(std::move(e)) {}
+  kvcomm::Endpoint endpoint;
+  int rank = -1;
+  std::mutex mu;
+  std::deque<kvcomm::Notification> taken;
+};
+struct kvcommRegistration {
+  explicit kvcommRegistration(kvcomm::Registration r) : registration(std::move(r)) {}
+  kvcomm::Registration registration;
+  int rank = -1;
+};
+struct kvcommRemoteMemory {
+  explicit kvcommRemoteMemory(kvcomm::RemoteMemory r) : remote(std::move(r)) {}
+  kvcomm::RemoteMemory remote;
+  int rank = -1;
+};
+struct kvcommTransfer {
+  explicit kvcommTransfer(kvcomm::Transfer t) : transfer(std::move(t)) {}
+  kvcomm::Transfer transfer;
+  int rank = -1;
+  kvcomm::capi::PolledStatus status;
 };
 
 namespace kvcomm::capi {
@@ -145,7 +172,11 @@ enum class HandleType : uint8_t {
   ArenaPin,
   ArenaImport,
   ArenaSession,
-  ArenaServer
+  ArenaServer,
+  Endpoint,
+  Registration,
+  RemoteMemory,
+  Transfer
 };
 
 /// The C type name of each handle struct.
@@ -170,6 +201,10 @@ KVCOMM_CAPI_HANDLE(kvcommArenaPin, ArenaPin, "kvcommArenaPin_t");
 KVCOMM_CAPI_HANDLE(kvcommArenaImport, ArenaImport, "kvcommArenaImport_t");
 KVCOMM_CAPI_HANDLE(kvcommArenaSession, ArenaSession, "kvcommArenaSession_t");
 KVCOMM_CAPI_HANDLE(kvcommArenaServer, ArenaServer, "kvcommArenaServer_t");
+KVCOMM_CAPI_HANDLE(kvcommEndpoint, Endpoint, "kvcommEndpoint_t");
+KVCOMM_CAPI_HANDLE(kvcommRegistration, Registration, "kvcommRegistration_t");
+KVCOMM_CAPI_HANDLE(kvcommRemoteMemory, RemoteMemory, "kvcommRemoteMemory_t");
+KVCOMM_CAPI_HANDLE(kvcommTransfer, Transfer, "kvcommTransfer_t");
 #undef KVCOMM_CAPI_HANDLE
 
 /// C type name of a handle type.

@@ -25,6 +25,10 @@ typedef struct {
   kvcommArenaImport_t import;   /* this process's import of `arena`, over `session` */
   kvcommArenaSession_t session; /* a session to `server`, this process's own */
   kvcommArenaServer_t server;
+  kvcommEndpoint_t endpoint;         /* listening on loopback; `registration` is its */
+  kvcommRegistration_t registration; /* kEpBlocks blocks of this rank's endpoint memory */
+  kvcommRemoteMemory_t remote;       /* `endpoint`'s connection to the peer endpoint's registration (Ctx) */
+  kvcommTransfer_t transfer;         /* a finished read through `remote` */
 } Handles;
 
 enum {
@@ -41,8 +45,16 @@ enum {
   kHImport = 1 << 10,
   kHSession = 1 << 11,
   kHServer = 1 << 12,
-  kNumHandleTypes = 13
+  kHEndpoint = 1 << 13,
+  kHRegistration = 1 << 14,
+  kHRemote = 1 << 15,
+  kHTransfer = 1 << 16,
+  kNumHandleTypes = 17
 };
+
+/* The fixture's endpoint memory: one region of kEpBlocks blocks of kEpBlockBytes, this rank's and the peer
+ * endpoint's (a second endpoint of this process). Reads go from peer blocks [0, 8) into local blocks [8, 16). */
+enum { kEpBlocks = 16, kEpBlockBytes = 1024 };
 
 /* The fixture's arenas: one region of kArenaBlocks blocks of kArenaBlockBytes, capacity kArenaCapacity. */
 enum {
@@ -78,6 +90,10 @@ typedef struct {
   long failures;                    /* failed checks on this rank */
   const char* entry;                /* name of the entry running */
   kvcommArenaSession_t peerSession; /* the server's end of h.session (accepted) */
+  kvcommEndpoint_t peerEndpoint;    /* the endpoint h.remote connects to */
+  kvcommRegistration_t peerRegistration;
+  unsigned char* epLocal; /* h.registration's memory (poisoned and compared like the scratch) */
+  unsigned char* epPeer;  /* peerRegistration's memory */
 } Ctx;
 
 /* ---- generated values ----------------------------------------------------------------------------------------- */
@@ -154,6 +170,9 @@ extern const size_t g_numEntries;
 /* The arena entries (test_capi_props_arena.c), run after g_entries. */
 extern const Entry g_arenaEntries[];
 extern const size_t g_numArenaEntries;
+/* The endpoint entries (test_capi_props_endpoint.c), run last. */
+extern const Entry g_endpointEntries[];
+extern const size_t g_numEndpointEntries;
 
 /* Arena fixtures (test_capi_props_arena.c): the fixture's layout, a host arena of it, a session to a server, and an
  * import of an arena by this process over a session to its own server. */
@@ -161,5 +180,13 @@ void arenaLayout(kvcommKvRegion* region);
 kvcommArena_t arenaMake(Ctx* c);
 kvcommArenaSession_t arenaConnect(Ctx* c, kvcommArenaServer_t server);
 kvcommArenaImport_t arenaImportOf(Ctx* c, kvcommArena_t arena, kvcommArenaSession_t session);
+
+/* Endpoint fixtures (test_capi_props_endpoint.c): the peer endpoint and the fixture's own (endpointSetUp), handles of
+ * the types in `types` for the handle phase (endpointMake, on fresh objects or the fixture's), their end
+ * (endpointDestroy), and the fixture's end (endpointTearDown). */
+void endpointSetUp(Ctx* c);
+void endpointMake(Ctx* c, unsigned types, Handles* out);
+void endpointDestroy(Ctx* c, Handles* h);
+void endpointTearDown(Ctx* c);
 
 #endif /* KVCOMM_TESTS_CAPI_CAPI_PROPS_H_ */
