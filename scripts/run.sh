@@ -3,8 +3,9 @@
 # memory without), under mpirun: kvcomm-info (communicator, layout, topology, capabilities), kvcomm-demo (one
 # publish + barrier step and one fetch, each verified byte for byte), the publish benchmark against gather+insert
 # and the fetch benchmark against per-block copies, copy-engine batches and MPI / NCCL send/recv; then the arena
-# example (a KV block server and its clients, without MPI). Each step's output is checked (the demo's "verified"
-# lines, the benchmarks' JSON, the arena clients' count); the last line says whether every step passed.
+# example (a KV block server and its clients, without MPI) and the KV server example (a server and engines started
+# separately, meeting through endpoint metadata and notifications). Each step's output is checked (the demo's
+# "verified" lines, the benchmarks' JSON, the examples' counts); the last line says whether every step passed.
 #   scripts/run.sh [PERF_PUBLISH_ARGS...]
 # KVCOMM_BUILD_DIR (default build), KVCOMM_NP (default: the GPU count with 2 or more GPUs, else 4).
 set -uo pipefail
@@ -15,9 +16,11 @@ b=${KVCOMM_BUILD_DIR:-build}
 
 # Every program a step runs, built in one go before any step starts. A step runs the program bin[TARGET], which exists only
 # for a target of this list and once the build made it (tests/scripts/run_targets.py checks the same statically).
-targets=(kvcomm-info kvcomm-demo perf_publish perf_fetch example_arena_server example_arena_client)
+targets=(kvcomm-info kvcomm-demo perf_publish perf_fetch example_arena_server example_arena_client example_kv_server
+         example_kv_engine)
 declare -A where=([kvcomm-info]=tools [kvcomm-demo]=tools [perf_publish]=perf [perf_fetch]=perf
-                  [example_arena_server]=examples [example_arena_client]=examples)
+                  [example_arena_server]=examples [example_arena_client]=examples [example_kv_server]=examples
+                  [example_kv_engine]=examples)
 prog() {  # TARGET: the path of a program the build made
   local t=$1 p
   [[ " ${targets[*]} " == *" $t "* ]] || { echo "run.sh: BUG: '$t' is not in run.sh's targets"; return 1; }
@@ -46,7 +49,7 @@ flags=(--oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISA
 logs="$b/run-logs"
 mkdir -p "$logs"
 
-steps=5
+steps=6
 n=0
 results=()
 # step NAME CHECK_DESCRIPTION CHECK_COMMAND -- COMMAND...: runs COMMAND (output shown and kept in $logs/NAME.log),
@@ -93,6 +96,12 @@ step perf_fetch "a table and JSON rows in $b/perf-fetch.jsonl" "atLeast ../perf-
 # (server on GPU 0, clients spread over every GPU) or host memory; every client checks every byte.
 step arena_kv "4 of 4 clients verified" "grep -q 'arena server: 4 of 4 clients verified' arena_kv.log" -- \
   examples/arena_kv/run.sh "$b"
+# The KV server example (examples/kv_server): a server and four engines started separately, connecting from the
+# metadata the server publishes, reading prefix blocks over the same-host path and TCP, writing new blocks back and
+# notifying; the server checks every written byte and that nothing is left pinned.
+step kv_server "4 of 4 engines verified, nothing left pinned" \
+  "grep -q 'kv server: 4 of 4 engines verified; 0 blocks left pinned, 0 reserved' kv_server.log" -- \
+  examples/kv_server/run.sh "$b" 4
 
 echo
 echo "== run.sh: every step passed"

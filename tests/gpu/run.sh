@@ -119,8 +119,15 @@ if [ "$what" != perf ]; then
   tests/gpu/check_skips.sh "$OUT/kvcomm_mpi_tests.txt" "$OUT/kvcomm_gpu_tests.txt" "$OUT/mpi4.txt" "$OUT/arena.txt" \
     "$OUT/endpoint.txt" || status=1
 
-  step "C ABI test and C example (mpirun -np 4, host memory)"
+  step "the KV server example (a server and four engines started separately; two engines on GPU memory)"
+  timeout 120 examples/kv_server/run.sh "$build" 4 2>&1 | tee "$OUT/kv_server_example.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  step "C ABI tests and C example (mpirun -np 4, host memory)"
   timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_test" 2>&1 | tee "$OUT/capi.txt" | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/tests/capi/kvcomm_capi_endpoint_test" 2>&1 | tee -a "$OUT/capi.txt" | \
+    tail -1
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout 120 tests/mpi/run_mpi_test.sh 4 "$build/examples/example_c_publish" 2>&1 | tee -a "$OUT/capi.txt" || status=1
 
