@@ -231,7 +231,7 @@ class KVCOMM_API Fetcher {
   /// block named by several pairs goes whole to the last of them (never bytes of two sources in one block).
   void fetchDevice(const DeviceFetchBatch& batch, Stream stream = nullptr);
   /// Starts a polled fetch (validated like plan()). `stream`: CUDA buffers enqueue on it (nullptr: the fetcher's
-  /// own stream); host buffers copy on a worker thread.
+  /// own stream); host buffers copy on a worker thread (at most 256 KiB unpaced: before it returns).
   FetchOperation start(const std::vector<FetchRequest>& requests, const FetchOptions& options = {},
                        Stream stream = nullptr);
   /// Collective: every member passes its own requests; returns (in stream order) once every member's blocks

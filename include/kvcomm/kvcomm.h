@@ -601,7 +601,8 @@ kvcommResult_t kvcommFetch(kvcommFetcher_t fetcher, const kvcommFetchRequest* re
  *  before copying. Keep the id arrays alive until the stream ran the fetch. */
 kvcommResult_t kvcommFetchDevice(kvcommFetcher_t fetcher, const kvcommDeviceFetchBatch* batch, kvcommStream_t stream);
 /** Starts a polled fetch (validated like kvcommFetchPlanCreate; the ids are read before it returns). `stream`: CUDA
- *  buffers enqueue on it (NULL: the fetcher's own stream); host buffers copy on a worker thread. */
+ *  buffers enqueue on it (NULL: the fetcher's own stream); host buffers copy on a worker thread (at most 256 KiB
+ *  unpaced: before it returns). */
 kvcommResult_t kvcommFetchStart(kvcommFetcher_t fetcher, const kvcommFetchRequest* requests, size_t numRequests,
                                 const kvcommFetchOptions* options, kvcommStream_t stream, kvcommFetchOperation_t* op);
 /** Non-blocking progress of a polled fetch. Done and Failed are final. */

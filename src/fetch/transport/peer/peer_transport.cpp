@@ -15,6 +15,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "common/workers.hpp"
 
 namespace kvcomm::detail {
 
@@ -100,24 +101,44 @@ void hostCopy(const CopyDesc& c) {
   for (size_t row = 0; row < c.height; ++row) std::memmove(c.dst + row * c.dpitch, c.src + row * c.spitch, c.width);
 }
 
-// Polled CPU copies on a worker thread, run by run in slices of blocks (every region of a slice, then the next),
-// pacing and watching the sources between slices, so progress and failure are known block by block.
+// Polled CPU copies, run by run in slices of blocks (every region of a slice, then the next), pacing and watching
+// the sources between slices, so progress and failure are known block by block. Whoever claims the operation first
+// runs it: one of the transport's kept workers, or a waiter with nothing else to do (runHere): a small transfer then
+// costs what its copies do, not a thread's creation and two hand-offs.
 class HostOp : public TransportOp {
  public:
+  static constexpr size_t kInlineBytes = 256 << 10;
+
   HostOp(const PeerContext& c, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
-         const FetchOptions& options)
+         const FetchOptions& options, Workers& workers)
       : ctx_(c), plan_(std::move(plan)), runs_(std::move(runs)), rate_(options.maxBytesPerSecond) {
-    // The worker names the rank of the thread that started the fetch ("kvcomm [rank R] fetch (polled): ...").
-    worker_ = std::thread([this, rank = detail::currentRank()] {
+    // A small unpaced operation runs here and now (its copies cost less than handing it to a thread); the caller
+    // gets a transfer that has ended, as NIXL's small transfers do.
+    if (rate_ == 0 && plan_->info.bytes <= kInlineBytes) {
+      claim_->store(true);
+      work();
+      return;
+    }
+    // The worker names the rank of the thread that started the fetch ("kvcomm [rank R] fetch (polled): ..."). The
+    // loser of the claim touches only the claim, which it co-owns: the op may be gone by then.
+    workers.run([this, claim = claim_, rank = detail::currentRank()] {
+      if (claim->exchange(true)) return;
       detail::RankScope scope(rank);
       work();
     });
   }
   ~HostOp() override {
     stop_ = true;
-    worker_.join();  // the worker is the only writer: once it returned nothing more lands
+    if (!claim_->exchange(true)) return;  // never started: nothing landed, nothing will
+    std::unique_lock<std::mutex> lock(mu_);
+    ended_.wait(lock, [&] { return finished_; });  // the runner is the only writer: once it ended nothing lands
   }
 
+  bool runHere() override {
+    if (claim_->exchange(true)) return false;
+    work();
+    return true;
+  }
   void poll(std::vector<int64_t>& blocksDone, bool* finished, std::string* error) override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ri, n] : progress_) blocksDone[ri] = n;
@@ -210,7 +231,7 @@ class HostOp : public TransportOp {
   std::map<size_t, int64_t> progress_;  // run -> blocks landed
   bool finished_ = false;
   std::string error_;
-  std::thread worker_;
+  std::shared_ptr<std::atomic<bool>> claim_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Polled CUDA copies: enqueued at once, one event at the end; a source found dead before the event fires fails
@@ -330,7 +351,7 @@ class PeerTransport : public FetchTransport {
   std::unique_ptr<TransportOp> start(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
                                      const FetchOptions& options, Stream stream) override {
     if (ctx_.memory->kind() == MemoryKind::Host)
-      return std::make_unique<HostOp>(ctx_, std::move(plan), std::move(runs), options);
+      return std::make_unique<HostOp>(ctx_, std::move(plan), std::move(runs), options, workers_);
     Stream s = stream ? stream : ctx_.copier->ownStream();
     submit(*plan, runs, s);
     std::vector<int> sources;
@@ -351,6 +372,7 @@ class PeerTransport : public FetchTransport {
   }
 
   PeerContext ctx_;
+  Workers workers_;  // last: its destructor joins workers that may still be finishing an operation of this transport
 };
 
 }  // namespace

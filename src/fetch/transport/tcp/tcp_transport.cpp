@@ -14,11 +14,11 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/socket.hpp"
+#include "common/workers.hpp"
 #include "fetch/transport/net/net_io.hpp"
 #include "fetch/transport/net/run_slices.hpp"
 #include "fetch/transport/net/segments.hpp"
 #include "fetch/transport/net/staged_io.hpp"
-#include "fetch/transport/net/workers.hpp"
 #include "fetch/transport/tcp/tcp_client.hpp"
 
 namespace kvcomm::detail {
