@@ -86,6 +86,18 @@ class Notification:
     message: bytes
 
 
+_NATIVE_I64 = np.dtype(np.int64)
+
+
+def _plain_ids(obj: Any) -> bool:
+    """A 1-D, aligned, C-contiguous numpy array of native int64 within the pair limit: what host_ids would accept
+    as it is, told without its general protocol walk."""
+    if type(obj) is not np.ndarray or obj.dtype != _NATIVE_I64 or obj.ndim != 1:
+        return False
+    flags = obj.flags
+    return flags.c_contiguous and flags.aligned and obj.shape[0] <= limits.MAX_FETCH_PAIRS
+
+
 def _read_only(obj: Any) -> bool:
     """Whether the producer says the memory must not be written (a read into it, or a peer's write, would)."""
     if isinstance(obj, np.ndarray):
@@ -457,6 +469,12 @@ class Endpoint:
         self._remote(remote, call)
         how = _via(via, call)
         message = None if notify is None else _message(notify, "notify", call)
+        if _plain_ids(remote_blocks) and _plain_ids(local_blocks):  # the common case, a few microseconds cheaper
+            if remote_blocks.shape[0] != local_blocks.shape[0]:
+                raise invalid(call, -1, f"remote_blocks has {remote_blocks.shape[0]} ids but local_blocks has "
+                              f"{local_blocks.shape[0]}")
+            return Transfer(self._native.start_arrays(reg._native, remote._native, remote_blocks, local_blocks, how,
+                                                      message, push))
         r = host_ids(remote_blocks, "remote_blocks", call, -1, "endpoints read block ids on the host")
         m = host_ids(local_blocks, "local_blocks", call, -1, "endpoints read block ids on the host")
         if r.shape[0] != m.shape[0]:

@@ -3,6 +3,7 @@
 // the package checked; block ids as raw addresses of int64 arrays it validated (read before read()/write() return);
 // metadata and notification messages as bytes. Every call that can block (listening, registering, unregistering,
 // starting, polling and waiting for a transfer, revoking, closing) runs without the GIL.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -34,6 +35,9 @@ TransferOptions transferOptions(TransferVia via, const nb::object& notify) {
   }
   return o;
 }
+
+// Ids the package handed over as arrays (1-D, C-contiguous, native int64 on the CPU: checked there, and again here).
+using HostIds = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 const int64_t* ids(uintptr_t address) {
   return reinterpret_cast<const int64_t*>(address);
@@ -204,6 +208,20 @@ void bindEndpoint(nb::module_& m) {
           },
           nb::arg("local"), nb::arg("remote"), nb::arg("remote_blocks"), nb::arg("local_blocks"), nb::arg("count"),
           nb::arg("via"), nb::arg("notify").none(), "Internal: write on raw id addresses.")
+      .def(
+          "start_arrays",
+          [](Endpoint& e, const Registration& local, const RemoteMemory& remote, HostIds remoteBlocks,
+             HostIds localBlocks, TransferVia via, const nb::object& notify, bool push) {
+            TransferOptions o = transferOptions(via, notify);
+            const size_t n = remoteBlocks.shape(0);
+            nb::gil_scoped_release nogil;
+            return push ? e.write(local, remote, remoteBlocks.data(), localBlocks.data(), n, o)
+                        : e.read(local, remote, remoteBlocks.data(), localBlocks.data(), n, o);
+          },
+          nb::arg("local"), nb::arg("remote"), nb::arg("remote_blocks").noconvert(),
+          nb::arg("local_blocks").noconvert(), nb::arg("via"), nb::arg("notify").none(), nb::arg("push"),
+          "Internal: read / write on two int64 arrays of equal length the package checked (the small-transfer path: "
+          "no pointer extraction in Python).")
       .def(
           "notify",
           [](Endpoint& e, const RemoteMemory& remote, const nb::bytes& message) {
