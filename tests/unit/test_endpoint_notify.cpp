@@ -16,6 +16,7 @@
 
 #include "endpoint/notifier.hpp"
 #include "endpoint/notify_wire.hpp"
+#include "fetch/transport/negotiation.hpp"
 #include "kvcomm/endpoint.hpp"
 #include "kvcomm/error.hpp"
 
@@ -246,6 +247,32 @@ TEST(EndpointNotify, AFullInboxRefusesWithBusyAndTakingMakesRoom) {
   got = takeN(p.server, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].message, "room again");
+}
+
+// The receiver takes the notification and closes at once, as a process that exits on a final message does: the
+// sender's notify() still returns (its acknowledgement went out before the close could end the request). The reply
+// is held back 30 ms (a test hook) so that the close comes first; it was a NetworkError after a resend to a closed
+// endpoint (seen in the KV server example under load).
+TEST(EndpointNotify, AReceiverThatClosesOnTheMessageStillAcknowledgesIt) {
+  struct Delay {
+    Delay() { detail::fetchTestHooks().controlReplyDelayMs = 30; }
+    ~Delay() { detail::fetchTestHooks().controlReplyDelayMs = 0; }
+  } delay;
+  for (int round = 0; round < 6; ++round) {
+    Endpoint receiver = Endpoint::create(options("receiver"));
+    Endpoint sender = Endpoint::create(options("sender"));
+    std::vector<uint8_t> mem(extent(4));
+    Registration reg = receiver.registerMemory(mem.data(), mem.size(), MemoryKind::Host, layout(4));
+    RemoteMemory remote = sender.connect(reg.metadata());
+    std::thread closer([&] {
+      std::vector<Notification> got = takeN(receiver, 1);
+      if (round % 2) receiver.unregister(reg);  // as an engine does before exiting
+      receiver.close();
+      EXPECT_EQ(got.size(), 1u);
+    });
+    EXPECT_NO_THROW(sender.notify(remote, "verified " + std::to_string(round))) << "round " << round;
+    closer.join();
+  }
 }
 
 TEST(EndpointNotify, MessagesTooLongAreRefusedBeforeAnythingMoves) {

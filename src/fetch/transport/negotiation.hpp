@@ -89,6 +89,7 @@ struct FetchTestHooks {
   uint16_t minVersion = 0;
   uint32_t withhold = 0;            ///< FetchCap bits not offered (descriptor and TCP hello reply)
   const VerbsApi* verbs = nullptr;  ///< the verbs provider endpoints open (nullptr: the real libibverbs)
+  int controlReplyDelayMs = 0;      ///< a pause before a control request's reply (widens the race with a close)
 };
 FetchTestHooks& fetchTestHooks();
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/check.hpp"
 #include "common/log.hpp"
@@ -367,8 +368,11 @@ bool TcpServer::serveControl(int fd, const ServedMemory& mem, const WireRequest&
   std::vector<uint8_t> reply;
   std::shared_ptr<void> hold;
   WireStatus st = WireStatus::Closing;
+  bool sent = false;
   {
-    // Checked as a read is (open, generation) and answered under the lock: close() waits for it.
+    // Checked as a read is (open, generation), answered and replied to under the lock: close() waits for the reply
+    // too (a notification the handler delivered is acknowledged before the owner can unregister or close under it:
+    // else the sender, its acknowledgement lost, resends to a closed endpoint and cannot tell it arrived).
     std::shared_lock<std::shared_mutex> lock(mem.mu);
     if (!mem.open) {
       why = mem.closedReason;
@@ -387,19 +391,23 @@ bool TcpServer::serveControl(int fd, const ServedMemory& mem, const WireRequest&
         why = e.what();
       }
     }
+    if (st == WireStatus::Ok) {
+      if (int ms = fetchTestHooks().controlReplyDelayMs) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      WireReply r{};
+      r.magic = kWireReplyMagic;
+      r.requestId = req.requestId;
+      r.payloadBytes = reply.size();
+      iovec v[2] = {{&r, sizeof(r)}, {reply.data(), reply.size()}};
+      int err = 0;
+      sent = writeAll(fd, v, 2, stall, &stop_, &err) == IoResult::Ok;
+    }
   }
   if (st != WireStatus::Ok) {
     ++rejected_;
     return sendError(fd, st, req.requestId, why, stall, &stop_) && st != WireStatus::Closing;
   }
   if (hold) holds.push_back(std::move(hold));
-  WireReply r{};
-  r.magic = kWireReplyMagic;
-  r.requestId = req.requestId;
-  r.payloadBytes = reply.size();
-  iovec v[2] = {{&r, sizeof(r)}, {reply.data(), reply.size()}};
-  int err = 0;
-  return writeAll(fd, v, 2, stall, &stop_, &err) == IoResult::Ok;
+  return sent;
 }
 
 bool TcpServer::receiveWrite(int fd, const ServedMemory& mem, SegmentCursor& cursor, uint64_t payload,
