@@ -106,16 +106,22 @@ class Producer:
         """Request ids whose blocks are held."""
         return list(self._by_request)
 
-    def hold(self, request_id: str, blocks: Any) -> Dict[str, Any]:
+    def hold(self, request_id: str, blocks: Any, *, key: Optional[str] = None) -> Dict[str, Any]:
         """Holds `blocks` (ids in every registration) of a finished request until the decode side pulled them, and
-        returns the transfer parameters to hand to it (JSON-serialisable)."""
+        returns the transfer parameters to hand to it (JSON-serialisable). `key`: the hold's key when the parameters
+        were made elsewhere first (an engine's scheduler process; 16 to 64 hex digits, fresh), else a random one."""
         call = "pd.Producer.hold"
         if not isinstance(request_id, str):
             raise invalid(call, -1, f"request_id must be a str, got {shown(request_id)}")
         if request_id in self._by_request:
             raise invalid(call, -1, f"request {request_id!r} is already held")
         ids = _blocks(blocks, self._limit, "blocks", call, skips=False)
-        key = os.urandom(8).hex()
+        if key is None:
+            key = os.urandom(8).hex()
+        elif not (isinstance(key, str) and 16 <= len(key) <= 64 and all(c in "0123456789abcdef" for c in key)):
+            raise invalid(call, -1, f"key must be 16 to 64 lowercase hex digits, got {shown(key)}")
+        elif key in self._held:
+            raise invalid(call, -1, f"key {key} is already held")
         self._held[key] = (request_id, ids, time.monotonic() + self._timeout)
         self._by_request[request_id] = key
         # The registrations' metadata as they are now (a revoke since the last hold gave them new ones).
