@@ -166,6 +166,12 @@ def test_arguments_are_checked(pair):
         producer.hold("y", [BLOCKS])
     with pytest.raises(bad, match="request_id"):
         producer.hold(3, [1])
+    with pytest.raises(bad, match="hex digits"):
+        producer.hold("k", [1], key="not hex")
+    given = producer.hold("k", [1], key="00112233445566778899")
+    assert given["key"] == "00112233445566778899"  # a key made elsewhere (an engine's scheduler process)
+    with pytest.raises(bad, match="already held"):
+        producer.hold("k2", [1], key="00112233445566778899")
     with pytest.raises(bad, match="not kvcomm.pd"):
         consumer.pull("x", {"key": "k"}, [1])
     with pytest.raises(bad, match="registrations"):
