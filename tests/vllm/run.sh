@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# kvcomm.vllm against the real vLLM from PyPI (pinned: the connector API it implements is that release's): a venv with
+# kvcomm.vllm against the real vLLM from PyPI (pinned: the connector API it implements is that release's), and
+# kvcomm.torch's custom ops with the torch that venv carries: a venv with
 # vllm and pytest, kept between runs outside the clone (9.5 GB: KVCOMM_VLLM_VENV, default ~/.cache/kvcomm/vllm-VERSION),
 # then `pip install .` of this tree into it (its build directory kept in the venv: later runs rebuild what changed),
 # then pytest tests/vllm. Fails (never skips) when vLLM cannot be installed or imported, saying why.
