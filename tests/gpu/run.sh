@@ -141,11 +141,12 @@ if [ "$what" != perf ]; then
     timeout 400 torchrun --standalone --nproc-per-node "$pynp" -m pytest tests/python/test_cuda.py -q -rs \
       -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -12
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    # Endpoints from Python, torch tensors on the GPU included: no case may skip here.
-    timeout 300 python3 -m pytest tests/python/test_endpoint.py -q -rs -p no:cacheprovider 2>&1 | \
+    if grep -q "SKIPPED\|skipped" "$OUT/pytest_cuda.txt"; then echo "python CUDA cases skipped on the GPU machine"; status=1; fi
+    # Endpoints and the P/D hand-off from Python, torch tensors on the GPU included: no case may skip here.
+    timeout 300 python3 -m pytest tests/python/test_endpoint.py tests/python/test_pd.py -q -rs -p no:cacheprovider 2>&1 | \
       tee "$OUT/pytest_endpoint.txt" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    if grep -q "SKIPPED" "$OUT/pytest_endpoint.txt"; then echo "python endpoint cases skipped on the GPU machine"; status=1; fi
+    if grep -q "SKIPPED" "$OUT/pytest_endpoint.txt"; then echo "python endpoint or P/D cases skipped on the GPU machine"; status=1; fi
     step "example: vLLM-style PCP step (torchrun, $pynp processes): all_gather+index_copy_ vs torch SymmetricMemory vs kvcomm"
     timeout 500 torchrun --standalone --nproc-per-node "$pynp" examples/vllm_pcp/vllm_pcp.py \
       --json "$OUT/vllm_pcp.jsonl" 2>&1 | tee "$OUT/vllm_pcp.txt" | tail -40

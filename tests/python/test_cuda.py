@@ -308,6 +308,105 @@ def test_fetch_device_captured_in_cuda_graph(world):
     world.barrier()
 
 
+# ---- kvcomm.torch's custom ops: compiled with torch.compile(fullgraph=True), then captured in torch.cuda.graph ------
+
+OP_ROW, OP_SLOTS, OP_BLOCK, OP_FETCH = 64, 64, 4096, 64 * 1024  # publish rows land in [0, 4 KiB); 32 fetch blocks
+
+
+def _op_inputs(seed: int, rank: int, size: int):
+    """Rank `rank`'s rows and slots (disjoint from every other rank's, one padding) and its fetch ids for `seed`."""
+    g = np.random.default_rng([seed, rank])
+    per = OP_SLOTS // size
+    rows = g.integers(0, 256, (8, OP_ROW), dtype=np.uint8)
+    slots = (rank * per + g.choice(per, 8, replace=False)).astype(np.int64)
+    slots[g.integers(0, 8)] = -1
+    src = g.choice(16, 4, replace=False).astype(np.int64)
+    dst = (16 + g.choice(16, 4, replace=False)).astype(np.int64)
+    return rows, slots, src, dst
+
+
+def _op_initial(rank: int, nbytes: int) -> np.ndarray:
+    return np.random.default_rng([7, rank]).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def _op_oracle(image: np.ndarray, seed: int, rank: int, size: int) -> None:
+    for r in range(size):  # every rank's rows land in every replica
+        rows, slots, _, _ = _op_inputs(seed, r, size)
+        for i, s in enumerate(slots.tolist()):
+            if s >= 0:
+                image[s * OP_ROW:(s + 1) * OP_ROW] = rows[i]
+    _, _, src, dst = _op_inputs(seed, rank, size)
+    peer = _op_initial((rank + 1) % size, image.size)  # the peer's source blocks: nobody writes them
+    for s, d in zip(src.tolist(), dst.tolist()):
+        image[OP_FETCH + d * OP_BLOCK:OP_FETCH + (d + 1) * OP_BLOCK] = peer[OP_FETCH + s * OP_BLOCK:
+                                                                              OP_FETCH + (s + 1) * OP_BLOCK]
+
+
+def test_torch_ops_compiled_and_captured_in_cuda_graph(world):
+    """torch.ops.kvcomm.publish (then=barrier) and torch.ops.kvcomm.fetch from the next rank, in one function compiled
+    with torch.compile(fullgraph=True) (no graph break), run eagerly, then captured in torch.cuda.graph and replayed
+    with fresh rows, slots and ids copied into the captured inputs: every replica byte for byte against the oracle,
+    the compiled reader of the cache (its sum) sees both ops' writes."""
+    import kvcomm.torch as kt
+
+    n, rank, peer = world.size, world.rank, (world.rank + 1) % world.size
+    buf = kvcomm.SymmetricBuffer.create(world, 1 << 22, 1 << 21, kind="cuda")
+    cache = buf.local()
+    cache.copy_(torch.from_numpy(_op_initial(rank, cache.numel())))
+    torch.cuda.synchronize()
+    world.barrier()
+    pub = kvcomm.Publisher(buf, barrier_timeout_ms=60000)
+    fetcher = kvcomm.Fetcher(buf, [kvcomm.KvRegion(OP_FETCH, OP_BLOCK, 0, 32)])
+    ph, fh = kt.register(pub), kt.register(fetcher)
+
+    def step(cache, rows, slots, src, dst):
+        torch.ops.kvcomm.publish(ph, cache, rows, slots, 0, 1, 1, 0)
+        torch.ops.kvcomm.fetch(fh, cache, src, dst, peer)
+        return cache.sum(dtype=torch.int64)
+
+    image = _op_initial(rank, cache.numel())
+    try:
+        static = [_cuda(a) for a in _op_inputs(1, rank, n)]
+        explain = torch._dynamo.explain(step)(cache, *static)  # runs the ops once
+        assert explain.graph_break_count == 0, explain.break_reasons
+        torch.cuda.synchronize()
+        _op_oracle(image, 1, rank, n)
+        np.testing.assert_array_equal(cache.cpu().numpy(), image)
+        world.barrier()
+        compiled = torch.compile(step, fullgraph=True)
+        for a, b in zip(static, _op_inputs(2, rank, n)):
+            a.copy_(_cuda(b))
+        side = torch.cuda.Stream()  # eager (compiles, loads the kernels) on a side stream, as torch.cuda.graph wants
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            compiled(cache, *static)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        _op_oracle(image, 2, rank, n)
+        np.testing.assert_array_equal(cache.cpu().numpy(), image)
+        world.barrier()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            total = compiled(cache, *static)
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(cache.cpu().numpy(), image)  # capture ran nothing
+        world.barrier()
+        for seed in range(10, 16):
+            for a, b in zip(static, _op_inputs(seed, rank, n)):
+                a.copy_(_cuda(b))
+            graph.replay()
+            torch.cuda.synchronize()
+            pub.check_errors()
+            fetcher.check_errors()
+            _op_oracle(image, seed, rank, n)
+            np.testing.assert_array_equal(cache.cpu().numpy(), image, err_msg=f"replay of seed {seed}")
+            assert int(total) == int(image.astype(np.int64).sum())
+            world.barrier()
+    finally:
+        kt.unregister(ph)
+        kt.unregister(fh)
+
+
 # ---- array properties on CUDA memory (test_properties.py's host properties, for CUDA arrays) ---------------------
 # Every array argument over torch CUDA tensors of every dtype (contiguous, strided, 2-d, 0-d, expanded, conjugate),
 # delivered as torch tensors, DLPack capsules and DLPack objects from torch, and __cuda_array_interface__ objects (also

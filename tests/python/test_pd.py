@@ -242,3 +242,46 @@ def test_a_decode_process_killed_before_it_said_done_times_out_and_the_producer_
             decode.close()
     finally:
         ep.close()
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and kvcomm._kvcomm.built_with_cuda()
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
+                    "build of kvcomm")
+def test_cuda_caches_are_pulled_byte_exact():
+    """Both sides' layer caches are torch CUDA tensors (as an engine's are): the pull lands in the decode side's GPU
+    slots byte for byte, untouched slots keep their poison, the prefill side's cache is only read."""
+    import torch
+
+    def side(name: str, seed: int):
+        ep = kvcomm.Endpoint(name, tcp_address="127.0.0.1:0")
+        layers = [torch.from_numpy(pattern(seed + i)).cuda() if seed >= 0
+                  else torch.full((BLOCKS * BB,), 0xEE, dtype=torch.uint8, device="cuda") for i in range(2)]
+        regs = [ep.register(t, LAYOUT) for t in layers]
+        assert all(r.kind == kvcomm.MemoryKind.Cuda for r in regs)
+        return ep, layers, regs
+
+    (pep, player, pregs), (dep, dlayer, dregs) = side("prefill", 300), side("decode", -1)
+    try:
+        producer, consumer = pd.Producer(pep, pregs, hold_timeout_ms=30000), pd.Consumer(dep, dregs)
+        before = [t.cpu().numpy() for t in dlayer]
+        params = producer.hold("gpu", [2, 17, 31, 0])
+        consumer.pull("gpu", params, [5, 6, -1, 30])
+        r = consumer.wait("gpu", 30000)
+        assert r.ok, r
+        torch.cuda.synchronize()
+        want = expect(before, [pattern(300), pattern(301)], [2, 17, 31, 0], [5, 6, -1, 30])
+        for got, w in zip(dlayer, want):
+            np.testing.assert_array_equal(got.cpu().numpy(), w)
+        assert released(producer, 1) == {"gpu": "done"}
+        for i, t in enumerate(player):
+            np.testing.assert_array_equal(t.cpu().numpy(), pattern(300 + i))
+    finally:
+        dep.close()
+        pep.close()
