@@ -3,6 +3,10 @@ traces them without a graph break and a captured CUDA graph replays them:
 
 - ``torch.ops.kvcomm.publish(handle, cache, rows, slot_mapping, offset, block_size, then, lane)``: Publisher.publish of
   ``rows`` (row i at ``slot_mapping[i]``, < 0 skipped) into every replica; ``then`` 0 none, 1 barrier, 2 signal.
+- ``torch.ops.kvcomm.publish_tensors(handle, cache, rows, slot_mapping, offsets, block_sizes, block_strides,
+  row_strides, then, lane)``: the same for several tensors in one call (``rows`` a list; tensor k's rows land at
+  ``offsets[k] + (slot // block_sizes[k]) * block_strides[k] + (slot % block_sizes[k]) * row_strides[k]``, strides 0
+  as in CacheTensor), one kernel.
 - ``torch.ops.kvcomm.barrier(handle, cache, kind, lane)``: Barrier.sync / signal / wait (``kind`` 0, 1, 2).
 - ``torch.ops.kvcomm.fetch(handle, cache, src_ids, dst_ids, src_rank)``: Fetcher.fetch_device.
 - ``torch.ops.kvcomm.endpoint_read(handle, cache, remote_ids, local_ids)`` and ``endpoint_write(...)``:
@@ -19,7 +23,7 @@ registers the same ops through vLLM's helper for engines that use it.
 # No `from __future__ import annotations`: torch.library infers each op's schema from its real annotations.
 import itertools
 import threading
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import torch
 
@@ -76,6 +80,20 @@ def _publish(handle: int, cache: torch.Tensor, rows: torch.Tensor, slot_mapping:
                 then=_THEN.get(then, then), lane=lane)
 
 
+def _publish_tensors(handle: int, cache: torch.Tensor, rows: List[torch.Tensor], slot_mapping: torch.Tensor,
+                     offsets: List[int], block_sizes: List[int], block_strides: List[int], row_strides: List[int],
+                     then: int, lane: int) -> None:
+    pub = _get(handle, Publisher, "publish_tensors")
+    n = len(rows)
+    if not (len(offsets) == len(block_sizes) == len(block_strides) == len(row_strides) == n):
+        raise invalid("torch.ops.kvcomm.publish_tensors", -1, f"{n} row tensors but {len(offsets)} offsets, "
+                      f"{len(block_sizes)} block_sizes, {len(block_strides)} block_strides and {len(row_strides)} "
+                      "row_strides: one of each per tensor")
+    tensors = [CacheTensor(r, offset=o, block_size=b, block_stride=bs, row_stride=rs)
+               for r, o, b, bs, rs in zip(rows, offsets, block_sizes, block_strides, row_strides)]
+    pub.publish(tensors, slot_mapping, stream=_stream(cache), then=_THEN.get(then, then), lane=lane)
+
+
 def _barrier(handle: int, cache: torch.Tensor, kind: int, lane: int) -> None:
     bar = _get(handle, Barrier, "barrier")
     fn = {0: bar.sync, 1: bar.signal, 2: bar.wait}.get(kind)
@@ -105,6 +123,9 @@ _OPS = {
     "publish": (_publish, ("cache",),
                 "(int handle, Tensor(a!) cache, Tensor rows, Tensor slot_mapping, int offset, int block_size, int then, "
                 "int lane) -> ()"),
+    "publish_tensors": (_publish_tensors, ("cache",),
+                        "(int handle, Tensor(a!) cache, Tensor[] rows, Tensor slot_mapping, int[] offsets, "
+                        "int[] block_sizes, int[] block_strides, int[] row_strides, int then, int lane) -> ()"),
     "barrier": (_barrier, ("cache",), "(int handle, Tensor(a!) cache, int kind, int lane) -> ()"),
     "fetch": (_fetch, ("cache",),
               "(int handle, Tensor(a!) cache, Tensor src_ids, Tensor dst_ids, int src_rank) -> ()"),
