@@ -24,6 +24,8 @@ set(KVCOMM_SOURCES
     src/symm/rendezvous.cpp
     src/symm/symmetric_buffer.cpp
     src/kvlayout/kv_layout.cpp
+    src/kvlayout/kv_contents.cpp
+    src/kvlayout/kv_conversion.cpp
     src/device/device_errors.cpp
     src/kernels/host_ops.cpp
     src/publish/host_transport.cpp

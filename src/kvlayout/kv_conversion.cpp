@@ -1,0 +1,174 @@
+// Conversion plans: for a token range, the contiguous copies from each source that rebuild the destination's blocks
+// in its own order, block size and head split. Pure (no memory is touched) apart from applyConversion.
+//
+// Phase 1 checks everything (descriptions, convertibility, block tables, ids, duplicate destinations) and picks the
+// source of every destination head. Phase 2 walks the tokens in segments that stay inside one source block and one
+// destination block, and emits per region and per run of heads from one source either one copy per token (both
+// sides tokens-major: a token's heads are contiguous) or one copy per head (otherwise: a head's tokens are contiguous
+// when that side is heads-major), merging each copy into the previous one of its source when they continue.
+#include "kvcomm/kv_conversion.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "common/check.hpp"
+#include "kvlayout/kv_layout.hpp"
+
+namespace kvcomm {
+
+namespace {
+
+constexpr const char* kCall = "planConversion";
+
+uint32_t endOf(const KvContents& c) {
+  return c.headEnd ? c.headEnd : c.numHeads;
+}
+
+bool holds(const KvContents& c, uint32_t head) {
+  return head >= c.headBegin && head < endOf(c);
+}
+
+// Byte offset, inside a block, of (token slot, head) of a side holding heads from c.headBegin.
+uint64_t inBlock(const KvContents& c, uint64_t slot, uint32_t head) {
+  const uint64_t held = endOf(c) - c.headBegin;
+  const uint64_t h = head - c.headBegin;
+  const uint64_t unit = uint64_t{c.headDim} * c.elementBytes;
+  return c.order == KvOrder::TokensHeadsDim ? (slot * held + h) * unit : (h * c.tokensPerBlock + slot) * unit;
+}
+
+uint64_t blockBase(const KvRegion& r, int64_t block) {
+  return r.offset + static_cast<uint64_t>(block) * (r.blockStride ? r.blockStride : r.blockBytes);
+}
+
+void append(std::vector<KvPiece>& out, uint64_t src, uint64_t dst, uint64_t bytes) {
+  if (!out.empty()) {
+    KvPiece& last = out.back();
+    if (last.srcOffset + last.bytes == src && last.dstOffset + last.bytes == dst) {
+      last.bytes += bytes;
+      return;
+    }
+  }
+  out.push_back({src, dst, bytes});
+}
+
+// Throws unless every entry of `table` needed for tokens [first, end) is -1 or a block id of every region.
+void checkTable(const std::vector<int64_t>& table, const char* name, uint64_t tpb, uint64_t first, uint64_t end,
+                const KvLayout& layout, const std::string& side) {
+  const uint64_t need = (end + tpb - 1) / tpb;
+  KVCOMM_CHECK_ARG(table.size() >= need, kCall, name, " has ", table.size(), " entries but tokens [", first, ", ", end,
+                   ") at ", tpb, " tokens per block need ", need);
+  for (uint64_t i = first / tpb; i < need; ++i) {
+    const int64_t b = table[i];
+    if (b == -1) continue;
+    for (size_t r = 0; r < layout.regions.size(); ++r)
+      KVCOMM_CHECK_ARG(b >= 0 && static_cast<uint64_t>(b) < layout.regions[r].numBlocks, kCall, name, "[", i, "] = ", b,
+                       " is outside [0, ", layout.regions[r].numBlocks, ") of ", side, " region ", r,
+                       " (-1 skips a block)");
+  }
+}
+
+}  // namespace
+
+KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout,
+                                const KvDescription& dst, const KvTokenRange& tokens,
+                                const KvConversionOptions& options) {
+  // ---- phase 1: checks, and the source of every destination head ----
+  KVCOMM_CHECK_ARG(!sources.empty(), kCall, "no sources");
+  KVCOMM_CHECK_ARG(options.preferredSource >= 0 && static_cast<size_t>(options.preferredSource) < sources.size(), kCall,
+                   "preferredSource ", options.preferredSource, " is not a source index (", sources.size(),
+                   " sources)");
+  checkDescription(dstLayout, dst, "planConversion (the destination)");
+  for (size_t s = 0; s < sources.size(); ++s) {
+    checkDescription(sources[s].layout, sources[s].description, detail::cat("planConversion (source ", s, ")").c_str());
+    const std::string why = whyNotConvertible(sources[s].description, dst);
+    KVCOMM_CHECK_ARG(why.empty(), kCall, "source ", s, " cannot be converted into the destination: ", why);
+  }
+  KVCOMM_CHECK_ARG(tokens.numTokens <= (uint64_t{1} << 48) && tokens.firstToken <= (uint64_t{1} << 48), kCall,
+                   "tokens [", tokens.firstToken, ", +", tokens.numTokens, ") is not a plausible range");
+  const uint64_t first = tokens.firstToken, end = first + tokens.numTokens;
+  const uint64_t dT = dst.regions.empty() ? 1 : dst.regions[0].tokensPerBlock;
+  const uint64_t sT = sources[0].description.regions.empty() ? 1 : sources[0].description.regions[0].tokensPerBlock;
+  for (size_t s = 1; s < sources.size(); ++s)
+    KVCOMM_CHECK_ARG(sources[s].description.regions.empty() || sources[s].description.regions[0].tokensPerBlock == sT,
+                     kCall, "source ", s, " has ", sources[s].description.regions[0].tokensPerBlock,
+                     " tokens per block, source 0 has ", sT,
+                     ": the sources share one block table (srcBlocks), so their blocks must agree");
+  KvConversionPlan plan;
+  plan.pieces.resize(sources.size());
+  plan.headSource.resize(dst.regions.size());
+  if (tokens.numTokens == 0) return plan;
+  checkTable(tokens.dstBlocks, "dstBlocks", dT, first, end, dstLayout, "the destination's");
+  for (size_t s = 0; s < sources.size(); ++s)
+    checkTable(tokens.srcBlocks, "srcBlocks", sT, first, end, sources[s].layout, detail::cat("source ", s, "'s"));
+  {
+    std::unordered_map<int64_t, uint64_t> seen;
+    for (uint64_t i = first / dT; i < (end + dT - 1) / dT; ++i) {
+      const int64_t b = tokens.dstBlocks[i];
+      if (b < 0) continue;
+      auto [it, fresh] = seen.emplace(b, i);
+      KVCOMM_CHECK_ARG(fresh, kCall, "dstBlocks[", it->second, "] and dstBlocks[", i, "] both name block ", b,
+                       ": two token ranges would land in one block");
+    }
+  }
+  for (size_t r = 0; r < dst.regions.size(); ++r) {
+    const KvContents& d = dst.regions[r];
+    for (uint32_t h = d.headBegin; h < endOf(d); ++h) {
+      int32_t pick = -1;
+      if (holds(sources[options.preferredSource].description.regions[r], h)) pick = options.preferredSource;
+      for (size_t s = 0; pick < 0 && s < sources.size(); ++s)
+        if (holds(sources[s].description.regions[r], h)) pick = static_cast<int32_t>(s);
+      KVCOMM_CHECK_ARG(pick >= 0, kCall, "region ", r, ": head ", h, " of the destination is held by no source");
+      plan.headSource[r].push_back(pick);
+    }
+  }
+
+  // ---- phase 2: copies, region by region, segment by segment (one source block, one destination block) ----
+  for (size_t r = 0; r < dst.regions.size(); ++r) {
+    const KvContents& dc = dst.regions[r];
+    const std::vector<int32_t>& from = plan.headSource[r];
+    const uint64_t unit = uint64_t{dc.headDim} * dc.elementBytes;
+    for (uint64_t t0 = first; t0 < end;) {
+      const uint64_t t1 = std::min({end, (t0 / sT + 1) * sT, (t0 / dT + 1) * dT});
+      const int64_t sb = tokens.srcBlocks[t0 / sT], db = tokens.dstBlocks[t0 / dT];
+      const uint64_t dBase = db >= 0 ? blockBase(dstLayout.regions[r], db) : 0;
+      // Runs of destination heads [h0, h1) that come from one source.
+      for (size_t i0 = 0; sb >= 0 && db >= 0 && i0 < from.size();) {
+        size_t i1 = i0 + 1;
+        while (i1 < from.size() && from[i1] == from[i0]) ++i1;
+        const int32_t s = from[i0];
+        const KvContents& sc = sources[s].description.regions[r];
+        const uint64_t sBase = blockBase(sources[s].layout.regions[r], sb);
+        const uint32_t h0 = dc.headBegin + static_cast<uint32_t>(i0), h1 = dc.headBegin + static_cast<uint32_t>(i1);
+        std::vector<KvPiece>& out = plan.pieces[s];
+        if (sc.order == KvOrder::TokensHeadsDim && dc.order == KvOrder::TokensHeadsDim) {
+          for (uint64_t t = t0; t < t1; ++t)
+            append(out, sBase + inBlock(sc, t % sT, h0), dBase + inBlock(dc, t % dT, h0), (h1 - h0) * unit);
+        } else {
+          for (uint32_t h = h0; h < h1; ++h)
+            for (uint64_t t = t0; t < t1; ++t)
+              append(out, sBase + inBlock(sc, t % sT, h), dBase + inBlock(dc, t % dT, h), unit);
+        }
+        plan.bytes += (t1 - t0) * (h1 - h0) * unit;
+        i0 = i1;
+      }
+      t0 = t1;
+    }
+  }
+  return plan;
+}
+
+void applyConversion(const std::vector<KvPiece>& pieces, const void* src, uint64_t srcBytes, void* dst,
+                     uint64_t dstBytes) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const KvPiece& p = pieces[i];
+    KVCOMM_CHECK_ARG(p.bytes <= srcBytes && p.srcOffset <= srcBytes - p.bytes && p.bytes <= dstBytes &&
+                         p.dstOffset <= dstBytes - p.bytes,
+                     "applyConversion", "piece ", i, " (", p.bytes, " bytes from ", p.srcOffset, " to ", p.dstOffset,
+                     ") does not fit the source (", srcBytes, " bytes) and the destination (", dstBytes, " bytes)");
+  }
+  for (const KvPiece& p : pieces)
+    std::memcpy(static_cast<uint8_t*>(dst) + p.dstOffset, static_cast<const uint8_t*>(src) + p.srcOffset, p.bytes);
+}
+
+}  // namespace kvcomm

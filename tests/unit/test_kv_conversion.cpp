@@ -1,0 +1,309 @@
+// Conversion plans against an independent oracle: a model-level KV tensor (regions x tokens x heads x bytes, a hash
+// of its coordinates) is laid into each rank's cache under that rank's layout -- a block as a row-major array whose
+// dimension order is the layout's, at the block id its block table gives -- for every prefill TP rank (the sources)
+// and every decode TP rank (poisoned destinations). Each decode rank plans the conversion from all prefill ranks
+// and applies it; then every byte of its memory (gaps between blocks, untouched blocks, skipped tokens, guard bytes
+// after the last region) must equal the same oracle's image of the tokens that moved over a poisoned buffer.
+//
+// The matrix: TP 1/2/4/8 -> 1/2/4/8, block sizes 16/32/64/128 both ways, tokens-major <-> heads-major, four models
+// (GQA with 8 KV heads, K and V regions of two layers; GQA with 4 KV heads, so TP 8 duplicates heads; MLA's replicated
+// latent; FP8 keys with a per-head scale side-buffer), a partial last block, -1 skips in both tables, a first token
+// past 0: 4,096 cases, every one in CI (a few seconds).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcomm/error.hpp"
+#include "kvcomm/kv_conversion.hpp"
+
+namespace kvcomm {
+namespace {
+
+constexpr uint8_t kPoison = 0xEE;
+constexpr uint64_t kGuard = 64;
+
+enum class Model { Gqa8, Gqa4, Mla, Fp8Scales };
+
+const char* modelName(Model m) {
+  switch (m) {
+    case Model::Gqa8:
+      return "gqa8";
+    case Model::Gqa4:
+      return "gqa4";
+    case Model::Mla:
+      return "mla";
+    default:
+      return "fp8scales";
+  }
+}
+
+// The model's regions (heads unsplit), tokensPerBlock and order filled in per side.
+std::vector<KvContents> modelRegions(Model m) {
+  auto gqa = [](uint32_t heads, uint32_t dim, uint32_t bytes) {
+    KvContents c;
+    c.numHeads = heads;
+    c.headDim = dim;
+    c.elementBytes = bytes;
+    return c;
+  };
+  switch (m) {
+    case Model::Gqa8:
+      return {gqa(8, 4, 2), gqa(8, 4, 2), gqa(8, 4, 2), gqa(8, 4, 2)};  // 2 layers x K, V
+    case Model::Gqa4:
+      return {gqa(4, 6, 2), gqa(4, 6, 2)};
+    case Model::Mla: {
+      KvContents c = gqa(1, 18, 2);  // latent + rope, one "head"
+      c.replicated = true;
+      return {c, c};
+    }
+    default:
+      return {gqa(8, 8, 1), gqa(8, 1, 4)};  // FP8 keys, one float scale per token and head
+  }
+}
+
+// One side's cache: layout, description, block table, memory.
+struct Side {
+  KvLayout layout;
+  KvDescription desc;
+  std::vector<int64_t> table;
+  std::vector<uint8_t> mem;
+};
+
+uint8_t modelByte(size_t region, uint64_t token, uint32_t head, uint64_t byte) {
+  uint64_t x = (region + 1) * 0x9E3779B97F4A7C15ull ^ (token + 7) * 0xC2B2AE3D27D4EB4Full ^
+               (head + 3) * 0x165667B19E3779F9ull ^ (byte + 11) * 0x27D4EB2F165667C5ull;
+  x ^= x >> 29;
+  return static_cast<uint8_t>(x * 0xBF58476D1CE4E5B9ull >> 56);
+}
+
+// A side of TP rank `rank` of `tp` with `tpb` tokens per block in `order`; its block table holds `blocks` distinct
+// random ids out of 2 * blocks + 3 (some never used), regions one after another, some with a gap after each block.
+Side makeSide(Model m, uint32_t tp, uint32_t rank, uint32_t tpb, KvOrder order, size_t blocks, std::mt19937_64& rng) {
+  Side s;
+  const size_t numBlocks = 2 * blocks + 3;
+  uint64_t at = 0;
+  size_t r = 0;
+  for (KvContents c : modelRegions(m)) {
+    c.tokensPerBlock = tpb;
+    c.order = order;
+    c = splitForTp(c, tp, rank);
+    const uint32_t held = (c.headEnd ? c.headEnd : c.numHeads) - c.headBegin;
+    KvRegion reg;
+    reg.offset = at;
+    reg.blockBytes = uint64_t{tpb} * held * c.headDim * c.elementBytes;
+    reg.blockStride = reg.blockBytes + (r % 2 ? 32 : 0);
+    reg.numBlocks = numBlocks;
+    at += reg.blockStride * numBlocks + 16;
+    s.layout.regions.push_back(reg);
+    s.desc.regions.push_back(c);
+    ++r;
+  }
+  std::vector<int64_t> ids(numBlocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  s.table.assign(ids.begin(), ids.begin() + blocks);
+  s.mem.assign(at + kGuard, kPoison);
+  return s;
+}
+
+// The oracle: writes the model's bytes of tokens [from, to) into `s` (those whose block table entry is not -1 and,
+// when `also` is given, whose entry in that other table is not -1 either). A block is a row-major array of shape
+// (tokens, heads, bytes) or (heads, tokens, bytes) as the order says.
+void lay(Side& s, uint64_t from, uint64_t to, const std::vector<int64_t>* also = nullptr, uint32_t alsoTpb = 1) {
+  for (size_t r = 0; r < s.layout.regions.size(); ++r) {
+    const KvContents& c = s.desc.regions[r];
+    const KvRegion& reg = s.layout.regions[r];
+    const uint64_t held = (c.headEnd ? c.headEnd : c.numHeads) - c.headBegin,
+                   unit = uint64_t{c.headDim} * c.elementBytes;
+    uint64_t shape[3] = {c.tokensPerBlock, held, unit};
+    if (c.order == KvOrder::HeadsTokensDim) std::swap(shape[0], shape[1]);
+    for (uint64_t t = from; t < to; ++t) {
+      const int64_t b = s.table[t / c.tokensPerBlock];
+      if (b < 0 || (also && (*also)[t / alsoTpb] < 0)) continue;
+      for (uint64_t h = 0; h < held; ++h)
+        for (uint64_t k = 0; k < unit; ++k) {
+          uint64_t coord[3] = {t % c.tokensPerBlock, h, k};
+          if (c.order == KvOrder::HeadsTokensDim) std::swap(coord[0], coord[1]);
+          const uint64_t flat = (coord[0] * shape[1] + coord[1]) * shape[2] + coord[2];
+          s.mem[reg.offset + static_cast<uint64_t>(b) * reg.blockStride + flat] =
+              modelByte(r, t, static_cast<uint32_t>(c.headBegin + h), k);
+        }
+    }
+  }
+}
+
+struct Case {
+  Model model;
+  uint32_t tpSrc, tpDst, bsSrc, bsDst;
+  KvOrder oSrc, oDst;
+};
+
+std::string caseName(const Case& c) {
+  return std::string(modelName(c.model)) + "_tp" + std::to_string(c.tpSrc) + "to" + std::to_string(c.tpDst) + "_bs" +
+         std::to_string(c.bsSrc) + "to" + std::to_string(c.bsDst) +
+         (c.oSrc == KvOrder::TokensHeadsDim ? "_nhd" : "_hnd") +
+         (c.oDst == KvOrder::TokensHeadsDim ? "_to_nhd" : "_to_hnd");
+}
+
+// Runs one case; returns the bytes moved (every decode rank together), fails the test on the first wrong byte.
+uint64_t runCase(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const uint64_t tokens = 3 * 128 + 37;                       // a partial last block at every block size
+  const uint64_t first = seed % 3 == 0 ? 0 : 1 + rng() % 40;  // a prefix the decode side computed itself
+  std::vector<Side> src;
+  for (uint32_t r = 0; r < c.tpSrc; ++r) {
+    std::mt19937_64 own(seed * 31 + r);
+    src.push_back(makeSide(c.model, c.tpSrc, r, c.bsSrc, c.oSrc, (tokens + c.bsSrc - 1) / c.bsSrc, own));
+  }
+  // The sources share one block table (engines give TP ranks the same block ids): rank 0's.
+  if (src[0].table.size() > 2) src[0].table[1] = -1;  // a block the prefill side does not have
+  for (Side& s : src) {
+    s.table = src[0].table;
+    lay(s, 0, tokens);
+  }
+  std::vector<KvConversionSource> sources;
+  for (const Side& s : src) sources.push_back({s.layout, s.desc});
+  uint64_t moved = 0;
+  for (uint32_t d = 0; d < c.tpDst; ++d) {
+    std::mt19937_64 own(seed * 77 + d);
+    Side dst = makeSide(c.model, c.tpDst, d, c.bsDst, c.oDst, (tokens + c.bsDst - 1) / c.bsDst, own);
+    if (dst.table.size() > 3) dst.table[dst.table.size() - 2] = -1;  // a block the decode side skips
+    KvTokenRange range{src[0].table, dst.table, first, tokens - first};
+    KvConversionOptions opt;
+    opt.preferredSource = static_cast<int32_t>(d % c.tpSrc);
+    const KvConversionPlan plan = planConversion(sources, dst.layout, dst.desc, range, opt);
+    for (size_t s = 0; s < src.size(); ++s)
+      applyConversion(plan.pieces[s], src[s].mem.data(), src[s].mem.size(), dst.mem.data(), dst.mem.size());
+    Side want = dst;
+    std::fill(want.mem.begin(), want.mem.end(), kPoison);
+    lay(want, first, tokens, &src[0].table, c.bsSrc);
+    for (size_t i = 0; i < dst.mem.size(); ++i)
+      if (dst.mem[i] != want.mem[i]) {
+        ADD_FAILURE() << caseName(c) << " decode rank " << d << ": byte " << i << " is " << int(dst.mem[i])
+                      << ", the oracle says " << int(want.mem[i]) << " (" << plan.count() << " pieces)";
+        return moved;
+      }
+    moved += plan.bytes;
+  }
+  return moved;
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> out;
+  const uint32_t tps[] = {1, 2, 4, 8}, bss[] = {16, 32, 64, 128};
+  const KvOrder orders[] = {KvOrder::TokensHeadsDim, KvOrder::HeadsTokensDim};
+  for (Model m : {Model::Gqa8, Model::Gqa4, Model::Mla, Model::Fp8Scales})
+    for (uint32_t a : tps)
+      for (uint32_t b : tps)
+        for (uint32_t x : bss)
+          for (uint32_t y : bss)
+            for (KvOrder o1 : orders)
+              for (KvOrder o2 : orders) out.push_back({m, a, b, x, y, o1, o2});
+  return out;
+}
+
+TEST(KvConversion, MatrixAgainstTheModelOracle) {
+  const std::vector<Case> cases = allCases();
+  uint64_t moved = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    moved += runCase(cases[i], 1000 + i);
+    if (HasFailure()) break;
+  }
+  std::printf("[conversion] %zu cases (the whole matrix), %llu bytes moved and checked\n", cases.size(),
+              static_cast<unsigned long long>(moved));
+}
+
+// ---- refusals: named, before anything is planned -------------------------------------------------------------------
+
+std::string refusal(const std::vector<KvConversionSource>& sources, const Side& dst, const KvTokenRange& range) {
+  try {
+    planConversion(sources, dst.layout, dst.desc, range);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(KvConversion, RefusalsNameWhatDiffers) {
+  std::mt19937_64 rng(5);
+  Side a = makeSide(Model::Gqa8, 2, 0, 16, KvOrder::TokensHeadsDim, 4, rng);
+  Side b = makeSide(Model::Gqa8, 2, 1, 16, KvOrder::TokensHeadsDim, 4, rng);
+  Side d = makeSide(Model::Gqa8, 1, 0, 32, KvOrder::HeadsTokensDim, 2, rng);
+  const std::vector<KvConversionSource> both{{a.layout, a.desc}, {b.layout, b.desc}};
+  KvTokenRange ok{a.table, d.table, 0, 60};
+  EXPECT_EQ(refusal(both, d, ok), "(accepted)");
+  // A destination head no source holds (only TP rank 0's half of the heads).
+  EXPECT_NE(refusal({{a.layout, a.desc}}, d, ok).find("head 4 of the destination is held by no source"),
+            std::string::npos);
+  // Element sizes, head dims, head counts that differ; replicated onto split.
+  for (auto [field, text] :
+       std::vector<std::pair<int, std::string>>{{0, "elements of 2 bytes on the source, 1 on the destination"},
+                                                {1, "head dim 4 on the source, 2 on the destination"},
+                                                {2, "the model has 8 heads on the source, 16 on the destination"},
+                                                {3, "split on the source, replicated on the destination: no rule"}}) {
+    Side x = d;
+    KvContents& c = x.desc.regions[2];
+    if (field == 0) c.elementBytes = 1, c.headDim = 8;
+    if (field == 1) c.headDim = 2, c.numHeads = 16, c.headEnd = 16;
+    if (field == 2) c.numHeads = 16, c.headEnd = 8;
+    if (field == 3) c.replicated = true, c.numHeads = 8, c.headEnd = 8;
+    const std::string why = refusal(both, x, ok);
+    EXPECT_NE(why.find("region 2"), std::string::npos) << why;
+    EXPECT_NE(why.find(text), std::string::npos) << why;
+  }
+  // Descriptions that do not describe their layouts.
+  Side x = d;
+  x.desc.regions[1].tokensPerBlock = 16;
+  EXPECT_NE(refusal(both, x, ok).find("region 1: a block holds 16 tokens"), std::string::npos);
+  x = d;
+  x.desc.regions.pop_back();
+  EXPECT_NE(refusal(both, x, ok).find("the description has 3 regions but the layout has 4"), std::string::npos);
+  x = d;
+  x.desc.regions[0].headBegin = 8;
+  EXPECT_NE(refusal(both, x, ok).find("heads [8, 8) are not a non-empty range"), std::string::npos);
+  // Block tables: too short, an id out of range, a destination block named twice.
+  KvTokenRange bad = ok;
+  bad.numTokens = 200;
+  EXPECT_NE(refusal(both, d, bad).find("dstBlocks has 2 entries but tokens [0, 200)"), std::string::npos);
+  bad = ok;
+  bad.srcBlocks[2] = 11;
+  EXPECT_NE(refusal(both, d, bad).find("srcBlocks[2] = 11 is outside [0, 11)"), std::string::npos);
+  bad = ok;
+  bad.dstBlocks[1] = -7;
+  EXPECT_NE(refusal(both, d, bad).find("dstBlocks[1] = -7"), std::string::npos);
+  bad = ok;
+  bad.dstBlocks[1] = bad.dstBlocks[0];
+  EXPECT_NE(refusal(both, d, bad).find("dstBlocks[0] and dstBlocks[1] both name block"), std::string::npos);
+  // Head counts that do not divide over TP.
+  KvContents m = modelRegions(Model::Gqa8)[0];
+  EXPECT_THROW(splitForTp(m, 3, 0), Error);
+  m.numHeads = 4;
+  EXPECT_THROW(splitForTp(m, 6, 0), Error);
+  // applyConversion checks every piece before copying any.
+  std::vector<uint8_t> s1(64, 1), d1(64, kPoison);
+  EXPECT_THROW(applyConversion({{0, 0, 8}, {60, 0, 8}}, s1.data(), s1.size(), d1.data(), d1.size()), Error);
+  EXPECT_EQ(d1, std::vector<uint8_t>(64, kPoison));
+}
+
+// Same layouts on both sides: one piece per run of consecutive blocks and region (nothing is exploded).
+TEST(KvConversion, EqualLayoutsCoalesceIntoBlockRuns) {
+  std::mt19937_64 rng(9);
+  Side a = makeSide(Model::Gqa8, 1, 0, 16, KvOrder::HeadsTokensDim, 8, rng);
+  Side d = a;
+  a.table = {0, 1, 2, 3, 7, 8, 9, 10};
+  d.table = {4, 5, 6, 7, 0, 1, 2, 3};
+  const KvConversionPlan plan = planConversion({{a.layout, a.desc}}, d.layout, d.desc, {a.table, d.table, 0, 128});
+  // Regions 0 and 2 have no gap between blocks: 2 runs each; regions 1 and 3 have gaps: 8 pieces each.
+  EXPECT_EQ(plan.count(), 2u + 8u + 2u + 8u);
+  EXPECT_EQ(plan.bytes, 4u * 128u * 8u * 4u * 2u);
+}
+
+}  // namespace
+}  // namespace kvcomm
