@@ -290,6 +290,7 @@ struct Fetcher::Impl {
   void makePlan(const std::vector<FetchRequest>& requests, const FetchOptions& o, detail::PlanOutput& out,
                 const char* call) const {
     KVCOMM_CHECK_ENUM(o.path, FetchPath::Host, call, "options.path");
+    KVCOMM_CHECK_ENUM(o.validation, FetchValidation::Device, call, "options.validation");
     checkCurrent(generation, call);
     detail::PlanInput in;
     in.table = &table;

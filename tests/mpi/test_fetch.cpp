@@ -542,6 +542,17 @@ TEST_P(Fetch, PathsThatCannotRunAreRefusedLoudly) {
               {"Fetcher::start", "options.path 77"});
   expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
               {"Fetcher::fetchAll", "options.path 77"});
+  // The same for a validation outside its enum, in every call that takes options.
+  o.path = FetchPath::Auto;
+  o.validation = static_cast<kvcomm::FetchValidation>(9);
+  expectError([&] { (void)f.plan({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::plan", "options.validation 9"});
+  expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::fetch", "options.validation 9"});
+  expectError([&] { (void)f.start({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::start", "options.validation 9"});
+  expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
+              {"Fetcher::fetchAll", "options.validation 9"});
   kvtest::synchronize(kind_);
   comm.barrier();
 }
