@@ -32,6 +32,7 @@ void bindArena(nb::module_& m);
 void bindArrays(nb::module_& m);
 void bindLimits(nb::module_& m);
 void bindEndpoint(nb::module_& m);
+void bindConversion(nb::module_& m);
 
 // A layout region as the package passes it (kvcomm/_fetch.py checked it): (offset, blockBytes, blockStride, numBlocks).
 using RawRegion = std::tuple<size_t, size_t, size_t, size_t>;

@@ -28,4 +28,5 @@ NB_MODULE(_kvcomm, m) {
   kvcomm::py::bindFetch(m);
   kvcomm::py::bindArena(m);
   kvcomm::py::bindEndpoint(m);
+  kvcomm::py::bindConversion(m);
 }

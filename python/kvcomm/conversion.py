@@ -1,0 +1,157 @@
+"""KV contents and conversion plans (``import kvcomm.conversion``): what a layout's regions hold, and which bytes of
+which source land where in a cache laid out differently (another TP split, block size, token/head order). The C++
+API's ``kvcomm/kv_contents.hpp`` and ``kvcomm/kv_conversion.hpp``, with the same checks (docs/api/kv-conversion.md).
+
+Plans are computed here; transfers do not take them yet (the transports move whole blocks between equal layouts).
+``apply_conversion`` applies a plan between host arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+from . import _kvcomm
+from ._errors import invalid
+from ._fetch import KvRegion
+
+_ORDERS = {"nhd": 0, "hnd": 1}
+_U32 = (1 << 32) - 1
+
+
+@dataclass(frozen=True)
+class KvContents:
+    """What one region's blocks hold: per block `tokens_per_block` tokens; per token the heads [head_begin, head_end)
+    (head_end 0: num_heads) of the model's `num_heads`, each `head_dim` elements of `element_bytes` bytes; `order`
+    "nhd" (tokens x heads x dim) or "hnd" (heads x tokens x dim); `replicated`: every rank holds every head."""
+
+    element_bytes: int
+    head_dim: int
+    tokens_per_block: int
+    num_heads: int = 1
+    head_begin: int = 0
+    head_end: int = 0
+    order: str = "nhd"
+    replicated: bool = False
+
+
+@dataclass
+class ConversionPlan:
+    """`pieces[s]`: source s's copies, an (n, 3) uint64 array of (src_offset, dst_offset, bytes); `head_source[r]`:
+    the source of each head the destination's region r holds; `bytes`: all pieces together."""
+
+    pieces: List[np.ndarray]
+    head_source: List[List[int]]
+    bytes: int
+
+    @property
+    def count(self) -> int:
+        return sum(len(p) for p in self.pieces)
+
+
+def _raw(c: Any, call: str, what: str) -> tuple:
+    if not isinstance(c, KvContents):
+        raise invalid(call, -1, f"{what}: expected a kvcomm.conversion.KvContents, got {type(c).__name__}")
+    fields = []
+    for name in ("element_bytes", "head_dim", "tokens_per_block", "num_heads", "head_begin", "head_end"):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) <= _U32:
+            raise invalid(call, -1, f"{what}: {name} {v!r} is not an integer in [0, 2**32)")
+        fields.append(int(v))
+    if c.order not in _ORDERS:
+        raise invalid(call, -1, f"{what}: order {c.order!r} is not 'nhd' or 'hnd'")
+    if not isinstance(c.replicated, bool):
+        raise invalid(call, -1, f"{what}: replicated {c.replicated!r} is not a bool")
+    return (*fields, _ORDERS[c.order], c.replicated)
+
+
+def _back(raw: tuple) -> KvContents:
+    *f, order, replicated = raw
+    return KvContents(*f, order="nhd" if order == 0 else "hnd", replicated=replicated)
+
+
+def _regions(layout: Any, call: str, what: str) -> List[tuple]:
+    regions = [KvRegion(*r) if isinstance(r, tuple) and len(r) == 4 else r for r in layout]
+    if not all(isinstance(r, KvRegion) for r in regions):
+        raise invalid(call, -1, f"{what}: expected a list of kvcomm.KvRegion (or 4-tuples)")
+    return [(r.offset, r.block_bytes, r.block_stride, r.num_blocks) for r in regions]
+
+
+def _contents(contents: Any, call: str, what: str) -> List[tuple]:
+    return [_raw(c, call, f"{what}[{i}]") for i, c in enumerate(contents)]
+
+
+def _blocks(table: Any, call: str, what: str) -> List[int]:
+    a = np.asarray(table)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise invalid(call, -1, f"{what}: a 1-D list or array of block ids (-1 skips), got {a.dtype} {a.shape}")
+    return [int(x) for x in a]
+
+
+def check_description(layout: Sequence[KvRegion], contents: Sequence[KvContents]) -> None:
+    """Raises InvalidArgumentError, naming the region and the field, unless `contents` describe `layout`."""
+    call = "kvcomm.conversion.check_description"
+    _kvcomm.check_description(_regions(layout, call, "layout"), _contents(contents, call, "contents"), call)
+
+
+def split_for_tp(model: KvContents, tp_size: int, tp_rank: int) -> KvContents:
+    """`model` as TP rank `tp_rank` of `tp_size` holds it (heads split as engines split them; counts must divide)."""
+    call = "kvcomm.conversion.split_for_tp"
+    raw = _raw(model, call, "model")
+    for name, v in (("tp_size", tp_size), ("tp_rank", tp_rank)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) <= _U32:
+            raise invalid(call, -1, f"{name} {v!r} is not an integer in [0, 2**32)")
+    return _back(_kvcomm.split_for_tp(raw, int(tp_size), int(tp_rank)))
+
+
+def why_not_convertible(src: Sequence[KvContents], dst: Sequence[KvContents]) -> str:
+    """"" when caches described by `src` convert into ones described by `dst`, else one sentence saying why not."""
+    call = "kvcomm.conversion.why_not_convertible"
+    return _kvcomm.why_not_convertible(_contents(src, call, "src"), _contents(dst, call, "dst"))
+
+
+def plan_conversion(sources: Sequence[Tuple[Sequence[KvRegion], Sequence[KvContents]]], dst_layout: Sequence[KvRegion],
+                    dst_contents: Sequence[KvContents], src_blocks: Any, dst_blocks: Any, num_tokens: int, *,
+                    first_token: int = 0, preferred_source: int = 0) -> ConversionPlan:
+    """The copies that move tokens [first_token, first_token + num_tokens) from `sources` ((layout, contents) each)
+    into the destination, the tokens named by both sides' block tables (token t: block table[t // tokens_per_block]
+    of each side; -1 skips a block). Raises InvalidArgumentError naming what is wrong before planning anything."""
+    call = "kvcomm.conversion.plan_conversion"
+    src = []
+    for i, s in enumerate(sources):
+        if not (isinstance(s, tuple) and len(s) == 2):
+            raise invalid(call, -1, f"sources[{i}]: expected a (layout, contents) tuple")
+        src.append((_regions(s[0], call, f"sources[{i}] layout"), _contents(s[1], call, f"sources[{i}] contents")))
+    for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
+            raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
+    if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
+            not -(1 << 31) <= int(preferred_source) < (1 << 31):
+        raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
+    pieces, heads, total = _kvcomm.plan_conversion(
+        src, _regions(dst_layout, call, "dst_layout"), _contents(dst_contents, call, "dst_contents"),
+        _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
+        int(num_tokens), int(preferred_source))
+    return ConversionPlan(list(pieces), [list(h) for h in heads], int(total))
+
+
+def apply_conversion(pieces: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
+    """Copies `pieces` (one source's, from plan_conversion) from host array `src` into host array `dst` (contiguous
+    arrays, addressed as bytes); every piece is checked against both sizes before any is copied."""
+    call = "kvcomm.conversion.apply_conversion"
+    p = np.asarray(pieces)
+    if p.dtype != np.uint64 or p.ndim != 2 or p.shape[1] != 3 or not p.flags.c_contiguous:
+        raise invalid(call, -1, f"pieces: a C-contiguous (n, 3) uint64 array from plan_conversion, got {p.dtype} "
+                      f"{p.shape}")
+    for name, a in (("src", src), ("dst", dst)):
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+            raise invalid(call, -1, f"{name}: a C-contiguous numpy array (host memory)")
+    if not dst.flags.writeable:
+        raise invalid(call, -1, "dst is read-only")
+    _kvcomm.apply_conversion(p.ctypes.data, len(p), src.ctypes.data, src.nbytes, dst.ctypes.data, dst.nbytes)
+
+
+__all__ = ["ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
+           "split_for_tp", "why_not_convertible"]

@@ -1,0 +1,104 @@
+// KV contents and conversion plans: descriptions as tuples the package (kvcomm/conversion.py) checked for type, plans
+// back as numpy arrays of pieces, host-memory application on raw addresses the package validated.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+#include "kvcomm/kv_conversion.hpp"
+
+namespace kvcomm::py {
+
+namespace {
+
+// (elementBytes, headDim, tokensPerBlock, numHeads, headBegin, headEnd, order, replicated)
+using RawContents = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int, bool>;
+
+KvContents toContents(const RawContents& c) {
+  KvContents k;
+  std::tie(k.elementBytes, k.headDim, k.tokensPerBlock, k.numHeads, k.headBegin, k.headEnd, std::ignore, k.replicated) =
+      c;
+  k.order = static_cast<KvOrder>(std::get<6>(c));
+  return k;
+}
+
+RawContents fromContents(const KvContents& k) {
+  return {k.elementBytes, k.headDim, k.tokensPerBlock,          k.numHeads,
+          k.headBegin,    k.headEnd, static_cast<int>(k.order), k.replicated};
+}
+
+KvDescription toDescription(const std::vector<RawContents>& raw) {
+  KvDescription d;
+  for (const RawContents& c : raw) d.regions.push_back(toContents(c));
+  return d;
+}
+
+}  // namespace
+
+void bindConversion(nb::module_& m) {
+  m.def(
+      "check_description",
+      [](const std::vector<RawRegion>& regions, const std::vector<RawContents>& contents, const std::string& call) {
+        checkDescription(toLayout(regions, 0), toDescription(contents), call.c_str());
+      },
+      nb::arg("regions"), nb::arg("contents"), nb::arg("call"));
+  m.def(
+      "split_for_tp",
+      [](const RawContents& model, uint32_t tp, uint32_t rank) {
+        return fromContents(splitForTp(toContents(model), tp, rank));
+      },
+      nb::arg("model"), nb::arg("tp_size"), nb::arg("tp_rank"));
+  m.def(
+      "why_not_convertible",
+      [](const std::vector<RawContents>& src, const std::vector<RawContents>& dst) {
+        return whyNotConvertible(toDescription(src), toDescription(dst));
+      },
+      nb::arg("src"), nb::arg("dst"));
+  m.def(
+      "plan_conversion",
+      [](const std::vector<std::pair<std::vector<RawRegion>, std::vector<RawContents>>>& sources,
+         const std::vector<RawRegion>& dstRegions, const std::vector<RawContents>& dst,
+         const std::vector<int64_t>& srcBlocks, const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num,
+         int32_t preferred) {
+        std::vector<KvConversionSource> src;
+        for (const auto& [regions, contents] : sources) src.push_back({toLayout(regions, 0), toDescription(contents)});
+        KvConversionOptions o;
+        o.preferredSource = preferred;
+        KvConversionPlan plan;
+        {
+          nb::gil_scoped_release nogil;
+          plan =
+              planConversion(src, toLayout(dstRegions, 0), toDescription(dst), {srcBlocks, dstBlocks, first, num}, o);
+        }
+        nb::list pieces;
+        for (std::vector<KvPiece>& p : plan.pieces) {
+          static_assert(sizeof(KvPiece) == 3 * sizeof(uint64_t));
+          auto* held = new std::vector<KvPiece>(std::move(p));
+          nb::capsule owner(held, [](void* q) noexcept { delete static_cast<std::vector<KvPiece>*>(q); });
+          size_t shape[2] = {held->size(), 3};
+          pieces.append(nb::ndarray<nb::numpy, uint64_t, nb::ndim<2>>(reinterpret_cast<uint64_t*>(held->data()), 2,
+                                                                      shape, owner));
+        }
+        return nb::make_tuple(pieces, plan.headSource, plan.bytes);
+      },
+      nb::arg("sources"), nb::arg("dst_regions"), nb::arg("dst"), nb::arg("src_blocks"), nb::arg("dst_blocks"),
+      nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"));
+  m.def(
+      "apply_conversion",
+      [](uintptr_t pieces, size_t count, uintptr_t src, uint64_t srcBytes, uintptr_t dst, uint64_t dstBytes) {
+        const auto* p = reinterpret_cast<const KvPiece*>(pieces);
+        std::vector<KvPiece> list(p, p + count);
+        nb::gil_scoped_release nogil;
+        applyConversion(list, reinterpret_cast<const void*>(src), srcBytes, reinterpret_cast<void*>(dst), dstBytes);
+      },
+      nb::arg("pieces"), nb::arg("count"), nb::arg("src"), nb::arg("src_bytes"), nb::arg("dst"), nb::arg("dst_bytes"),
+      "Internal: applyConversion on addresses the package checked.");
+}
+
+}  // namespace kvcomm::py

@@ -1,0 +1,103 @@
+"""kvcomm.conversion from Python: descriptions, plans and their application between host arrays, against a numpy
+oracle independent of the planner (each side's cache built from a model tensor with numpy views: a block is a
+(tokens, heads, bytes) or (heads, tokens, bytes) array at the block id its table gives); every byte of the decode
+side's memory checked (poisoned, gaps between blocks, untouched blocks, skipped tokens). Refusals name what differs.
+The full matrix runs in C++ (tests/unit/test_kv_conversion.cpp)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvcomm
+from kvcomm.conversion import KvContents, apply_conversion, check_description, plan_conversion, split_for_tp, \
+    why_not_convertible
+
+D, E, T, POISON = 4, 2, 150, 0xEE
+U = D * E
+
+
+def side(heads: int, tp: int, rank: int, tpb: int, order: str, rng: np.random.Generator):
+    c = split_for_tp(KvContents(E, D, tpb, heads, order=order), tp, rank)
+    held = (c.head_end or c.num_heads) - c.head_begin
+    bb = tpb * held * U
+    n = 2 * ((T + tpb - 1) // tpb) + 3
+    layout = [kvcomm.KvRegion(0, bb, 0, n), kvcomm.KvRegion(n * bb + 64, bb, bb + 32, n)]  # 2nd: gaps
+    mem = np.full(layout[1].offset + n * (bb + 32) + 64, POISON, np.uint8)
+    table = rng.permutation(n)[:(T + tpb - 1) // tpb].astype(np.int64)
+    return layout, [c, c], table, mem
+
+
+def place(model: np.ndarray, layout, contents, table, mem, lo: int, hi: int, also=None, also_tpb: int = 1) -> None:
+    """The oracle: tokens [lo, hi) of `model` (regions x tokens x heads x bytes) into `mem` through numpy views."""
+    for r, (reg, c) in enumerate(zip(layout, contents)):
+        hb, he, tpb = c.head_begin, c.head_end or c.num_heads, c.tokens_per_block
+        stride = reg.block_stride or reg.block_bytes
+        for t in range(lo, hi):
+            b = table[t // tpb]
+            if b < 0 or (also is not None and also[t // also_tpb] < 0):
+                continue
+            start = reg.offset + int(b) * stride
+            blk = mem[start:start + reg.block_bytes]
+            blk = blk.reshape(tpb, he - hb, U) if c.order == "nhd" else blk.reshape(he - hb, tpb, U).transpose(1, 0, 2)
+            blk[t % tpb] = model[r, t, hb:he]
+
+
+CASES = [(8, 2, 1, 16, 64, "nhd", "hnd"), (8, 1, 2, 64, 16, "hnd", "nhd"), (8, 4, 2, 32, 32, "nhd", "nhd"),
+         (8, 2, 4, 128, 16, "hnd", "hnd"), (4, 8, 2, 16, 32, "nhd", "hnd")]
+
+
+@pytest.mark.parametrize("heads,tp_src,tp_dst,bs_src,bs_dst,o_src,o_dst", CASES)
+def test_plans_rebuild_the_decode_cache_byte_for_byte(heads, tp_src, tp_dst, bs_src, bs_dst, o_src, o_dst):
+    rng = np.random.default_rng(heads * 1000 + tp_src * 100 + tp_dst * 10 + bs_src)
+    model = rng.integers(0, 256, (2, T, heads, U), dtype=np.uint8)
+    srcs = [side(heads, tp_src, r, bs_src, o_src, rng) for r in range(tp_src)]
+    table = srcs[0][2].copy()
+    table[min(2, len(table) - 1)] = -1  # a block the prefill side lacks
+    for layout, contents, _, mem in srcs:
+        check_description(layout, contents)
+        place(model, layout, contents, table, mem, 0, T)
+    first = 7
+    for d in range(tp_dst):
+        layout, contents, dtable, mem = side(heads, tp_dst, d, bs_dst, o_dst, rng)
+        dtable[1] = -1  # a block the decode side skips
+        plan = plan_conversion([(s[0], s[1]) for s in srcs], layout, contents, table, dtable, T - first,
+                               first_token=first, preferred_source=d % tp_src)
+        assert plan.count == sum(len(p) for p in plan.pieces) and plan.bytes > 0
+        for (_, _, _, smem), pieces in zip(srcs, plan.pieces):
+            apply_conversion(pieces, smem, mem)
+        want = np.full_like(mem, POISON)
+        place(model, layout, contents, dtable, want, first, T, also=table, also_tpb=bs_src)
+        bad = np.flatnonzero(mem != want)
+        assert bad.size == 0, f"decode rank {d}: {bad.size} bytes differ, first at {bad[:5]}"
+
+
+def test_refusals_name_what_is_wrong():
+    rng = np.random.default_rng(1)
+    layout, contents, table, mem = side(8, 1, 0, 16, "nhd", rng)
+    fp8 = [KvContents(1, 8, 16, 8), KvContents(1, 8, 16, 8)]
+    assert "elements of 2 bytes on the source, 1 on the destination" in why_not_convertible(contents, fp8)
+    assert why_not_convertible(contents, contents) == ""
+    with pytest.raises(kvcomm.InvalidArgumentError, match="cannot be converted"):
+        plan_conversion([(layout, contents)], layout, fp8, table, table, 16)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="order 'thd' is not 'nhd' or 'hnd'"):
+        check_description(layout, [KvContents(E, D, 16, 8, order="thd")] * 2)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="region 0: a block holds 32 tokens"):
+        check_description(layout, [KvContents(E, D, 32, 8)] * 2)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="8 heads do not divide over TP 3"):
+        split_for_tp(KvContents(E, D, 16, 8), 3, 0)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="expected a kvcomm.conversion.KvContents"):
+        split_for_tp((E, D, 16, 8), 2, 0)
+    with pytest.raises(kvcomm.InvalidArgumentError, match=r"srcBlocks\[0\] = 999 is outside"):
+        plan_conversion([(layout, contents)], layout, contents, [999] + list(table[1:]), table, 16)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="held by no source"):
+        half = split_for_tp(KvContents(E, D, 16, 8), 2, 0)
+        hl = [kvcomm.KvRegion(0, 16 * 4 * U, 0, 64)]
+        plan_conversion([(hl, [half])], layout[:1], contents[:1], table, table, 16)
+    plan = plan_conversion([(layout, contents)], layout, contents, table, table, 16)
+    before = mem.copy()
+    with pytest.raises(kvcomm.InvalidArgumentError, match="does not fit"):
+        apply_conversion(plan.pieces[0], mem[:100], mem)
+    with pytest.raises(kvcomm.InvalidArgumentError, match="uint64 array"):
+        apply_conversion(plan.pieces[0].astype(np.int64), mem, mem)
+    np.testing.assert_array_equal(mem, before)
