@@ -1,0 +1,53 @@
+// kvcomm: reading a token range from peers whose caches are laid out differently (TP split, block size, token/head
+// order; kv_contents.hpp) into a local registration, converting on the way (kv_conversion.hpp). Over endpoints: the
+// sources' blocks land through the usual path (same-host peer mapping, RDMA, TCP), then the plan's pieces rebuild
+// the local blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvcomm/api.hpp"
+#include "kvcomm/endpoint.hpp"
+#include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_contents.hpp"
+#include "kvcomm/kv_conversion.hpp"
+
+namespace kvcomm {
+
+/// One source of a converted read: a peer's registration (Endpoint::connect) and what its regions hold (its
+/// description travels with its metadata, e.g. in the P/D hand-off's parameters; it is checked against the layout
+/// the metadata carries).
+struct ConvertedSource {
+  RemoteMemory remote;
+  KvDescription contents;
+};
+
+struct ConvertedReadOptions {
+  KvConversionOptions conversion;  ///< preferredSource: for heads several sources hold (the nearest)
+  TransferVia via = TransferVia::Auto;
+  int64_t timeoutMs = -1;  ///< for the whole read (< 0: no bound); at expiry the read fails, local untouched
+};
+
+struct ConvertedReadResult {
+  FetchStatus status;                ///< Done, or Failed naming the source and why (then nothing was written locally)
+  uint64_t bytesConverted = 0;       ///< bytes written into the local registration
+  uint64_t bytesLanded = 0;          ///< bytes the transports moved (whole source blocks)
+  size_t pieces = 0;                 ///< contiguous copies of the plan
+  std::vector<int32_t> sourcesRead;  ///< the sources that supplied a head (the others were not read)
+};
+
+/// Reads tokens [tokens.firstToken, + tokens.numTokens) from `sources` into `local` (a host registration of this
+/// endpoint described by `localContents`), converting TP split, block size and order on the way. Synchronous: it
+/// returns when every byte is in place, or when a source failed (status Failed, naming the source and the
+/// transport's error; then nothing was written into `local`, all or nothing). Each source used is read once, whole
+/// blocks (those the tokens need), into a host landing area this call registers and unregisters; the conversion
+/// then runs on this host from the landing areas.
+/// Throws InvalidArgumentError before anything moves for what planConversion refuses (naming the source, region,
+/// table or index) and for an invalid handle; Unsupported for a CUDA local registration (not yet: host memory only).
+KVCOMM_API ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,
+                                             const KvDescription& localContents,
+                                             const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
+                                             const ConvertedReadOptions& options = {});
+
+}  // namespace kvcomm

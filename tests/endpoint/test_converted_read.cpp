@@ -1,0 +1,196 @@
+// Converted reads between endpoints that meet through metadata: prefill "ranks" (one endpoint each, their caches
+// laid out as that TP rank's) and decode ranks with another TP size, block size and order. Every byte of each decode
+// rank's memory (gaps, untouched blocks, skipped tokens, guard bytes) against the model oracle of
+// support/kv_model.hpp, over TCP (plain memory) and the same-host peer path (arenas); a source that fails leaves
+// the decode memory as it was; bad descriptions are refused before anything moves.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcomm/arena.hpp"
+#include "kvcomm/converted_read.hpp"
+#include "kvcomm/endpoint.hpp"
+#include "kvcomm/error.hpp"
+#include "support/kv_model.hpp"
+
+namespace {
+
+using namespace kvcomm;
+using kvtest::kPoison;
+using kvtest::Model;
+using kvtest::Side;
+
+constexpr uint64_t kTokens = 3 * 64 + 21;
+
+// A prefill rank: its endpoint and its cache, registered as plain memory (TCP) or as an arena (memfd: peer path).
+struct Prefill {  // destroyed in reverse: the endpoint (it unregisters) before the arena and the memory
+  Side side;
+  Arena arena;
+  Endpoint ep;
+  Registration reg;
+};
+
+std::unique_ptr<Prefill> prefill(Model m, uint32_t tp, uint32_t rank, uint32_t tpb, KvOrder order, bool arena,
+                                 uint64_t seed) {
+  auto p = std::make_unique<Prefill>();
+  std::mt19937_64 rng(seed);
+  p->side = kvtest::makeSide(m, tp, rank, tpb, order, (kTokens + tpb - 1) / tpb, rng);
+  EndpointOptions o;
+  o.name = "prefill-" + std::to_string(rank);
+  o.tcpAddress = "127.0.0.1:0";
+  p->ep = Endpoint::create(o);
+  if (arena) {
+    ArenaOptions ao;
+    ao.kind = MemoryKind::Host;
+    p->arena = Arena::create(p->side.layout, ao);
+    p->reg = p->ep.registerArena(p->arena);
+  } else {
+    p->reg = p->ep.registerMemory(p->side.mem.data(), p->side.mem.size(), MemoryKind::Host, p->side.layout);
+  }
+  return p;
+}
+
+// Lays the model's tokens into every prefill cache (the arena's memory when there is one), one block table for all.
+void fill(std::vector<std::unique_ptr<Prefill>>& ranks, const std::vector<int64_t>& table) {
+  for (auto& p : ranks) {
+    p->side.table = table;
+    kvtest::lay(p->side, 0, kTokens);
+    if (p->arena.valid()) std::memcpy(p->arena.data(), p->side.mem.data(), p->side.mem.size());
+  }
+}
+
+struct Decode {
+  Side side;
+  Endpoint ep;
+  Registration reg;
+};
+
+std::unique_ptr<Decode> decode(Model m, uint32_t tp, uint32_t rank, uint32_t tpb, KvOrder order, uint64_t seed) {
+  auto d = std::make_unique<Decode>();
+  std::mt19937_64 rng(seed);
+  d->side = kvtest::makeSide(m, tp, rank, tpb, order, (kTokens + tpb - 1) / tpb, rng);
+  EndpointOptions o;
+  o.name = "decode-" + std::to_string(rank);
+  o.tcpAddress = "127.0.0.1:0";
+  d->ep = Endpoint::create(o);
+  d->reg = d->ep.registerMemory(d->side.mem.data(), d->side.mem.size(), MemoryKind::Host, d->side.layout);
+  return d;
+}
+
+std::vector<ConvertedSource> sourcesOf(Decode& d, const std::vector<std::unique_ptr<Prefill>>& ranks) {
+  std::vector<ConvertedSource> out;
+  for (const auto& p : ranks) out.push_back({d.ep.connect(p->reg.metadata()), p->side.desc});
+  return out;
+}
+
+struct Conv {
+  Model model;
+  uint32_t tpSrc, tpDst, bsSrc, bsDst;
+  KvOrder oSrc, oDst;
+  bool arenas;
+  TransferVia via;
+};
+
+void run(const Conv& c, uint64_t seed) {
+  std::vector<std::unique_ptr<Prefill>> ranks;
+  for (uint32_t r = 0; r < c.tpSrc; ++r) ranks.push_back(prefill(c.model, c.tpSrc, r, c.bsSrc, c.oSrc, c.arenas, seed));
+  std::vector<int64_t> table = ranks[0]->side.table;
+  table[1] = -1;  // a block the prefill side does not have
+  fill(ranks, table);
+  for (uint32_t d = 0; d < c.tpDst; ++d) {
+    auto dec = decode(c.model, c.tpDst, d, c.bsDst, c.oDst, seed * 7 + d);
+    dec->side.table[dec->side.table.size() - 2] = -1;  // a block the decode side skips
+    const uint64_t first = 5;
+    ConvertedReadOptions o;
+    o.via = c.via;
+    o.conversion.preferredSource = static_cast<int32_t>(d % c.tpSrc);
+    o.timeoutMs = 60000;
+    ConvertedReadResult r = readConverted(dec->ep, dec->reg, dec->side.desc, sourcesOf(*dec, ranks),
+                                          {table, dec->side.table, first, kTokens - first}, o);
+    ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
+    EXPECT_GT(r.bytesConverted, 0u);
+    EXPECT_GE(r.bytesLanded, r.bytesConverted);
+    Side want = dec->side;
+    std::fill(want.mem.begin(), want.mem.end(), kPoison);
+    kvtest::lay(want, first, kTokens, &table, c.bsSrc);
+    for (size_t i = 0; i < want.mem.size(); ++i)
+      ASSERT_EQ(dec->side.mem[i], want.mem[i])
+          << "decode rank " << d << ", byte " << i << " (" << r.pieces << " pieces from sources "
+          << ::testing::PrintToString(r.sourcesRead) << ")";
+    if (c.model == Model::Mla) {
+      EXPECT_EQ(r.sourcesRead, std::vector<int32_t>{static_cast<int32_t>(d % c.tpSrc)});
+    }
+  }
+}
+
+TEST(ConvertedRead, Tp2ToTp1OverTcpBlockSizeAndOrderConverted) {
+  run({Model::Gqa8, 2, 1, 16, 64, KvOrder::TokensHeadsDim, KvOrder::HeadsTokensDim, false, TransferVia::Tcp}, 1);
+}
+
+TEST(ConvertedRead, Tp1ToTp2OverThePeerPath) {
+  run({Model::Gqa8, 1, 2, 64, 16, KvOrder::HeadsTokensDim, KvOrder::TokensHeadsDim, true, TransferVia::Peer}, 2);
+}
+
+TEST(ConvertedRead, Tp8WithFourHeadsToTp2Auto) {
+  run({Model::Gqa4, 8, 2, 32, 32, KvOrder::TokensHeadsDim, KvOrder::TokensHeadsDim, true, TransferVia::Auto}, 3);
+}
+
+TEST(ConvertedRead, ReplicatedMlaIsReadFromThePreferredSourceOnly) {
+  run({Model::Mla, 2, 2, 64, 16, KvOrder::TokensHeadsDim, KvOrder::TokensHeadsDim, false, TransferVia::Tcp}, 4);
+}
+
+TEST(ConvertedRead, Fp8WithScalesTp4ToTp1) {
+  run({Model::Fp8Scales, 4, 1, 16, 32, KvOrder::HeadsTokensDim, KvOrder::HeadsTokensDim, false, TransferVia::Tcp}, 5);
+}
+
+// A source whose registration was revoked: the read fails naming it, and the decode memory is as it was.
+TEST(ConvertedRead, AFailingSourceLeavesTheLocalMemoryUntouched) {
+  std::vector<std::unique_ptr<Prefill>> ranks;
+  for (uint32_t r = 0; r < 2; ++r)
+    ranks.push_back(prefill(Model::Gqa8, 2, r, 16, KvOrder::TokensHeadsDim, false, 10 + r));
+  fill(ranks, ranks[0]->side.table);
+  auto dec = decode(Model::Gqa8, 1, 0, 32, KvOrder::TokensHeadsDim, 12);
+  auto sources = sourcesOf(*dec, ranks);
+  ranks[1]->reg.revoke();
+  const std::vector<uint8_t> before = dec->side.mem;
+  ConvertedReadOptions o;
+  o.timeoutMs = 30000;
+  ConvertedReadResult r =
+      readConverted(dec->ep, dec->reg, dec->side.desc, sources, {ranks[0]->side.table, dec->side.table, 0, 100}, o);
+  EXPECT_EQ(r.status.state, FetchState::Failed);
+  EXPECT_NE(r.status.error.find("source 1 (prefill-1)"), std::string::npos) << r.status.error;
+  EXPECT_FALSE(r.status.failedBlocks.empty());
+  EXPECT_EQ(dec->side.mem, before);
+}
+
+// What the plan refuses is refused before anything moves; an empty handle too.
+TEST(ConvertedRead, RefusalsBeforeAnythingMoves) {
+  std::vector<std::unique_ptr<Prefill>> ranks;
+  ranks.push_back(prefill(Model::Gqa8, 1, 0, 16, KvOrder::TokensHeadsDim, false, 20));
+  fill(ranks, ranks[0]->side.table);
+  auto dec = decode(Model::Gqa8, 1, 0, 16, KvOrder::TokensHeadsDim, 21);
+  const std::vector<uint8_t> before = dec->side.mem;
+  auto sources = sourcesOf(*dec, ranks);
+  sources[0].contents.regions[0].elementBytes = 1;  // does not describe the remote layout any more
+  sources[0].contents.regions[0].headDim = 8;
+  try {
+    readConverted(dec->ep, dec->reg, dec->side.desc, sources, {ranks[0]->side.table, dec->side.table, 0, 64});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("elements of 1 bytes on the source, 2 on the destination"), std::string::npos)
+        << e.what();
+  }
+  sources = sourcesOf(*dec, ranks);
+  std::vector<int64_t> shortTable(2, 0);
+  EXPECT_THROW(readConverted(dec->ep, dec->reg, dec->side.desc, sources, {shortTable, dec->side.table, 0, 64}), Error);
+  EXPECT_THROW(readConverted(dec->ep, Registration(), dec->side.desc, sources, {shortTable, dec->side.table, 0, 64}),
+               Error);
+  EXPECT_EQ(dec->side.mem, before);
+}
+
+}  // namespace
