@@ -134,7 +134,9 @@ class KVCOMM_API Registration {
   std::vector<uint8_t> metadata() const;
   /// Replaces the capability and increments the generation: every earlier metadata is refused from now on (new
   /// connections: "capability refused"; connections already open: their next request, "stale generation"). Give
-  /// peers metadata() again. Transfers in flight end at their next request with that error.
+  /// peers metadata() again. Transfers in flight end at their next request with that error. Same-host peers that
+  /// map the memory are told and waited for (up to the endpoint's timeoutMs) until they unmapped it, so that when
+  /// revoke() returns nothing copies through the old metadata any more; Timeout names the pids still mapping it then.
   void revoke();
 
   struct Impl;

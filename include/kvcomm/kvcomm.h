@@ -1048,7 +1048,9 @@ kvcommResult_t kvcommRegistrationDestroy(kvcommRegistration_t registration);
  *  the size). Anyone holding them may read (and, read-write, write) this memory: hand them to peers only. */
 kvcommResult_t kvcommRegistrationMetadata(kvcommRegistration_t registration, void* metadata, size_t capacity,
                                           size_t* bytes);
-/** Replaces the capability and increments the generation: every earlier metadata is refused from now on. */
+/** Replaces the capability and increments the generation: every earlier metadata is refused from now on; same-host
+ *  peers mapping the memory are waited for until they unmapped it (kvcommTimeout, naming them, past the endpoint's
+ *  timeout). */
 kvcommResult_t kvcommRegistrationRevoke(kvcommRegistration_t registration);
 /** Random 64-bit id of the registration (in its metadata). */
 kvcommResult_t kvcommRegistrationId(kvcommRegistration_t registration, uint64_t* id);

@@ -199,7 +199,9 @@ class Registration(_RegisteredMemory):
 
     def revoke(self) -> None:
         """Replaces the capability and increments the generation: every earlier metadata is refused from now on
-        ("capability refused" for new connections, "stale generation" for open ones). Give peers metadata() again."""
+        ("capability refused" for new connections, "stale generation" for open ones). Give peers metadata() again.
+        Same-host peers that map the memory are waited for until they unmapped it (kvcomm.TimeoutError naming them
+        past the endpoint's timeout), so nothing copies through the old metadata once it returns."""
         self._native.revoke()
 
     def __repr__(self) -> str:

@@ -223,12 +223,22 @@ void Registration::revoke() {
   r->served->generation++;
   r->served->capability = freshCapability();
   lock.unlock();
-  if (auto share = r->share.lock()) share->end(r->id, detail::ShareEnd::Revoked, 0);  // tells, waits for none
+  // Same-host peers copy through their mapping without a request that could be refused: the revocation holds only
+  // once each has unmapped, so it waits for them (bounded) as unregister does.
+  std::vector<int> holders;
+  if (auto share = r->share.lock()) holders = share->end(r->id, detail::ShareEnd::Revoked, r->timeoutMs);
   // RDMA peers hold keys of its memory regions: they go (the peers' next work request fails); the next peer with
   // the new metadata gets new ones.
-  std::lock_guard<std::mutex> rl(r->rdmaMu);
-  if (r->rdmaServe) r->rdmaServe->close();
-  r->rdmaServe.reset();
+  {
+    std::lock_guard<std::mutex> rl(r->rdmaMu);
+    if (r->rdmaServe) r->rdmaServe->close();
+    r->rdmaServe.reset();
+  }
+  if (holders.empty()) return;
+  std::string pids;
+  for (int p : holders) pids += cat(pids.empty() ? "" : ", ", p);
+  KVCOMM_THROW(Timeout, call, r->who(), ": revoked (its earlier metadata is refused), but same-host peers (pid ", pids,
+               ") still map it after ", r->timeoutMs, " ms and can copy through their mappings until they unmap");
 }
 
 // ---- remote memory ------------------------------------------------------------------------------------------------

@@ -1001,6 +1001,48 @@ TEST(EndpointPeer, ALongLivedEndpointThatConnectsTransfersAndDisconnectsThreeHun
   sa.free();
 }
 
+// revoke() returns only once same-host holders unmapped: a read started right after it, from a registration that
+// never mapped the peer (a fresh link: the cached mapping would be reused if it were still there), is refused every
+// time. Before revoke waited, one round in three read the revoked memory through the mapping a previous,
+// unregistered registration had left behind.
+TEST(EndpointPeer, NothingCopiesThroughAMappingOnceRevokeReturned) {
+  KvLayout layout = splitKv(2048, 16);
+  Endpoint server = Endpoint::create(local("server"));
+  Endpoint client = Endpoint::create(local("client"));
+  Arena sa = hostArena(layout);
+  std::memset(sa.data(), 0x5a, sa.bytes());
+  std::vector<int64_t> ids{3};
+  for (int round = 0; round < 20; ++round) {
+    Registration s = server.registerArena(sa);
+    RemoteMemory r = client.connect(s.metadata());
+    {
+      Arena first = hostArena(layout);
+      Registration c = client.registerArena(first);
+      TransferOptions peer;
+      peer.via = TransferVia::Peer;
+      ASSERT_EQ(client.read(c, r, ids.data(), ids.data(), 1, peer).wait(20000).state, FetchState::Done);
+      client.unregister(c);
+      first.free();
+    }
+    s.revoke();
+    Arena second = hostArena(layout);
+    std::memset(second.data(), 0, second.bytes());
+    Registration c2 = client.registerArena(second);
+    FetchStatus st = client.read(c2, r, ids.data(), ids.data(), 1).wait(20000);
+    EXPECT_EQ(st.state, FetchState::Failed) << "round " << round;
+    EXPECT_NE(st.error.find("capability refused"), std::string::npos) << "round " << round << ": " << st.error;
+    EXPECT_EQ(static_cast<unsigned char*>(second.data())[layout.regions[0].offset + 3 * layout.regions[0].blockStride],
+              0)
+        << "round " << round;
+    client.unregister(c2);
+    second.free();
+    client.disconnect(r);
+    server.unregister(s);
+    if (HasFailure()) break;
+  }
+  sa.free();
+}
+
 TEST(EndpointPeer, AStoppedHolderMakesABoundedUnregisterNameItAndADeadOneNeverBlocksIt) {
   KvLayout layout = splitKv(2048, 16);
   Endpoint server = Endpoint::create(local("server"));
