@@ -2,20 +2,22 @@
 which source land where in a cache laid out differently (another TP split, block size, token/head order). The C++
 API's ``kvcomm/kv_contents.hpp`` and ``kvcomm/kv_conversion.hpp``, with the same checks (docs/api/kv-conversion.md).
 
-Plans are computed here; transfers do not take them yet (the transports move whole blocks between equal layouts).
+``read_converted`` reads a token range from endpoints whose caches are laid out differently into a host
+registration (the sources' blocks land through the usual path, then the plan rebuilds the local blocks);
 ``apply_conversion`` applies a plan between host arrays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _kvcomm
 from ._errors import invalid
-from ._fetch import KvRegion
+from ._endpoint import Endpoint, Registration, RemoteMemory, _via
+from ._fetch import FetchStatus, KvRegion
 
 _ORDERS = {"nhd": 0, "hnd": 1}
 _U32 = (1 << 32) - 1
@@ -153,5 +155,55 @@ def apply_conversion(pieces: np.ndarray, src: np.ndarray, dst: np.ndarray) -> No
     _kvcomm.apply_conversion(p.ctypes.data, len(p), src.ctypes.data, src.nbytes, dst.ctypes.data, dst.nbytes)
 
 
-__all__ = ["ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
+@dataclass
+class ConvertedRead:
+    """What read_converted did: `status` (a FetchStatus: Done, or Failed naming the source, nothing written),
+    `bytes_converted` into the local registration, `bytes_landed` by the transports, `pieces`, `sources_read`."""
+
+    status: Any
+    bytes_converted: int
+    bytes_landed: int
+    pieces: int
+    sources_read: List[int]
+
+    @property
+    def ok(self) -> bool:
+        return self.status.done
+
+
+def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequence[KvContents],
+                   sources: Sequence[Tuple[RemoteMemory, Sequence[KvContents]]], src_blocks: Any, dst_blocks: Any,
+                   num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
+                   timeout_ms: Optional[int] = None) -> ConvertedRead:
+    """Reads tokens [first_token, first_token + num_tokens) from `sources` ((remote, contents) each: a peer's
+    registration and what it holds) into `local` (a host registration of `endpoint`, described by
+    `local_contents`), converting TP split, block size and order; returns when every byte is in place or a source
+    failed (then nothing was written). Raises InvalidArgumentError for what plan_conversion refuses, before anything
+    moves; UnsupportedError for a CUDA registration (host memory only, for now)."""
+    call = "kvcomm.conversion.read_converted"
+    if not isinstance(endpoint, Endpoint):
+        raise invalid(call, -1, f"endpoint: expected a kvcomm.Endpoint, got {type(endpoint).__name__}")
+    if not isinstance(local, Registration):
+        raise invalid(call, -1, f"local: expected a kvcomm.Registration, got {type(local).__name__}")
+    src = []
+    for i, s in enumerate(sources):
+        if not (isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], RemoteMemory)):
+            raise invalid(call, -1, f"sources[{i}]: expected a (kvcomm.RemoteMemory, contents) tuple")
+        src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
+    for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
+            raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
+    if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
+            not -(1 << 31) <= int(preferred_source) < (1 << 31):
+        raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
+    if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, np.integer))):
+        raise invalid(call, -1, f"timeout_ms {timeout_ms!r} is not an integer or None")
+    status, converted, landed, pieces, read = _kvcomm.read_converted(
+        endpoint._native, local._native, _contents(local_contents, call, "local_contents"), src,
+        _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
+        int(num_tokens), int(preferred_source), _via(via, call), -1 if timeout_ms is None else int(timeout_ms))
+    return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read))
+
+
+__all__ = ["ConvertedRead", "read_converted", "ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
            "split_for_tp", "why_not_convertible"]

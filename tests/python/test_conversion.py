@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import kvcomm
-from kvcomm.conversion import KvContents, apply_conversion, check_description, plan_conversion, split_for_tp, \
-    why_not_convertible
+from kvcomm.conversion import KvContents, apply_conversion, check_description, plan_conversion, read_converted, \
+    split_for_tp, why_not_convertible
 
 D, E, T, POISON = 4, 2, 150, 0xEE
 U = D * E
@@ -101,3 +101,52 @@ def test_refusals_name_what_is_wrong():
     with pytest.raises(kvcomm.InvalidArgumentError, match="uint64 array"):
         apply_conversion(plan.pieces[0].astype(np.int64), mem, mem)
     np.testing.assert_array_equal(mem, before)
+
+
+@pytest.mark.parametrize("arenas", [False, True], ids=["tcp", "peer"])
+def test_read_converted_from_endpoints_tp2_to_tp1(arenas):
+    """Two prefill endpoints (TP 2, 16-token NHD blocks) and a decode endpoint (TP 1, 64-token HND blocks): the
+    decode memory byte for byte against the oracle; a revoked source fails the read and writes nothing."""
+    rng = np.random.default_rng(77)
+    model = rng.integers(0, 256, (2, T, 8, U), dtype=np.uint8)
+    srcs = [side(8, 2, r, 16, "nhd", rng) for r in range(2)]
+    table = srcs[0][2]
+    eps, regs, keep = [], [], []
+    try:
+        for r, (layout, contents, _, mem) in enumerate(srcs):
+            place(model, layout, contents, table, mem, 0, T)
+            ep = kvcomm.Endpoint(f"prefill-{r}", tcp_address="127.0.0.1:0")
+            eps.append(ep)
+            if arenas:
+                arena = kvcomm.Arena(layout, kind="host")
+                keep.append(arena)
+                arena.view()[:mem.size] = mem
+                regs.append(ep.register_arena(arena))
+            else:
+                regs.append(ep.register(mem, layout))
+        layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", rng)
+        dec = kvcomm.Endpoint("decode", tcp_address="127.0.0.1:0")
+        eps.append(dec)
+        mine = dec.register(mem, layout)
+        sources = [(dec.connect(reg.metadata()), s[1]) for reg, s in zip(regs, srcs)]
+        got = read_converted(dec, mine, contents, sources, table, dtable, T - 3, first_token=3,
+                             via="peer" if arenas else "tcp", timeout_ms=60000)
+        assert got.ok and got.bytes_converted > 0 and got.sources_read == [0, 1], got
+        want = np.full_like(mem, POISON)
+        place(model, layout, contents, dtable, want, 3, T, also=table, also_tpb=16)
+        np.testing.assert_array_equal(mem, want)
+        # A revoked source: Failed, naming it; the decode memory as it was.
+        regs[1].revoke()
+        mem[:] = POISON
+        sources = [(dec.connect(reg.metadata()) if i == 0 else s, c) for i, (reg, (s, c)) in
+                   enumerate(zip(regs, sources))]
+        got = read_converted(dec, mine, contents, sources, table, dtable, T, timeout_ms=60000)
+        assert not got.ok and "source 1 (prefill-1)" in got.status.error, got
+        assert (mem == POISON).all()
+        with pytest.raises(kvcomm.InvalidArgumentError, match="expected a kvcomm.Registration"):
+            read_converted(dec, mem, contents, sources, table, dtable, T)
+    finally:
+        for ep in reversed(eps):
+            ep.close()
+        for a in keep:
+            a.free()
