@@ -16,6 +16,13 @@ notifications, with nothing engine-specific:
   tells each producer to release its blocks; ``abort(request_id)`` cancels a pull (nothing it started touches either
   cache when it returns) and tells the producer.
 
+Caches laid out differently on the two sides (prefill TP 4, decode TP 2; other block sizes or token/head order):
+give both sides their caches' contents (``contents=``, one list of kvcomm.conversion.KvContents per registration),
+and pass the decode side every prefill rank's parameters with the request's token count:
+``pull(request_id, [params of each prefill rank], blocks, num_tokens=n)``. The pull then runs
+kvcomm.conversion.read_converted per registration (on a thread of its own: poll/wait/abort work as for a plain
+pull; abort waits for it to end), reading each head from a rank that holds it.
+
 Request ids are the engines' own; the parameters carry a random key of the producer's, so two engines' ids never
 collide and a late or forged message for another hold is ignored. Both sides own their endpoint's notifications
 (others are kept in ``unhandled``).
@@ -24,7 +31,9 @@ collide and a late or forged message for another hold is ignored. Both sides own
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -33,6 +42,7 @@ import numpy as np
 
 from ._endpoint import Endpoint, Registration, RemoteMemory, Transfer
 from ._errors import Error, check_int, invalid, shown
+from .conversion import KvContents, read_converted
 
 _PREFIX = b"kvcomm.pd "
 _VERSION = 1
@@ -59,6 +69,20 @@ def _blocks(blocks: Any, limit: int, what: str, call: str, skips: bool) -> List[
     for b in out:
         if not (0 <= b < limit or (skips and b == -1)):
             raise invalid(call, -1, f"{what}: block {b} is outside [0, {limit})" + (" (-1 skips)" if skips else ""))
+    return out
+
+
+def _contents(contents: Any, regs: Sequence[Registration], call: str) -> Optional[List[List[KvContents]]]:
+    """One list of KvContents per registration (checked against its layout), or None."""
+    if contents is None:
+        return None
+    from .conversion import check_description
+
+    out = [list(c) for c in contents]
+    if len(out) != len(regs):
+        raise invalid(call, -1, f"contents has {len(out)} entries, one per registration ({len(regs)}) is needed")
+    for reg, c in zip(regs, out):
+        check_description(reg.layout, c)
     return out
 
 
@@ -90,10 +114,12 @@ class Pulled:
 class Producer:
     """The prefill side: holds finished requests' blocks until the decode side pulled them (or the hold timed out)."""
 
-    def __init__(self, endpoint: Endpoint, registrations: Any, *, hold_timeout_ms: int = 120000) -> None:
+    def __init__(self, endpoint: Endpoint, registrations: Any, *, hold_timeout_ms: int = 120000,
+                 contents: Any = None) -> None:
         call = "pd.Producer"
         self._ep = endpoint
         self._regs = _registrations(endpoint, registrations, call)
+        self._contents = _contents(contents, self._regs, call)
         self._timeout = check_int(hold_timeout_ms, "hold_timeout_ms", call, -1, 1 << 40, 1) / 1000.0
         self._limit = _num_blocks(self._regs)
         self._held: Dict[str, Tuple[str, List[int], float]] = {}  # key -> (request id, blocks, deadline)
@@ -126,7 +152,10 @@ class Producer:
         self._by_request[request_id] = key
         # The registrations' metadata as they are now (a revoke since the last hold gave them new ones).
         metadata = [base64.b64encode(r.metadata()).decode() for r in self._regs]
-        return {"kvcomm_pd": _VERSION, "key": key, "producer": self._ep.id, "metadata": metadata, "blocks": ids}
+        params = {"kvcomm_pd": _VERSION, "key": key, "producer": self._ep.id, "metadata": metadata, "blocks": ids}
+        if self._contents is not None:
+            params["contents"] = [[dataclasses.asdict(c) for c in reg] for reg in self._contents]
+        return params
 
     def _release(self, key: str, reason: str) -> Released:
         request_id, ids, _ = self._held.pop(key)
@@ -157,15 +186,42 @@ class Producer:
         return out
 
 
+@dataclass
+class _Pull:
+    """A pull in progress: its producers' keys and a remote of each (to tell them), the local blocks, and either its
+    transfers or (converted) the thread reading and its result."""
+
+    keys: List[str]
+    remotes: List[RemoteMemory]
+    local: List[int]
+    transfers: List[Transfer] = field(default_factory=list)
+    thread: Optional[threading.Thread] = None
+    result: Optional[Tuple[List[int], str]] = None
+
+    def ended(self, timeout_ms: int = 0) -> bool:
+        if self.thread is not None:
+            self.thread.join(None if timeout_ms < 0 else timeout_ms / 1000.0)
+            return not self.thread.is_alive()
+        return all(not t.wait(timeout_ms).in_progress for t in self.transfers)
+
+    def outcome(self) -> Tuple[List[int], str]:
+        if self.thread is not None:
+            return self.result if self.result is not None else ([b for b in self.local if b >= 0], "no result")
+        states = [t.test() for t in self.transfers]
+        failed = sorted({int(b) for s in states if s.failed for b in s.failed_blocks.tolist()})
+        return failed, "; ".join(sorted({s.error for s in states if s.failed and s.error}))
+
+
 class Consumer:
     """The decode side: pulls held requests' blocks into its own slots and tells the producers when it is done."""
 
-    def __init__(self, endpoint: Endpoint, registrations: Any) -> None:
+    def __init__(self, endpoint: Endpoint, registrations: Any, *, contents: Any = None) -> None:
         self._ep = endpoint
         self._regs = _registrations(endpoint, registrations, "pd.Consumer")
+        self._contents = _contents(contents, self._regs, "pd.Consumer")
         self._limit = _num_blocks(self._regs)
         self._remotes: Dict[str, RemoteMemory] = {}
-        self._pulls: Dict[str, Tuple[str, List[Transfer], List[int], RemoteMemory]] = {}  # request -> key, ...
+        self._pulls: Dict[str, "_Pull"] = {}
         self.unhandled: List[Any] = []
 
     @property
@@ -177,15 +233,7 @@ class Consumer:
             self._remotes[metadata] = self._ep.connect(base64.b64decode(metadata))
         return self._remotes[metadata]
 
-    def pull(self, request_id: str, params: Dict[str, Any], blocks: Any) -> None:
-        """Starts reading the producer's blocks (`params` from Producer.hold) into local `blocks`, in every
-        registration (-1 skips a block). InvalidArgumentError for parameters that are not the producer's or do not
-        match this side (registration count, block count)."""
-        call = "pd.Consumer.pull"
-        if not isinstance(request_id, str):
-            raise invalid(call, -1, f"request_id must be a str, got {shown(request_id)}")
-        if request_id in self._pulls:
-            raise invalid(call, -1, f"request {request_id!r} is already being pulled")
+    def _params(self, params: Any, call: str) -> Tuple[str, List[str], List[int], Any]:
         if not isinstance(params, dict) or params.get("kvcomm_pd") != _VERSION:
             raise invalid(call, -1, f"params are not kvcomm.pd transfer parameters (version {_VERSION})")
         try:
@@ -194,6 +242,29 @@ class Consumer:
             raise invalid(call, -1, "params lack key, metadata or blocks") from None
         if len(metadata) != len(self._regs):
             raise invalid(call, -1, f"the producer has {len(metadata)} registrations, this side {len(self._regs)}")
+        return key, metadata, remote_blocks, params.get("contents")
+
+    def pull(self, request_id: str, params: Any, blocks: Any, *, num_tokens: Optional[int] = None,
+             first_token: int = 0) -> None:
+        """Starts reading the producer's blocks (`params` from Producer.hold) into local `blocks`, in every
+        registration (-1 skips a block). With contents on both sides, `params` may be a list (every prefill rank's)
+        and `num_tokens` (the request's tokens; `first_token` skips a prefix) makes it a converted pull. Raises
+        InvalidArgumentError for parameters that are not the producer's or do not match this side."""
+        call = "pd.Consumer.pull"
+        if not isinstance(request_id, str):
+            raise invalid(call, -1, f"request_id must be a str, got {shown(request_id)}")
+        if request_id in self._pulls:
+            raise invalid(call, -1, f"request {request_id!r} is already being pulled")
+        many = [self._params(p, call) for p in (params if isinstance(params, list) else [params])]
+        if not many:
+            raise invalid(call, -1, "params: an empty list")
+        if num_tokens is not None:
+            self._pulls[request_id] = self._converted(request_id, many, blocks, num_tokens, first_token, call)
+            return
+        if len(many) > 1:
+            raise invalid(call, -1, "several producers' params: a converted pull (pass num_tokens, and contents on "
+                          "both sides)")
+        key, metadata, remote_blocks, _ = many[0]
         local = _blocks(blocks, self._limit, "blocks", call, skips=True)
         if len(local) != len(remote_blocks):
             raise invalid(call, -1, f"the producer holds {len(remote_blocks)} blocks, blocks names {len(local)}")
@@ -206,7 +277,45 @@ class Consumer:
         except Error:
             del transfers  # cancelled: nothing they started touches either cache once they are gone
             raise
-        self._pulls[request_id] = (key, transfers, local, remotes[0])
+        self._pulls[request_id] = _Pull([key], [remotes[0]], local, transfers=transfers)
+
+    def _converted(self, request_id: str, many: List[Tuple[str, List[str], List[int], Any]], blocks: Any,
+                   num_tokens: Any, first_token: Any, call: str) -> "_Pull":
+        if self._contents is None or any(c is None for *_, c in many):
+            raise invalid(call, -1, "a converted pull needs contents on both sides (Producer/Consumer contents=)")
+        tables = {tuple(b) for _, _, b, _ in many}
+        if len(tables) != 1:
+            raise invalid(call, -1, "the producers hold different block tables: a converted pull reads one token "
+                          "range, named by one table, from every prefill rank")
+        n = check_int(num_tokens, "num_tokens", call, -1, 1 << 48, 0)
+        first = check_int(first_token, "first_token", call, -1, 1 << 48, 0)
+        local = _blocks(blocks, self._limit, "blocks", call, skips=True)
+        src_table = list(many[0][2])
+        try:
+            contents = [[[KvContents(**c) for c in reg] for reg in c_all] for *_, c_all in many]
+        except TypeError:
+            raise invalid(call, -1, "params' contents are not KvContents fields") from None
+        remotes = [[self._remote(m) for m in metadata] for _, metadata, _, _ in many]
+        pull = _Pull([k for k, *_ in many], [r[0] for r in remotes], local)
+
+        def run() -> None:
+            failed, errors = set(), []
+            try:
+                for i, reg in enumerate(self._regs):
+                    got = read_converted(self._ep, reg, self._contents[i],
+                                         [(remotes[p][i], contents[p][i]) for p in range(len(many))], src_table,
+                                         local, n, first_token=first)
+                    if not got.ok:
+                        failed.update(int(b) for b in got.status.failed_blocks.tolist())
+                        errors.append(got.status.error)
+            except Error as e:
+                failed.update(b for b in local if b >= 0)
+                errors.append(str(e))
+            pull.result = (sorted(failed), "; ".join(errors))
+
+        pull.thread = threading.Thread(target=run, name=f"kvcomm.pd pull {request_id}", daemon=True)
+        pull.thread.start()
+        return pull
 
     def _tell(self, remote: RemoteMemory, verb: bytes, key: str) -> str:
         try:
@@ -216,16 +325,14 @@ class Consumer:
             return f"; telling the producer failed: {e}"
 
     def _finish(self, request_id: str) -> Optional[Pulled]:
-        """The pull's result once every transfer of it ended (the producer told), else None."""
-        key, transfers, _, remote = self._pulls[request_id]
-        states = [t.test() for t in transfers]
-        if any(s.in_progress for s in states):
+        """The pull's result once it ended (its producers told), else None."""
+        pull = self._pulls[request_id]
+        if not pull.ended(0):
             return None
-        failed = sorted({int(b) for s in states if s.failed for b in s.failed_blocks.tolist()})
-        errors = "; ".join(sorted({s.error for s in states if s.failed and s.error}))
+        failed, errors = pull.outcome()
         ok = not errors and not failed
         del self._pulls[request_id]
-        told = self._tell(remote, b"done" if ok else b"failed", key)
+        told = "".join(self._tell(r, b"done" if ok else b"failed", k) for r, k in zip(pull.remotes, pull.keys))
         return Pulled(request_id, ok, failed, errors + told)
 
     def poll(self) -> List[Pulled]:
@@ -237,18 +344,18 @@ class Consumer:
         result (poll() then no longer returns it)."""
         if request_id not in self._pulls:
             raise invalid("pd.Consumer.wait", -1, f"no pull of request {request_id!r}")
-        for t in self._pulls[request_id][1]:
-            if t.wait(timeout_ms).in_progress:
-                return None
+        if not self._pulls[request_id].ended(timeout_ms):
+            return None
         return self._finish(request_id)
 
     def abort(self, request_id: str) -> None:
-        """Cancels the pull of `request_id` (when it returns nothing it started touches either cache) and tells the
-        producer to release its blocks. No-op for a request not being pulled."""
-        entry = self._pulls.pop(request_id, None)
-        if entry is None:
+        """Cancels the pull of `request_id` (when it returns nothing it started touches either cache; a converted
+        pull is waited for) and tells the producers to release their blocks. No-op for a request not being pulled."""
+        pull = self._pulls.pop(request_id, None)
+        if pull is None:
             return
-        key, transfers, _, remote = entry
-        del entry
-        transfers.clear()  # each Transfer cancels and waits when it goes away
-        self._tell(remote, b"aborted", key)
+        pull.transfers.clear()  # each Transfer cancels and waits when it goes away
+        if pull.thread is not None:
+            pull.thread.join()
+        for r, k in zip(pull.remotes, pull.keys):
+            self._tell(r, b"aborted", k)

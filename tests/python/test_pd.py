@@ -252,36 +252,101 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available() and kvcomm._kvcomm.built_with_cuda()
 
 
-@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
-                    "build of kvcomm")
-def test_cuda_caches_are_pulled_byte_exact():
-    """Both sides' layer caches are torch CUDA tensors (as an engine's are): the pull lands in the decode side's GPU
-    slots byte for byte, untouched slots keep their poison, the prefill side's cache is only read."""
-    import torch
+def _cuda_decode_process(params: Dict[str, Any], blocks: List[int], results: Any) -> None:
+    """The decode side in its own process: layer caches are torch CUDA tensors, poisoned; pulls `params` into
+    `blocks`, sends back (result, the caches' bytes)."""
+    try:
+        import torch
 
-    def side(name: str, seed: int):
-        ep = kvcomm.Endpoint(name, tcp_address="127.0.0.1:0")
-        layers = [torch.from_numpy(pattern(seed + i)).cuda() if seed >= 0
-                  else torch.full((BLOCKS * BB,), 0xEE, dtype=torch.uint8, device="cuda") for i in range(2)]
+        ep = kvcomm.Endpoint("decode", tcp_address="127.0.0.1:0")
+        layers = [torch.full((BLOCKS * BB,), 0xEE, dtype=torch.uint8, device="cuda") for _ in range(2)]
         regs = [ep.register(t, LAYOUT) for t in layers]
         assert all(r.kind == kvcomm.MemoryKind.Cuda for r in regs)
-        return ep, layers, regs
-
-    (pep, player, pregs), (dep, dlayer, dregs) = side("prefill", 300), side("decode", -1)
-    try:
-        producer, consumer = pd.Producer(pep, pregs, hold_timeout_ms=30000), pd.Consumer(dep, dregs)
-        before = [t.cpu().numpy() for t in dlayer]
-        params = producer.hold("gpu", [2, 17, 31, 0])
-        consumer.pull("gpu", params, [5, 6, -1, 30])
+        consumer = pd.Consumer(ep, regs)
+        consumer.pull("gpu", params, blocks)
         r = consumer.wait("gpu", 30000)
-        assert r.ok, r
         torch.cuda.synchronize()
-        want = expect(before, [pattern(300), pattern(301)], [2, 17, 31, 0], [5, 6, -1, 30])
-        for got, w in zip(dlayer, want):
-            np.testing.assert_array_equal(got.cpu().numpy(), w)
+        results.put(((r.ok, r.failed_blocks, r.error), [t.cpu().numpy() for t in layers]))
+        ep.close()
+    except BaseException:  # noqa: BLE001 - everything goes back to the test
+        results.put(traceback.format_exc())
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
+                    "build of kvcomm")
+def test_cuda_caches_in_two_processes_are_pulled_byte_exact():
+    """Both sides' layer caches are torch CUDA tensors (as an engine's are), prefill here and decode in a process of
+    its own (on one GPU: two processes on it): the pull lands in the decode side's GPU slots byte for byte, untouched
+    slots keep their poison, the prefill side's cache is only read and its hold is released as done."""
+    import torch
+
+    ep = kvcomm.Endpoint("prefill", tcp_address="127.0.0.1:0")
+    layers = [torch.from_numpy(pattern(300 + i)).cuda() for i in range(2)]
+    try:
+        regs = [ep.register(t, LAYOUT) for t in layers]
+        assert all(r.kind == kvcomm.MemoryKind.Cuda for r in regs)
+        producer = pd.Producer(ep, regs, hold_timeout_ms=60000)
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        p = ctx.Process(target=_cuda_decode_process, args=(producer.hold("gpu", [2, 17, 31, 0]), [5, 6, -1, 30],
+                                                           results))
+        p.start()
+        got = results.get(timeout=180)
+        p.join(60)
+        assert not isinstance(got, str), got
+        (ok, failed, error), caches = got
+        assert ok and list(failed) == [] and error == "", (ok, failed, error)
+        poisoned = [np.full(BLOCKS * BB, 0xEE, np.uint8)] * 2
+        want = expect(poisoned, [pattern(300), pattern(301)], [2, 17, 31, 0], [5, 6, -1, 30])
+        for c, w in zip(caches, want):
+            np.testing.assert_array_equal(c, w)
         assert released(producer, 1) == {"gpu": "done"}
-        for i, t in enumerate(player):
+        for i, t in enumerate(layers):
             np.testing.assert_array_equal(t.cpu().numpy(), pattern(300 + i))
     finally:
-        dep.close()
-        pep.close()
+        ep.close()
+
+
+def test_heterogeneous_tp_prefill_tp2_to_decode_tp1_converted():
+    """Prefill TP 2 (two producers, 16-token tokens-major blocks, each half of the heads) and decode TP 1 (64-token
+    heads-major blocks, every head): the decode side pulls both ranks' params with the token count; its cache equals
+    the model oracle byte for byte (tests/python/test_conversion.py's), and both producers release their holds."""
+    from kvcomm.conversion import KvContents, split_for_tp
+    from test_conversion import POISON as CPOISON, T, place, side
+
+    rng = np.random.default_rng(5)
+    model = rng.integers(0, 256, (2, T, 8, 8), dtype=np.uint8)
+    ranks = [side(8, 2, r, 16, "nhd", rng) for r in range(2)]
+    table = ranks[0][2]
+    eps = []
+    try:
+        producers, params = [], []
+        for r, (layout, contents, _, mem) in enumerate(ranks):
+            place(model, layout, contents, table, mem, 0, T)
+            ep = kvcomm.Endpoint(f"prefill-{r}", tcp_address="127.0.0.1:0")
+            eps.append(ep)
+            producers.append(pd.Producer(ep, [ep.register(mem, layout)], contents=[contents]))
+            params.append(producers[-1].hold("req", list(table)))
+        layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", rng)
+        dec = kvcomm.Endpoint("decode", tcp_address="127.0.0.1:0")
+        eps.append(dec)
+        consumer = pd.Consumer(dec, [dec.register(mem, layout)], contents=[contents])
+        assert isinstance(contents[0], KvContents) and contents[0] == split_for_tp(contents[0], 1, 0)
+        import json
+        params = json.loads(json.dumps(params))  # the parameters travel as JSON
+        consumer.pull("req", params, list(dtable), num_tokens=T - 2, first_token=2)
+        got = consumer.wait("req", 60000)
+        assert got is not None and got.ok, got
+        want = np.full_like(mem, CPOISON)
+        place(model, layout, contents, dtable, want, 2, T, also=table, also_tpb=16)
+        np.testing.assert_array_equal(mem, want)
+        for p in producers:
+            assert released(p, 1) == {"req": "done"}
+        with pytest.raises(kvcomm.InvalidArgumentError, match="several producers' params"):
+            consumer.pull("again", params, list(dtable))
+        plain = pd.Consumer(dec, [dec.register(np.zeros_like(mem), layout)])
+        with pytest.raises(kvcomm.InvalidArgumentError, match="needs contents on both sides"):
+            plain.pull("again", params, list(dtable), num_tokens=10)
+    finally:
+        for ep in reversed(eps):
+            ep.close()
