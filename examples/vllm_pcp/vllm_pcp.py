@@ -13,6 +13,9 @@ block-major (block size 64): Main-KV blocks of 64 x 656 bytes; Indexer-K blocks 
   B  the seed's path: PyTorch SymmetricMemory (rendezvous), each rank stores its rows straight into every peer's cache
      through the peer views (index_put_ per peer), then the SymmetricMemory barrier.
   C  kvcomm: publish (three cache tensors, one kernel) + barrier.
+  D  kvcomm at vLLM's call site: kvcomm.pcp.gather_prefill_cache_inputs (vLLM's inputs: the rank's rows and the
+     expanded slot mapping of every rank, PCP-only mode) compiled with torch.compile(fullgraph=True): its custom op
+     torch.ops.kvcomm.publish_tensors publishes and runs the barrier; nothing is left for a local insert.
 
 Padded tokens (slot -1) go to a trash block in A and B (index_put_ cannot skip rows without a host sync); kvcomm skips
 them. The trash block is excluded from the comparison. Multicast stays off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
@@ -95,6 +98,8 @@ class Step:
         self.slots = torch.empty(self.per_rank, dtype=torch.int64, device=device)
         self.rank, self.world, self.layout = rank, world, layout
 
+        self.expanded = torch.empty(world * self.per_rank, dtype=torch.int64, device=device)  # vLLM's, every rank
+
     def fill(self, seed: int) -> None:
         """New rows and a new slot mapping (a permutation shared by all ranks; this rank's tokens, padded with -1)."""
         gen = torch.Generator(device="cpu").manual_seed(seed * 7919 + self.rank)
@@ -102,11 +107,15 @@ class Step:
         self.keys.copy_(torch.randint(0, 256, self.keys.shape, dtype=torch.uint8, generator=gen))
         self.scales.copy_(torch.randint(0, 256, self.scales.shape, dtype=torch.uint8, generator=gen))
         perm = torch.randperm(self.layout.blocks * BLOCK, generator=torch.Generator().manual_seed(seed))
-        first = self.rank * self.per_rank
-        mine = torch.full((self.per_rank,), -1, dtype=torch.int64)
-        real = max(0, min(self.per_rank, self.tokens_total - first))
-        mine[:real] = perm[first : first + real]
-        self.slots.copy_(mine)
+        shares = []
+        for r in range(self.world):
+            first = r * self.per_rank
+            share = torch.full((self.per_rank,), -1, dtype=torch.int64)
+            real = max(0, min(self.per_rank, self.tokens_total - first))
+            share[:real] = perm[first : first + real]
+            shares.append(share)
+        self.slots.copy_(shares[self.rank])
+        self.expanded.copy_(torch.cat(shares))
 
 
 class PathA:
@@ -183,6 +192,23 @@ class PathC:
         self.pub.barrier.sync()
 
 
+class PathD:
+    """kvcomm.pcp's drop-in for vLLM's _gather_prefill_cache_inputs, compiled (fullgraph) around the custom op."""
+
+    name = "D kvcomm.pcp op, compiled"
+
+    def __init__(self, step: Step, layout: CacheLayout, layer) -> None:
+        import kvcomm.pcp as kp
+
+        self.step, self.layer = step, layer
+        self.fn = torch.compile(lambda rows, keys, scales, expanded: kp.gather_prefill_cache_inputs(
+            (rows, keys, scales), expanded, 0, True, layer=layer), fullgraph=True)
+
+    def __call__(self) -> None:
+        s = self.step
+        self.fn(s.rows, s.keys, s.scales, s.expanded)
+
+
 def time_eager(fn, comm, warmup: int, iters: int) -> float:
     """Median microseconds of one call (CUDA events), ranks lined up before each call."""
     for _ in range(warmup):
@@ -256,6 +282,13 @@ def main() -> int:
     cache_c = buf.local()
     cache_c.fill_(0xA5)
     pub = kvcomm.Publisher(buf)
+    buf_d = kvcomm.SymmetricBuffer.create(comm, capacity, capacity, kind="cuda")
+    cache_d = buf_d.local()
+    import kvcomm.pcp as kp
+
+    places = [kp.Place(t.offset, t.block_size, t.block_stride, t.row_stride)
+              for t in layout.kvcomm_tensors(None, None, None)]
+    layer_d = kp.PcpLayer(kvcomm.Publisher(buf_d), places)
     path_b_cache = None
     if rank == 0:
         print(f"kvcomm {kvcomm.__version__}, torch {torch.__version__}, {world} ranks, publisher mode "
@@ -263,6 +296,8 @@ def main() -> int:
         print(f"cache: {layout.blocks} blocks of {BLOCK} tokens, Main-KV {MAIN_ROW} B + Indexer-K {KEY_ROW}+"
               f"{SCALE_ROW} B per token, {layout.total / 2**20:.1f} MiB per rank")
 
+    if world == 1 and rank == 0:
+        print("path D (kvcomm.pcp) needs 2 or more ranks: vLLM runs no PCP gather for one (nothing to publish)")
     results = []
     failures = 0
     for n in token_counts:
@@ -279,7 +314,9 @@ def main() -> int:
             path_b_cache = b
             paths.append(b)
         paths.append(PathC(step, layout, pub))
-        for cache in [cache_a, cache_c] + ([b.cache] if b is not None else []):
+        if world > 1:  # vLLM runs no PCP gather for one rank (its slot mapping is not expanded): nothing to publish
+            paths.append(PathD(step, layout, layer_d))
+        for cache in [cache_a, cache_c, cache_d] + ([b.cache] if b is not None else []):
             cache.fill_(0xA5)  # every path starts from the same poisoned state
 
         # Correctness, eager: every path from the same poisoned state, then C == A (and B == A) byte for byte.
@@ -291,13 +328,14 @@ def main() -> int:
         torch.cuda.synchronize()
         comm.barrier()
         pub.check_errors()
+        layer_d.publisher.check_errors()
         ref = layout.compared(cache_a)
-        ok = torch.equal(layout.compared(cache_c), ref)
+        ok = torch.equal(layout.compared(cache_c), ref) and (world == 1 or torch.equal(layout.compared(cache_d), ref))
         ok_b = b is None or torch.equal(layout.compared(b.cache), ref)
         if not all_ranks_true(ok and ok_b):
             failures += 1
             if rank == 0:
-                print(f"MISMATCH at {n} tokens: C == A {ok}, B == A {ok_b} (rank 0's view)")
+                print(f"MISMATCH at {n} tokens: C == A and D == A {ok}, B == A {ok_b} (rank 0's view)")
 
         row = {"tokens": n, "tokens_per_rank": step.per_rank, "ranks": world}
         for p in paths:
@@ -309,6 +347,8 @@ def main() -> int:
             try:
                 graphs[p.name] = capture(p)
             except Exception as e:  # noqa: BLE001 - report and keep measuring the others
+                if p.name in (PathC.name, PathD.name):
+                    failures += 1  # kvcomm's paths must capture
                 if rank == 0:
                     print(f"{p.name}: CUDA graph capture failed: {type(e).__name__}: {e}")
         comm.barrier()
@@ -320,14 +360,16 @@ def main() -> int:
         torch.cuda.synchronize()
         comm.barrier()
         pub.check_errors()
-        if PathA.name in graphs and PathC.name in graphs:
+        layer_d.publisher.check_errors()
+        if PathA.name in graphs and PathC.name in graphs and (world == 1 or PathD.name in graphs):
             ref = layout.compared(cache_a)
-            ok = torch.equal(layout.compared(cache_c), ref)
+            ok = torch.equal(layout.compared(cache_c), ref) and (world == 1 or
+                                                                 torch.equal(layout.compared(cache_d), ref))
             ok_b = b is None or PathB.name not in graphs or torch.equal(layout.compared(b.cache), ref)
             if not all_ranks_true(ok and ok_b):
                 failures += 1
                 if rank == 0:
-                    print(f"MISMATCH after graph replay at {n} tokens: C == A {ok}, B == A {ok_b} (rank 0's view)")
+                    print(f"MISMATCH after graph replay at {n} tokens: C == A and D == A {ok}, B == A {ok_b} (rank 0's view)")
         for p in paths:
             g = graphs.get(p.name)
             row[f"{p.name} graph"] = agree(time_eager(g.replay, comm, args.warmup, args.iters)) if g else None
@@ -344,7 +386,7 @@ def main() -> int:
         for row in results:
             cells = " ".join(f"{row[c]:>34.1f}" if row.get(c) is not None else f"{'n/a':>34}" for c in cols)
             print(f"{row['tokens']:>8} {cells}")
-        print(f"\nverification: {'C == A byte for byte on every rank' if failures == 0 else f'{failures} FAILED'}")
+        print(f"\nverification: {'C == A' + (' and D == A' if world > 1 else '') + ' byte for byte on every rank' if failures == 0 else f'{failures} FAILED'}")
         if args.json:
             with open(args.json, "a") as f:
                 for row in results:

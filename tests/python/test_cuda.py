@@ -407,6 +407,96 @@ def test_torch_ops_compiled_and_captured_in_cuda_graph(world):
         kt.unregister(fh)
 
 
+def _endpoint_server(seed: int, nb: int, bb: int, out, stop) -> None:
+    """A server process: a torch CUDA tensor registered with its endpoint, its metadata sent back, served until
+    `stop` is set (the peer path maps memory of another process: CUDA IPC does not open a process's own handles)."""
+    import traceback
+
+    try:
+        torch.cuda.set_device(0)
+        ep = kvcomm.Endpoint("server", tcp_address="127.0.0.1:0")
+        t = torch.from_numpy(np.random.default_rng(seed).integers(0, 256, nb * bb, dtype=np.uint8)).cuda()
+        reg = ep.register(t, [kvcomm.KvRegion(0, bb, 0, nb)])
+        out.put(reg.metadata())
+        stop.wait(300)
+        ep.close()
+    except BaseException:  # noqa: BLE001 - back to the test
+        out.put(traceback.format_exc())
+
+
+def test_torch_endpoint_read_compiled_and_captured_in_cuda_graph(world):
+    """torch.ops.kvcomm.endpoint_read from a server process's CUDA memory (a same-host peer: the device-id path), in
+    a function compiled with torch.compile(fullgraph=True) and captured in torch.cuda.graph (FULL graph capture of
+    endpoint reads), replayed with new ids each time: the client's cache byte for byte against the oracle (untouched
+    blocks keep their poison), the compiled reader sees the copies; a bad id is recorded and copies nothing."""
+    import multiprocessing as mp
+
+    import kvcomm.torch as kt
+
+    nb, bb, seed = 32, 4096, 11 + world.rank
+    served_bytes = np.random.default_rng(seed).integers(0, 256, nb * bb, dtype=np.uint8)
+    ctx = mp.get_context("spawn")
+    out, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=_endpoint_server, args=(seed, nb, bb, out, stop), daemon=True)
+    server.start()
+    client = kvcomm.Endpoint("client", tcp_address="127.0.0.1:0")
+    try:
+        metadata = out.get(timeout=120)
+        assert isinstance(metadata, bytes), metadata
+        client_t = torch.full((nb * bb,), POISON, dtype=torch.uint8, device="cuda")
+        mine = client.register(client_t, [kvcomm.KvRegion(0, bb, 0, nb)])
+        remote = client.connect(metadata)
+        h = kt.register((client, mine, remote))
+        r_ids = torch.zeros(8, dtype=torch.int64, device="cuda")
+        l_ids = torch.full((8,), -1, dtype=torch.int64, device="cuda")
+
+        def step(cache, r, l_):
+            torch.ops.kvcomm.endpoint_read(h, cache, r, l_)
+            return cache.sum(dtype=torch.int64)
+
+        explain = torch._dynamo.explain(step)(client_t, r_ids, l_ids)  # every pair skipped: the pair's first call
+        assert explain.graph_break_count == 0, explain.break_reasons
+        compiled = torch.compile(step, fullgraph=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            compiled(client_t, r_ids, l_ids)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            total = compiled(client_t, r_ids, l_ids)
+        want = np.full(nb * bb, POISON, np.uint8)
+        g = np.random.default_rng(seed + 100)
+        for replay in range(6):
+            src = g.integers(0, nb, 8).astype(np.int64)
+            dst = g.permutation(nb)[:8].astype(np.int64)
+            src[g.integers(0, 8)] = -1
+            r_ids.copy_(torch.from_numpy(src))
+            l_ids.copy_(torch.from_numpy(dst))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert client.poll_error(mine, remote) is None
+            for s_, d in zip(src.tolist(), dst.tolist()):
+                if s_ >= 0:
+                    want[d * bb:(d + 1) * bb] = served_bytes[s_ * bb:(s_ + 1) * bb]
+            np.testing.assert_array_equal(client_t.cpu().numpy(), want, err_msg=f"replay {replay}")
+            assert int(total) == int(want.astype(np.int64).sum())
+        r_ids.copy_(torch.tensor([1, 2, 999, 3, -1, -1, -1, -1]))  # a bad id: recorded, nothing copied for it
+        l_ids.copy_(torch.tensor([0, 1, 2, 3, -1, -1, -1, -1]))
+        graph.replay()
+        torch.cuda.synchronize()
+        err = client.poll_error(mine, remote)
+        assert err is not None and "999" in str(err), err
+        np.testing.assert_array_equal(client_t.cpu().numpy()[2 * bb:3 * bb], want[2 * bb:3 * bb])
+        del graph
+        kt.unregister(h)
+    finally:
+        client.close()
+        stop.set()
+        server.join(60)
+
+
 # ---- array properties on CUDA memory (test_properties.py's host properties, for CUDA arrays) ---------------------
 # Every array argument over torch CUDA tensors of every dtype (contiguous, strided, 2-d, 0-d, expanded, conjugate),
 # delivered as torch tensors, DLPack capsules and DLPack objects from torch, and __cuda_array_interface__ objects (also
