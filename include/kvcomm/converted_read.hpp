@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kvcomm/api.hpp"
@@ -41,13 +42,40 @@ struct ConvertedReadResult {
 /// endpoint described by `localContents`), converting TP split, block size and order on the way. Synchronous: it
 /// returns when every byte is in place, or when a source failed (status Failed, naming the source and the
 /// transport's error; then nothing was written into `local`, all or nothing). Each source used is read once, whole
-/// blocks (those the tokens need), into a host landing area this call registers and unregisters; the conversion
-/// then runs on this host from the landing areas.
+/// blocks (those the tokens need), into a host landing area registered with the endpoint; the conversion then runs
+/// on this host from the landing areas.
 /// Throws InvalidArgumentError before anything moves for what planConversion refuses (naming the source, region,
 /// table or index) and for an invalid handle; Unsupported for a CUDA local registration (not yet: host memory only).
+/// One-shot: its landing areas are allocated and registered for the call (page faults included); a ConvertedReader
+/// keeps them between reads.
 KVCOMM_API ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,
                                              const KvDescription& localContents,
                                              const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
                                              const ConvertedReadOptions& options = {});
+
+/// readConverted with landing areas kept between reads (one per source position, grown as needed, re-registered
+/// only when the layout a read needs changes), so that repeated reads pay neither allocation nor page faults. Reads
+/// through one reader run one at a time (a mutex); readers are independent. The endpoint must outlive it.
+class KVCOMM_API ConvertedReader {
+ public:
+  explicit ConvertedReader(Endpoint& endpoint);
+  /// Unregisters and frees its landing areas.
+  ~ConvertedReader();
+  ConvertedReader(ConvertedReader&&) noexcept;
+  ConvertedReader& operator=(ConvertedReader&&) noexcept;
+  ConvertedReader(const ConvertedReader&) = delete;
+  ConvertedReader& operator=(const ConvertedReader&) = delete;
+
+  ConvertedReadResult read(const Registration& local, const KvDescription& localContents,
+                           const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
+                           const ConvertedReadOptions& options = {});
+  /// Bytes of landing memory held between reads.
+  uint64_t landingBytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace kvcomm

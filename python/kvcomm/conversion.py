@@ -171,6 +171,50 @@ class ConvertedRead:
         return self.status.done
 
 
+class ConvertedReader:
+    """read_converted with its landing areas kept between reads (grown as needed): repeated reads pay neither
+    allocation nor page faults. Reads through one reader run one at a time; the endpoint must stay open."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        if not isinstance(endpoint, Endpoint):
+            raise invalid("kvcomm.conversion.ConvertedReader", -1,
+                          f"endpoint: expected a kvcomm.Endpoint, got {type(endpoint).__name__}")
+        self._endpoint = endpoint
+        self._native = _kvcomm.ConvertedReader(endpoint._native)
+
+    @property
+    def landing_bytes(self) -> int:
+        """Bytes of landing memory held between reads."""
+        return int(self._native.landing_bytes)
+
+    def read(self, local: Registration, local_contents: Sequence[KvContents],
+             sources: Sequence[Tuple[RemoteMemory, Sequence[KvContents]]], src_blocks: Any, dst_blocks: Any,
+             num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
+             timeout_ms: Optional[int] = None) -> "ConvertedRead":
+        """As read_converted (same arguments but the endpoint)."""
+        call = "kvcomm.conversion.ConvertedReader.read"
+        if not isinstance(local, Registration):
+            raise invalid(call, -1, f"local: expected a kvcomm.Registration, got {type(local).__name__}")
+        src = []
+        for i, s in enumerate(sources):
+            if not (isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], RemoteMemory)):
+                raise invalid(call, -1, f"sources[{i}]: expected a (kvcomm.RemoteMemory, contents) tuple")
+            src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
+        for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
+                raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
+        if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
+                not -(1 << 31) <= int(preferred_source) < (1 << 31):
+            raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
+        if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, np.integer))):
+            raise invalid(call, -1, f"timeout_ms {timeout_ms!r} is not an integer or None")
+        status, converted, landed, pieces, read = self._native.read(
+            local._native, _contents(local_contents, call, "local_contents"), src,
+            _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
+            int(num_tokens), int(preferred_source), _via(via, call), -1 if timeout_ms is None else int(timeout_ms))
+        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read))
+
+
 def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequence[KvContents],
                    sources: Sequence[Tuple[RemoteMemory, Sequence[KvContents]]], src_blocks: Any, dst_blocks: Any,
                    num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
@@ -179,31 +223,15 @@ def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequ
     registration and what it holds) into `local` (a host registration of `endpoint`, described by
     `local_contents`), converting TP split, block size and order; returns when every byte is in place or a source
     failed (then nothing was written). Raises InvalidArgumentError for what plan_conversion refuses, before anything
-    moves; UnsupportedError for a CUDA registration (host memory only, for now)."""
-    call = "kvcomm.conversion.read_converted"
+    moves; UnsupportedError for a CUDA registration (host memory only, for now). One-shot (its landing areas are
+    made for the call); a ConvertedReader keeps them between reads."""
     if not isinstance(endpoint, Endpoint):
-        raise invalid(call, -1, f"endpoint: expected a kvcomm.Endpoint, got {type(endpoint).__name__}")
-    if not isinstance(local, Registration):
-        raise invalid(call, -1, f"local: expected a kvcomm.Registration, got {type(local).__name__}")
-    src = []
-    for i, s in enumerate(sources):
-        if not (isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], RemoteMemory)):
-            raise invalid(call, -1, f"sources[{i}]: expected a (kvcomm.RemoteMemory, contents) tuple")
-        src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
-    for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
-            raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
-    if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
-            not -(1 << 31) <= int(preferred_source) < (1 << 31):
-        raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
-    if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, np.integer))):
-        raise invalid(call, -1, f"timeout_ms {timeout_ms!r} is not an integer or None")
-    status, converted, landed, pieces, read = _kvcomm.read_converted(
-        endpoint._native, local._native, _contents(local_contents, call, "local_contents"), src,
-        _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
-        int(num_tokens), int(preferred_source), _via(via, call), -1 if timeout_ms is None else int(timeout_ms))
-    return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read))
+        raise invalid("kvcomm.conversion.read_converted", -1,
+                      f"endpoint: expected a kvcomm.Endpoint, got {type(endpoint).__name__}")
+    return ConvertedReader(endpoint).read(local, local_contents, sources, src_blocks, dst_blocks, num_tokens,
+                                          first_token=first_token, preferred_source=preferred_source, via=via,
+                                          timeout_ms=timeout_ms)
 
 
-__all__ = ["ConvertedRead", "read_converted", "ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
+__all__ = ["ConvertedRead", "ConvertedReader", "read_converted", "ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
            "split_for_tp", "why_not_convertible"]

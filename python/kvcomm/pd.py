@@ -20,7 +20,7 @@ Caches laid out differently on the two sides (prefill TP 4, decode TP 2; other b
 give both sides their caches' contents (``contents=``, one list of kvcomm.conversion.KvContents per registration),
 and pass the decode side every prefill rank's parameters with the request's token count:
 ``pull(request_id, [params of each prefill rank], blocks, num_tokens=n)``. The pull then runs
-kvcomm.conversion.read_converted per registration (on a thread of its own: poll/wait/abort work as for a plain
+a kvcomm.conversion.ConvertedReader per registration (on a thread of its own: poll/wait/abort work as for a plain
 pull; abort waits for it to end), reading each head from a rank that holds it.
 
 Request ids are the engines' own; the parameters carry a random key of the producer's, so two engines' ids never
@@ -42,7 +42,7 @@ import numpy as np
 
 from ._endpoint import Endpoint, Registration, RemoteMemory, Transfer
 from ._errors import Error, check_int, invalid, shown
-from .conversion import KvContents, read_converted
+from .conversion import ConvertedReader, KvContents
 
 _PREFIX = b"kvcomm.pd "
 _VERSION = 1
@@ -222,6 +222,7 @@ class Consumer:
         self._limit = _num_blocks(self._regs)
         self._remotes: Dict[str, RemoteMemory] = {}
         self._pulls: Dict[str, "_Pull"] = {}
+        self._reader: Optional[ConvertedReader] = None  # converted pulls: landing areas kept between pulls
         self.unhandled: List[Any] = []
 
     @property
@@ -297,14 +298,17 @@ class Consumer:
             raise invalid(call, -1, "params' contents are not KvContents fields") from None
         remotes = [[self._remote(m) for m in metadata] for _, metadata, _, _ in many]
         pull = _Pull([k for k, *_ in many], [r[0] for r in remotes], local)
+        if self._reader is None:
+            self._reader = ConvertedReader(self._ep)
+        reader = self._reader
 
         def run() -> None:
             failed, errors = set(), []
             try:
                 for i, reg in enumerate(self._regs):
-                    got = read_converted(self._ep, reg, self._contents[i],
-                                         [(remotes[p][i], contents[p][i]) for p in range(len(many))], src_table,
-                                         local, n, first_token=first)
+                    got = reader.read(reg, self._contents[i],
+                                      [(remotes[p][i], contents[p][i]) for p in range(len(many))], src_table, local,
+                                      n, first_token=first)
                     if not got.ok:
                         failed.update(int(b) for b in got.status.failed_blocks.tolist())
                         errors.append(got.status.error)

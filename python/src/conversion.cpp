@@ -100,29 +100,32 @@ void bindConversion(nb::module_& m) {
       },
       nb::arg("pieces"), nb::arg("count"), nb::arg("src"), nb::arg("src_bytes"), nb::arg("dst"), nb::arg("dst_bytes"),
       "Internal: applyConversion on addresses the package checked.");
-  m.def(
-      "read_converted",
-      [](Endpoint& ep, const Registration& local, const std::vector<RawContents>& localContents,
-         const std::vector<std::pair<RemoteMemory, std::vector<RawContents>>>& sources,
-         const std::vector<int64_t>& srcBlocks, const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num,
-         int32_t preferred, TransferVia via, int64_t timeoutMs) {
-        std::vector<ConvertedSource> src;
-        for (const auto& [remote, contents] : sources) src.push_back({remote, toDescription(contents)});
-        ConvertedReadOptions o;
-        o.conversion.preferredSource = preferred;
-        o.via = via;
-        o.timeoutMs = timeoutMs;
-        ConvertedReadResult r;
-        {
-          nb::gil_scoped_release nogil;
-          r = readConverted(ep, local, toDescription(localContents), src, {srcBlocks, dstBlocks, first, num}, o);
-        }
-        nb::object status = statusToPython(std::move(r.status));
-        return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead);
-      },
-      nb::arg("endpoint"), nb::arg("local"), nb::arg("local_contents"), nb::arg("sources"), nb::arg("src_blocks"),
-      nb::arg("dst_blocks"), nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"),
-      nb::arg("timeout_ms"));
+  nb::class_<ConvertedReader>(m, "ConvertedReader", "readConverted with landing areas kept (kvcomm::ConvertedReader).")
+      .def(nb::init<Endpoint&>(), nb::arg("endpoint"), nb::keep_alive<1, 2>())
+      .def_prop_ro("landing_bytes", &ConvertedReader::landingBytes)
+      .def(
+          "read",
+          [](ConvertedReader& reader, const Registration& local, const std::vector<RawContents>& localContents,
+             const std::vector<std::pair<RemoteMemory, std::vector<RawContents>>>& sources,
+             const std::vector<int64_t>& srcBlocks, const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num,
+             int32_t preferred, TransferVia via, int64_t timeoutMs) {
+            std::vector<ConvertedSource> src;
+            for (const auto& [remote, contents] : sources) src.push_back({remote, toDescription(contents)});
+            ConvertedReadOptions o;
+            o.conversion.preferredSource = preferred;
+            o.via = via;
+            o.timeoutMs = timeoutMs;
+            ConvertedReadResult r;
+            {
+              nb::gil_scoped_release nogil;
+              r = reader.read(local, toDescription(localContents), src, {srcBlocks, dstBlocks, first, num}, o);
+            }
+            nb::object status = statusToPython(std::move(r.status));
+            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead);
+          },
+          nb::arg("local"), nb::arg("local_contents"), nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"),
+          nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"),
+          nb::arg("timeout_ms"));
 }
 
 }  // namespace kvcomm::py

@@ -7,9 +7,11 @@
 //      source landed, so a failure leaves the local memory as it was.
 #include "kvcomm/converted_read.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "common/check.hpp"
@@ -25,33 +27,99 @@ struct FreeBytes {
   void operator()(uint8_t* p) const noexcept { std::free(p); }
 };
 
-// A source's landing area: host memory registered with this endpoint for the read, unregistered on the way out.
+bool sameLayout(const KvLayout& a, const KvLayout& b) {
+  if (a.regions.size() != b.regions.size()) return false;
+  for (size_t i = 0; i < a.regions.size(); ++i)
+    if (a.regions[i].offset != b.regions[i].offset || a.regions[i].blockBytes != b.regions[i].blockBytes ||
+        a.regions[i].numBlocks != b.regions[i].numBlocks)
+      return false;
+  return true;
+}
+
+// A source position's landing area: host memory registered with the endpoint, kept between reads of a reader.
 struct Landing {
   Endpoint* endpoint = nullptr;
   std::unique_ptr<uint8_t, FreeBytes> memory;
-  size_t bytes = 0;
+  uint64_t capacity = 0;
+  uint64_t bytes = 0;
   KvLayout layout;
   Registration registration;
 
   Landing() = default;
   Landing(Landing&&) = default;
   Landing& operator=(Landing&&) = delete;
-  ~Landing() {
+  ~Landing() { unregister(); }
+
+  void unregister() noexcept {
     if (!registration.valid()) return;
+    if (!registration.registered()) {  // the endpoint closed (it unregistered everything)
+      registration = Registration();
+      return;
+    }
     try {
       endpoint->unregister(registration);
     } catch (const std::exception& e) {
       KVCOMM_WARN(kCall, ": unregistering a landing area: ", e.what());
     }
+    registration = Registration();
+  }
+
+  // Laid out as `want` (`need` bytes): the memory grows when too small, the registration follows the layout.
+  void prepare(Endpoint& ep, const KvLayout& want, uint64_t need) {
+    endpoint = &ep;
+    if (registration.valid() && bytes == need && sameLayout(layout, want)) return;
+    unregister();
+    if (need > capacity) {
+      const uint64_t rounded = (need + 4095) / 4096 * 4096;
+      memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
+      if (!memory) KVCOMM_THROW(SystemError, kCall, "cannot allocate a landing area of ", rounded, " bytes");
+      capacity = rounded;
+    }
+    layout = want;
+    bytes = need;
+    registration = ep.registerMemory(memory.get(), bytes, MemoryKind::Host, layout);
   }
 };
 
 }  // namespace
 
+struct ConvertedReader::Impl {
+  Endpoint* endpoint = nullptr;
+  std::mutex mu;
+  std::vector<Landing> landings;  // by source position
+};
+
+ConvertedReader::ConvertedReader(Endpoint& endpoint) : impl_(std::make_unique<Impl>()) {
+  KVCOMM_CHECK_ARG(endpoint.valid(), "ConvertedReader", "empty endpoint");
+  impl_->endpoint = &endpoint;
+}
+ConvertedReader::~ConvertedReader() = default;
+ConvertedReader::ConvertedReader(ConvertedReader&&) noexcept = default;
+ConvertedReader& ConvertedReader::operator=(ConvertedReader&&) noexcept = default;
+
+uint64_t ConvertedReader::landingBytes() const {
+  KVCOMM_CHECK_ARG(impl_, "ConvertedReader::landingBytes", "empty reader (moved from)");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint64_t n = 0;
+  for (const Landing& l : impl_->landings) n += l.capacity;
+  return n;
+}
+
 ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local, const KvDescription& localContents,
                                   const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
                                   const ConvertedReadOptions& options) {
   KVCOMM_CHECK_ARG(endpoint.valid(), kCall, "empty endpoint");
+  ConvertedReader reader(endpoint);
+  return reader.read(local, localContents, sources, tokens, options);
+}
+
+ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDescription& localContents,
+                                          const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
+                                          const ConvertedReadOptions& options) {
+  KVCOMM_CHECK_ARG(impl_, kCall, "empty reader (moved from)");
+  std::lock_guard<std::mutex> readerLock(impl_->mu);
+  Endpoint& endpoint = *impl_->endpoint;
+  KVCOMM_CHECK_ARG(endpoint.valid(), kCall, "the reader's endpoint is closed");
   KVCOMM_CHECK_ARG(local.valid() && local.registered(), kCall, "the local registration is empty or unregistered");
   if (local.kind() != MemoryKind::Host)
     KVCOMM_THROW(Unsupported, kCall,
@@ -79,22 +147,20 @@ ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,
   for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<int64_t>(i);
 
   // ---- phase 2: land the needed blocks of every source used ----
-  std::vector<Landing> landings(sources.size());
-  std::vector<Transfer> reads(sources.size());  // declared after the landings: destroyed (waited for) first
+  std::vector<Landing>& landings = impl_->landings;
+  if (landings.size() < sources.size()) landings.resize(sources.size());
+  std::vector<Transfer> reads(sources.size());  // waited for (destroyed) before this call returns
   for (size_t s = 0; s < sources.size(); ++s) {
     if (first.pieces[s].empty() || remoteIds.empty()) continue;
     result.sourcesRead.push_back(static_cast<int32_t>(s));
-    Landing& l = landings[s];
-    l.endpoint = &endpoint;
+    KvLayout want;
     uint64_t at = 0;
     for (const KvRegion& r : sources[s].remote.layout().regions) {
-      l.layout.regions.push_back({at, r.blockBytes, r.blockBytes, remoteIds.size()});
+      want.regions.push_back({at, r.blockBytes, r.blockBytes, remoteIds.size()});
       at += r.blockBytes * remoteIds.size();
     }
-    l.bytes = std::max<uint64_t>(at, 1);
-    l.memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (l.bytes + 4095) / 4096 * 4096)));
-    if (!l.memory) KVCOMM_THROW(SystemError, kCall, "cannot allocate a landing area of ", l.bytes, " bytes");
-    l.registration = endpoint.registerMemory(l.memory.get(), l.bytes, MemoryKind::Host, l.layout);
+    Landing& l = landings[s];
+    l.prepare(endpoint, want, std::max<uint64_t>(at, 1));
     TransferOptions o;
     o.via = options.via;
     reads[s] = endpoint.read(l.registration, sources[s].remote, remoteIds.data(), packed.data(), remoteIds.size(), o);
@@ -115,7 +181,7 @@ ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,
                               : detail::cat("source ", s, " (", sources[s].remote.peerName(), "): ", st.error);
     result.status.failedBlocks = localTouched;
     result.bytesLanded = 0;
-    return result;  // the transfers are cancelled and waited for, then the landing areas unregistered and freed
+    return result;  // the transfers are cancelled and waited for before the landing areas can be reused
   }
 
   // ---- phase 3: the plan against the landing areas, applied ----

@@ -135,6 +135,16 @@ def test_read_converted_from_endpoints_tp2_to_tp1(arenas):
         want = np.full_like(mem, POISON)
         place(model, layout, contents, dtable, want, 3, T, also=table, also_tpb=16)
         np.testing.assert_array_equal(mem, want)
+        # A reader keeps its landing areas: a second read of the same shape allocates nothing more.
+        from kvcomm.conversion import ConvertedReader
+        reader = ConvertedReader(dec)
+        for _ in range(2):
+            mem[:] = POISON
+            got = reader.read(mine, contents, sources, table, dtable, T - 3, first_token=3)
+            assert got.ok, got
+            np.testing.assert_array_equal(mem, want)
+            held = reader.landing_bytes if _ == 0 else held
+        assert reader.landing_bytes == held > 0
         # A revoked source: Failed, naming it; the decode memory as it was.
         regs[1].revoke()
         mem[:] = POISON
