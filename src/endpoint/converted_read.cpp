@@ -185,10 +185,14 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   }
 
   // ---- phase 3: the plan against the landing areas, applied ----
+  // Sources not read this time keep their own layout (a reader's landing area at that position may be another
+  // read's); no piece comes from them.
   std::vector<KvConversionSource> landed;
-  for (size_t s = 0; s < sources.size(); ++s)
-    landed.push_back(
-        {landings[s].registration.valid() ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const bool read = std::find(result.sourcesRead.begin(), result.sourcesRead.end(), static_cast<int32_t>(s)) !=
+                      result.sourcesRead.end();
+    landed.push_back({read ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+  }
   KvTokenRange remapped = tokens;
   for (int64_t& b : remapped.srcBlocks) {
     auto it = landingId.find(b);

@@ -227,6 +227,26 @@ TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
     held = reader.landingBytes();
     EXPECT_GT(held, 0u);
   }
+  // A replicated region read from source 1 over a few tokens, then from source 0 over all of them: source 1's
+  // landing area from the first read (fewer blocks) plays no part in the second.
+  std::vector<std::unique_ptr<Prefill>> mla;
+  for (uint32_t r = 0; r < 2; ++r) mla.push_back(prefill(Model::Mla, 2, r, 16, KvOrder::TokensHeadsDim, false, 40 + r));
+  fill(mla, mla[0]->side.table);
+  auto mdec = decode(Model::Mla, 1, 0, 32, KvOrder::TokensHeadsDim, 43);
+  ConvertedReader mreader(mdec->ep);
+  for (auto [preferred, count] : std::vector<std::pair<int32_t, uint64_t>>{{1, 40}, {0, kTokens}}) {
+    std::fill(mdec->side.mem.begin(), mdec->side.mem.end(), kPoison);
+    ConvertedReadOptions o;
+    o.conversion.preferredSource = preferred;
+    ConvertedReadResult r = mreader.read(mdec->reg, mdec->side.desc, sourcesOf(*mdec, mla),
+                                         {mla[0]->side.table, mdec->side.table, 0, count}, o);
+    ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
+    EXPECT_EQ(r.sourcesRead, std::vector<int32_t>{preferred});
+    Side want = mdec->side;
+    std::fill(want.mem.begin(), want.mem.end(), kPoison);
+    kvtest::lay(want, 0, count, &mla[0]->side.table, 16);
+    ASSERT_EQ(mdec->side.mem, want.mem) << "preferred source " << preferred;
+  }
   ConvertedReader moved = std::move(reader);
   EXPECT_EQ(moved.landingBytes(), held);
   EXPECT_THROW((void)reader.landingBytes(), Error);  // NOLINT(bugprone-use-after-move): refused, not undefined
