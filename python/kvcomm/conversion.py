@@ -15,12 +15,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _kvcomm
-from ._errors import invalid
+from ._errors import check_int, invalid
 from ._endpoint import Endpoint, Registration, RemoteMemory, _via
 from ._fetch import FetchStatus, KvRegion
 
 _ORDERS = {"nhd": 0, "hnd": 1}
-_U32 = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
@@ -56,12 +55,8 @@ class ConversionPlan:
 def _raw(c: Any, call: str, what: str) -> tuple:
     if not isinstance(c, KvContents):
         raise invalid(call, -1, f"{what}: expected a kvcomm.conversion.KvContents, got {type(c).__name__}")
-    fields = []
-    for name in ("element_bytes", "head_dim", "tokens_per_block", "num_heads", "head_begin", "head_end"):
-        v = getattr(c, name)
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) <= _U32:
-            raise invalid(call, -1, f"{what}: {name} {v!r} is not an integer in [0, 2**32)")
-        fields.append(int(v))
+    fields = [check_int(getattr(c, name), f"{what}: {name}", call, -1, 1 << 32)
+              for name in ("element_bytes", "head_dim", "tokens_per_block", "num_heads", "head_begin", "head_end")]
     if c.order not in _ORDERS:
         raise invalid(call, -1, f"{what}: order {c.order!r} is not 'nhd' or 'hnd'")
     if not isinstance(c.replicated, bool):
@@ -92,6 +87,13 @@ def _blocks(table: Any, call: str, what: str) -> List[int]:
     return [int(x) for x in a]
 
 
+def _token_args(call: str, num_tokens: Any, first_token: Any, preferred_source: Any) -> Tuple[int, int, int]:
+    """(num_tokens, first_token, preferred_source) checked as the native signatures take them."""
+    return (check_int(num_tokens, "num_tokens", call, -1, 1 << 63),
+            check_int(first_token, "first_token", call, -1, 1 << 63),
+            check_int(preferred_source, "preferred_source", call, -1, 1 << 31, -(1 << 31)))
+
+
 def check_description(layout: Sequence[KvRegion], contents: Sequence[KvContents]) -> None:
     """Raises InvalidArgumentError, naming the region and the field, unless `contents` describe `layout`."""
     call = "kvcomm.conversion.check_description"
@@ -102,10 +104,8 @@ def split_for_tp(model: KvContents, tp_size: int, tp_rank: int) -> KvContents:
     """`model` as TP rank `tp_rank` of `tp_size` holds it (heads split as engines split them; counts must divide)."""
     call = "kvcomm.conversion.split_for_tp"
     raw = _raw(model, call, "model")
-    for name, v in (("tp_size", tp_size), ("tp_rank", tp_rank)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) <= _U32:
-            raise invalid(call, -1, f"{name} {v!r} is not an integer in [0, 2**32)")
-    return _back(_kvcomm.split_for_tp(raw, int(tp_size), int(tp_rank)))
+    return _back(_kvcomm.split_for_tp(raw, check_int(tp_size, "tp_size", call, -1, 1 << 32),
+                                      check_int(tp_rank, "tp_rank", call, -1, 1 << 32)))
 
 
 def why_not_convertible(src: Sequence[KvContents], dst: Sequence[KvContents]) -> str:
@@ -126,16 +126,10 @@ def plan_conversion(sources: Sequence[Tuple[Sequence[KvRegion], Sequence[KvConte
         if not (isinstance(s, tuple) and len(s) == 2):
             raise invalid(call, -1, f"sources[{i}]: expected a (layout, contents) tuple")
         src.append((_regions(s[0], call, f"sources[{i}] layout"), _contents(s[1], call, f"sources[{i}] contents")))
-    for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
-            raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
-    if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
-            not -(1 << 31) <= int(preferred_source) < (1 << 31):
-        raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
+    n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
     pieces, heads, total = _kvcomm.plan_conversion(
         src, _regions(dst_layout, call, "dst_layout"), _contents(dst_contents, call, "dst_contents"),
-        _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
-        int(num_tokens), int(preferred_source))
+        _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n, preferred)
     return ConversionPlan(list(pieces), [list(h) for h in heads], int(total))
 
 
@@ -200,18 +194,12 @@ class ConvertedReader:
             if not (isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], RemoteMemory)):
                 raise invalid(call, -1, f"sources[{i}]: expected a (kvcomm.RemoteMemory, contents) tuple")
             src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
-        for name, v in (("num_tokens", num_tokens), ("first_token", first_token)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < (1 << 63):
-                raise invalid(call, -1, f"{name} {v!r} is not a non-negative integer")
-        if isinstance(preferred_source, bool) or not isinstance(preferred_source, (int, np.integer)) or \
-                not -(1 << 31) <= int(preferred_source) < (1 << 31):
-            raise invalid(call, -1, f"preferred_source {preferred_source!r} is not an integer")
-        if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, np.integer))):
-            raise invalid(call, -1, f"timeout_ms {timeout_ms!r} is not an integer or None")
+        n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
+        timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
         status, converted, landed, pieces, read = self._native.read(
             local._native, _contents(local_contents, call, "local_contents"), src,
-            _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), int(first_token),
-            int(num_tokens), int(preferred_source), _via(via, call), -1 if timeout_ms is None else int(timeout_ms))
+            _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n, preferred,
+            _via(via, call), timeout)
         return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read))
 
 

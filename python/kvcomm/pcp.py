@@ -32,7 +32,7 @@ from . import torch as kt
 from ._errors import invalid
 from ._publish import Publisher
 
-_THEN = {"none": 0, "barrier": 1, "signal": 2}
+_THEN = {name: code for code, name in kt._THEN.items()}  # the op's codes for then=
 
 
 @dataclass(frozen=True)

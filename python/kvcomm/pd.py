@@ -42,7 +42,7 @@ import numpy as np
 
 from ._endpoint import Endpoint, Registration, RemoteMemory, Transfer
 from ._errors import Error, check_int, invalid, shown
-from .conversion import ConvertedReader, KvContents
+from .conversion import ConvertedReader, KvContents, check_description
 
 _PREFIX = b"kvcomm.pd "
 _VERSION = 1
@@ -76,8 +76,6 @@ def _contents(contents: Any, regs: Sequence[Registration], call: str) -> Optiona
     """One list of KvContents per registration (checked against its layout), or None."""
     if contents is None:
         return None
-    from .conversion import check_description
-
     out = [list(c) for c in contents]
     if len(out) != len(regs):
         raise invalid(call, -1, f"contents has {len(out)} entries, one per registration ({len(regs)}) is needed")

@@ -35,15 +35,20 @@ struct Prefill {  // destroyed in reverse: the endpoint (it unregisters) before 
   Registration reg;
 };
 
+// An endpoint listening on the loopback, named as peers' errors will name it.
+Endpoint loopbackEndpoint(const std::string& name) {
+  EndpointOptions o;
+  o.name = name;
+  o.tcpAddress = "127.0.0.1:0";
+  return Endpoint::create(o);
+}
+
 std::unique_ptr<Prefill> prefill(Model m, uint32_t tp, uint32_t rank, uint32_t tpb, KvOrder order, bool arena,
                                  uint64_t seed) {
   auto p = std::make_unique<Prefill>();
   std::mt19937_64 rng(seed);
   p->side = kvtest::makeSide(m, tp, rank, tpb, order, (kTokens + tpb - 1) / tpb, rng);
-  EndpointOptions o;
-  o.name = "prefill-" + std::to_string(rank);
-  o.tcpAddress = "127.0.0.1:0";
-  p->ep = Endpoint::create(o);
+  p->ep = loopbackEndpoint("prefill-" + std::to_string(rank));
   if (arena) {
     ArenaOptions ao;
     ao.kind = MemoryKind::Host;
@@ -75,10 +80,7 @@ std::unique_ptr<Decode> decode(Model m, uint32_t tp, uint32_t rank, uint32_t tpb
   auto d = std::make_unique<Decode>();
   std::mt19937_64 rng(seed);
   d->side = kvtest::makeSide(m, tp, rank, tpb, order, (kTokens + tpb - 1) / tpb, rng);
-  EndpointOptions o;
-  o.name = "decode-" + std::to_string(rank);
-  o.tcpAddress = "127.0.0.1:0";
-  d->ep = Endpoint::create(o);
+  d->ep = loopbackEndpoint("decode-" + std::to_string(rank));
   d->reg = d->ep.registerMemory(d->side.mem.data(), d->side.mem.size(), MemoryKind::Host, d->side.layout);
   return d;
 }
