@@ -534,25 +534,19 @@ TEST_P(Fetch, PathsThatCannotRunAreRefusedLoudly) {
   }
   // A path outside the enum (an integer cast by the caller) is an InvalidArgumentError naming the call and the
   // value, not an Unsupported naming some path; fetchAll's refusal still runs both barriers (no rank is stranded).
+  // Each call that takes options refuses `o`, naming itself and `what`.
+  auto everyCallRefuses = [&](const std::string& what) {
+    expectError([&] { (void)f.plan({q}, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::plan", what});
+    expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::fetch", what});
+    expectError([&] { (void)f.start({q}, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::start", what});
+    expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::fetchAll", what});
+  };
   o.path = static_cast<FetchPath>(77);
-  expectError([&] { (void)f.plan({q}, o); }, kvcomm::ErrorCode::InvalidArgument, {"Fetcher::plan", "options.path 77"});
-  expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::fetch", "options.path 77"});
-  expectError([&] { (void)f.start({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::start", "options.path 77"});
-  expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::fetchAll", "options.path 77"});
-  // The same for a validation outside its enum, in every call that takes options.
+  everyCallRefuses("options.path 77");
+  // The same for a validation outside its enum.
   o.path = FetchPath::Auto;
   o.validation = static_cast<kvcomm::FetchValidation>(9);
-  expectError([&] { (void)f.plan({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::plan", "options.validation 9"});
-  expectError([&] { f.fetch({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::fetch", "options.validation 9"});
-  expectError([&] { (void)f.start({q}, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::start", "options.validation 9"});
-  expectError([&] { f.fetchAll({q}, nullptr, o); }, kvcomm::ErrorCode::InvalidArgument,
-              {"Fetcher::fetchAll", "options.validation 9"});
+  everyCallRefuses("options.validation 9");
   kvtest::synchronize(kind_);
   comm.barrier();
 }
