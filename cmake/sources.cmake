@@ -89,6 +89,7 @@ set(KVCOMM_CUDA_SOURCES
     src/kernels/publish.cu
     src/kernels/barrier.cu
     src/kernels/fetch.cu
+    src/kernels/pieces.cu
     src/kernels/dependent_launch.cu
     src/fetch/device_copy.cpp
     src/fetch/checked_launch.cpp

@@ -1,7 +1,8 @@
 // kvcomm: reading a token range from peers whose caches are laid out differently (TP split, block size, token/head
-// order; kv_contents.hpp) into a local registration, converting on the way (kv_conversion.hpp). Over endpoints: the
-// sources' blocks land through the usual path (same-host peer mapping, RDMA, TCP), then the plan's pieces rebuild
-// the local blocks.
+// order; kv_contents.hpp) into a local registration, converting on the way (kv_conversion.hpp). Over endpoints: a
+// source on this host is read straight through its mapping; any other source's blocks land through the usual path
+// (RDMA, TCP) in a landing area on the local side first. The plan's pieces then rebuild the local blocks: memcpy
+// into host memory, one conversion kernel launch into CUDA memory.
 #pragma once
 
 #include <cstdint>
@@ -31,21 +32,28 @@ struct ConvertedReadOptions {
 };
 
 struct ConvertedReadResult {
-  FetchStatus status;                ///< Done, or Failed naming the source and why (then nothing was written locally)
-  uint64_t bytesConverted = 0;       ///< bytes written into the local registration
-  uint64_t bytesLanded = 0;          ///< bytes the transports moved (whole source blocks)
-  size_t pieces = 0;                 ///< contiguous copies of the plan
-  std::vector<int32_t> sourcesRead;  ///< the sources that supplied a head (the others were not read)
+  FetchStatus status;                  ///< Done, or Failed naming the source and why (then nothing was written locally)
+  uint64_t bytesConverted = 0;         ///< bytes written into the local registration
+  uint64_t bytesLanded = 0;            ///< bytes the transports moved (whole source blocks)
+  size_t pieces = 0;                   ///< contiguous copies of the plan
+  std::vector<int32_t> sourcesRead;    ///< the sources that supplied a head (the others were not read)
+  std::vector<int32_t> sourcesMapped;  ///< of those, the ones read through a same-host mapping (nothing landed)
 };
 
-/// Reads tokens [tokens.firstToken, + tokens.numTokens) from `sources` into `local` (a host registration of this
-/// endpoint described by `localContents`), converting TP split, block size and order on the way. Synchronous: it
-/// returns when every byte is in place, or when a source failed (status Failed, naming the source and the
-/// transport's error; then nothing was written into `local`, all or nothing). Each source used is read once, whole
-/// blocks (those the tokens need), into a host landing area registered with the endpoint; the conversion then runs
-/// on this host from the landing areas.
+/// Reads tokens [tokens.firstToken, + tokens.numTokens) from `sources` into `local` (a host or CUDA registration of
+/// this endpoint described by `localContents`), converting TP split, block size and order on the way. Synchronous:
+/// it returns when every byte is in place, or when a source failed (status Failed, naming the source and the
+/// transport's error; then nothing was written into `local`, all or nothing).
+/// How each source used is read (options.via as Endpoint::read takes it): Auto reads a source on this host with
+/// memory of the local kind through the peer path's mapping, the pieces copied straight out of it (no landing, no
+/// second pass: the layout changes in the copy); any other source (another host, another memory kind; or via Tcp /
+/// Rdma) has the whole blocks the tokens need read once, by the transport, into a landing area of the local memory's
+/// kind registered with the endpoint, and the pieces are copied from there. Host memory: memcpy; CUDA memory: one
+/// launch of the conversion kernel on the local registration's device, waited for. A mapped source's memory is held
+/// mapped until the copies ended (its owner's revoke or unregister waits that long).
 /// Throws InvalidArgumentError before anything moves for what planConversion refuses (naming the source, region,
-/// table or index) and for an invalid handle; Unsupported for a CUDA local registration (not yet: host memory only).
+/// table or index) and for an invalid handle; Unsupported when via is Peer and the peer path cannot reach a source
+/// (naming it and why). A source whose owner refuses its metadata (stale, forged, unregistered) fails the read.
 /// One-shot: its landing areas are allocated and registered for the call (page faults included); a ConvertedReader
 /// keeps them between reads.
 KVCOMM_API ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,

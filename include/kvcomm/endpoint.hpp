@@ -101,6 +101,9 @@ struct DeviceTransferBatch {
 };
 
 class Endpoint;
+namespace detail {
+struct EndpointAccess;  // the library's own layers above endpoints (converted reads)
+}
 
 /// Memory registered with an endpoint (a handle; copies share the registration). Dropping the handles does not
 /// unregister: the endpoint serves the memory until Endpoint::unregister() or close(), so unregister before freeing
@@ -143,6 +146,7 @@ class KVCOMM_API Registration {
 
  private:
   friend class Endpoint;
+  friend struct detail::EndpointAccess;
   explicit Registration(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };
@@ -172,6 +176,7 @@ class KVCOMM_API RemoteMemory {
 
  private:
   friend class Endpoint;
+  friend struct detail::EndpointAccess;
   explicit RemoteMemory(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };
@@ -306,6 +311,7 @@ class KVCOMM_API Endpoint {
   struct Impl;
 
  private:
+  friend struct detail::EndpointAccess;
   explicit Endpoint(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

@@ -2,8 +2,9 @@
 which source land where in a cache laid out differently (another TP split, block size, token/head order). The C++
 API's ``kvcomm/kv_contents.hpp`` and ``kvcomm/kv_conversion.hpp``, with the same checks (docs/api/kv-conversion.md).
 
-``read_converted`` reads a token range from endpoints whose caches are laid out differently into a host
-registration (the sources' blocks land through the usual path, then the plan rebuilds the local blocks);
+``read_converted`` reads a token range from endpoints whose caches are laid out differently into a host or CUDA
+registration (same-host sources straight through their mappings; others land through the usual path first; the
+plan's pieces then rebuild the local blocks: memcpy, or one conversion kernel on the GPU);
 ``apply_conversion`` applies a plan between host arrays.
 """
 
@@ -152,13 +153,15 @@ def apply_conversion(pieces: np.ndarray, src: np.ndarray, dst: np.ndarray) -> No
 @dataclass
 class ConvertedRead:
     """What read_converted did: `status` (a FetchStatus: Done, or Failed naming the source, nothing written),
-    `bytes_converted` into the local registration, `bytes_landed` by the transports, `pieces`, `sources_read`."""
+    `bytes_converted` into the local registration, `bytes_landed` by the transports, `pieces`, `sources_read`, and
+    `sources_mapped` (those read straight through a same-host mapping: nothing landed for them)."""
 
     status: Any
     bytes_converted: int
     bytes_landed: int
     pieces: int
     sources_read: List[int]
+    sources_mapped: List[int]
 
     @property
     def ok(self) -> bool:
@@ -196,11 +199,11 @@ class ConvertedReader:
             src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
         n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
         timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
-        status, converted, landed, pieces, read = self._native.read(
+        status, converted, landed, pieces, read, mapped = self._native.read(
             local._native, _contents(local_contents, call, "local_contents"), src,
             _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n, preferred,
             _via(via, call), timeout)
-        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read))
+        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
 
 
 def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequence[KvContents],
@@ -208,11 +211,13 @@ def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequ
                    num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
                    timeout_ms: Optional[int] = None) -> ConvertedRead:
     """Reads tokens [first_token, first_token + num_tokens) from `sources` ((remote, contents) each: a peer's
-    registration and what it holds) into `local` (a host registration of `endpoint`, described by
+    registration and what it holds) into `local` (a host or CUDA registration of `endpoint`, described by
     `local_contents`), converting TP split, block size and order; returns when every byte is in place or a source
-    failed (then nothing was written). Raises InvalidArgumentError for what plan_conversion refuses, before anything
-    moves; UnsupportedError for a CUDA registration (host memory only, for now). One-shot (its landing areas are
-    made for the call); a ConvertedReader keeps them between reads."""
+    failed (then nothing was written). `via="auto"` reads a source on this host with memory of the local kind
+    through its mapping (no landing); others land first (via "tcp"/"rdma": every source lands). Raises
+    InvalidArgumentError for what plan_conversion refuses, before anything moves; UnsupportedError when via="peer"
+    cannot reach a source. One-shot (its landing areas are made for the call); a ConvertedReader keeps them between
+    reads."""
     if not isinstance(endpoint, Endpoint):
         raise invalid("kvcomm.conversion.read_converted", -1,
                       f"endpoint: expected a kvcomm.Endpoint, got {type(endpoint).__name__}")

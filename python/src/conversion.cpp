@@ -121,7 +121,7 @@ void bindConversion(nb::module_& m) {
               r = reader.read(local, toDescription(localContents), src, {srcBlocks, dstBlocks, first, num}, o);
             }
             nb::object status = statusToPython(std::move(r.status));
-            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead);
+            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
           },
           nb::arg("local"), nb::arg("local_contents"), nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"),
           nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"),

@@ -1,31 +1,37 @@
 // Converted reads over endpoints, in three phases:
 //   1. plan against the sources' own layouts (every check runs here, before anything moves) and find the source
 //      blocks the tokens need;
-//   2. land those blocks of each source used, whole, in a host landing area laid out as the source's regions with
-//      the blocks packed (an ordinary Endpoint::read: any transport, every check the owner runs);
-//   3. plan again against the landing areas and copy the pieces into the local registration -- only once every
-//      source landed, so a failure leaves the local memory as it was.
+//   2. a source on this host with memory of the local kind is mapped (the peer path's mapping): its pieces are
+//      copied straight out of it. Any other source's blocks land, whole, in a landing area of the local kind laid out
+//      as the source's regions with the blocks packed (an ordinary Endpoint::read: any transport, every check the
+//      owner runs);
+//   3. plan again against the landing areas, then copy every piece into the local registration -- memcpy for host
+//      memory, one conversion kernel launch for CUDA memory -- only once every source landed or is mapped, so a
+//      failure leaves the local memory as it was.
 #include "kvcomm/converted_read.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "device/device_memory.hpp"
+#include "endpoint/endpoint_access.hpp"
+#include "endpoint/peer_mapping.hpp"
+#include "fetch/device_copy.hpp"
 
 namespace kvcomm {
 
 namespace {
 
 constexpr const char* kCall = "readConverted";
-
-struct FreeBytes {
-  void operator()(uint8_t* p) const noexcept { std::free(p); }
-};
 
 bool sameLayout(const KvLayout& a, const KvLayout& b) {
   if (a.regions.size() != b.regions.size()) return false;
@@ -36,10 +42,57 @@ bool sameLayout(const KvLayout& a, const KvLayout& b) {
   return true;
 }
 
-// A source position's landing area: host memory registered with the endpoint, kept between reads of a reader.
+// Landing memory: host (aligned_alloc) or device memory of one CUDA device (allocated and freed on it).
+class LandingMemory {
+ public:
+  LandingMemory() = default;
+  LandingMemory(MemoryKind kind, int device, uint64_t bytes) : kind_(kind), device_(device) {
+    if (kind == MemoryKind::Cuda) {
+      detail::onDevice(device, [&] { p_ = static_cast<uint8_t*>(detail::deviceAlloc(bytes)); });
+    } else {
+      p_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+      if (!p_) KVCOMM_THROW(SystemError, kCall, "cannot allocate a landing area of ", bytes, " bytes");
+    }
+  }
+  ~LandingMemory() { release(); }
+  LandingMemory(LandingMemory&& o) noexcept { *this = std::move(o); }
+  LandingMemory& operator=(LandingMemory&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      kind_ = o.kind_;
+      device_ = o.device_;
+    }
+    return *this;
+  }
+  uint8_t* get() const { return p_; }
+  MemoryKind kind() const { return kind_; }
+  int device() const { return device_; }
+
+ private:
+  void release() noexcept {
+    if (!p_) return;
+    if (kind_ == MemoryKind::Cuda) {
+      try {
+        detail::onDevice(device_, [p = p_] { detail::deviceFree(p); });
+      } catch (const std::exception& e) {
+        KVCOMM_WARN(kCall, ": freeing a device landing area: ", e.what());
+      }
+    } else {
+      std::free(p_);
+    }
+    p_ = nullptr;
+  }
+  uint8_t* p_ = nullptr;
+  MemoryKind kind_ = MemoryKind::Host;
+  int device_ = -1;
+};
+
+// A source position's landing area: memory of the local registration's kind registered with the endpoint, kept
+// between reads of a reader.
 struct Landing {
   Endpoint* endpoint = nullptr;
-  std::unique_ptr<uint8_t, FreeBytes> memory;
+  LandingMemory memory;
   uint64_t capacity = 0;
   uint64_t bytes = 0;
   KvLayout layout;
@@ -64,22 +117,46 @@ struct Landing {
     registration = Registration();
   }
 
-  // Laid out as `want` (`need` bytes): the memory grows when too small, the registration follows the layout.
-  void prepare(Endpoint& ep, const KvLayout& want, uint64_t need) {
+  // Laid out as `want` (`need` bytes) in memory of `kind` (on `device`): the memory grows (or moves to that kind or
+  // device) when it must, the registration follows the layout.
+  void prepare(Endpoint& ep, const KvLayout& want, uint64_t need, MemoryKind kind, int device) {
     endpoint = &ep;
-    if (registration.valid() && bytes == need && sameLayout(layout, want)) return;
+    const bool sameMemory = memory.get() && memory.kind() == kind && memory.device() == device;
+    if (registration.valid() && sameMemory && bytes == need && sameLayout(layout, want)) return;
     unregister();
-    if (need > capacity) {
+    if (!sameMemory || need > capacity) {
       const uint64_t rounded = (need + 4095) / 4096 * 4096;
-      memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
-      if (!memory) KVCOMM_THROW(SystemError, kCall, "cannot allocate a landing area of ", rounded, " bytes");
+      memory = LandingMemory();
+      memory = LandingMemory(kind, device, rounded);
       capacity = rounded;
     }
     layout = want;
     bytes = need;
-    registration = ep.registerMemory(memory.get(), bytes, MemoryKind::Host, layout);
+    registration = ep.registerMemory(memory.get(), bytes, kind, layout, kind == MemoryKind::Cuda ? device : -1);
   }
 };
+
+uint64_t extentOf(const KvLayout& l) {
+  uint64_t end = 0;
+  for (const KvRegion& r : l.regions)
+    if (r.numBlocks > 0) end = std::max(end, r.offset + (r.numBlocks - 1) * r.blockStride + r.blockBytes);
+  return end;
+}
+
+// Pieces of one source made absolute, each checked against both memories (the plans keep them inside the layouts;
+// this is the last line before a kernel or memcpy touches memory).
+void appendPieces(std::vector<detail::PieceCopy>& out, const std::vector<KvPiece>& pieces, const char* src,
+                  uint64_t srcBytes, char* dst, uint64_t dstBytes, size_t source) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const KvPiece& p = pieces[i];
+    if (p.bytes > srcBytes || p.srcOffset > srcBytes - p.bytes || p.bytes > dstBytes ||
+        p.dstOffset > dstBytes - p.bytes)
+      KVCOMM_THROW(InvalidArgument, kCall, "source ", source, " piece ", i, " (", p.bytes, " bytes from ", p.srcOffset,
+                   " to ", p.dstOffset, ") lies outside a memory (source ", srcBytes, ", destination ", dstBytes,
+                   " bytes)");
+    out.push_back({src + p.srcOffset, dst + p.dstOffset, p.bytes});
+  }
+}
 
 }  // namespace
 
@@ -87,6 +164,29 @@ struct ConvertedReader::Impl {
   Endpoint* endpoint = nullptr;
   std::mutex mu;
   std::vector<Landing> landings;  // by source position
+  // CUDA: the conversion kernel's launcher per device (its own: an endpoint's copier serves its transfers' threads).
+  std::map<int, std::unique_ptr<detail::DeviceCopier>> copiers;
+
+  ~Impl() {
+    for (auto& [device, c] : copiers) {
+      try {
+        detail::onDevice(device, [&c = c] { c.reset(); });
+      } catch (const std::exception& e) {
+        KVCOMM_WARN(kCall, ": releasing the conversion kernel's staging: ", e.what());
+      }
+    }
+  }
+
+  // Copies `pieces` (all checked) into CUDA memory of `device` and waits for them.
+  void copyOnDevice(int device, const std::vector<detail::PieceCopy>& pieces) {
+    detail::onDevice(device, [&] {
+      auto& c = copiers[device];
+      if (!c) c = detail::makeDeviceCopier();
+      const Stream stream = c->ownStream();
+      c->copyPieces(pieces, stream);
+      c->record(stream)->wait();
+    });
+  }
 };
 
 ConvertedReader::ConvertedReader(Endpoint& endpoint) : impl_(std::make_unique<Impl>()) {
@@ -121,9 +221,6 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   Endpoint& endpoint = *impl_->endpoint;
   KVCOMM_CHECK_ARG(endpoint.valid(), kCall, "the reader's endpoint is closed");
   KVCOMM_CHECK_ARG(local.valid() && local.registered(), kCall, "the local registration is empty or unregistered");
-  if (local.kind() != MemoryKind::Host)
-    KVCOMM_THROW(Unsupported, kCall,
-                 "converted reads write host registrations for now: the local registration is CUDA memory");
   for (size_t s = 0; s < sources.size(); ++s)
     KVCOMM_CHECK_ARG(sources[s].remote.valid(), kCall, "source ", s, ": empty RemoteMemory");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeoutMs);
@@ -137,8 +234,10 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   const uint64_t dT = localContents.regions.empty() ? 1 : localContents.regions[0].tokensPerBlock;
   std::vector<int64_t> remoteIds, localTouched;
   std::unordered_map<int64_t, int64_t> landingId;  // remote block id -> its block in a landing area
-  for (uint64_t t = tokens.firstToken; t < tokens.firstToken + tokens.numTokens; ++t) {
+  // Segment by segment (one source block, one local block), not token by token.
+  for (uint64_t t = tokens.firstToken, end = tokens.firstToken + tokens.numTokens; t < end;) {
     const int64_t sb = tokens.srcBlocks[t / sT], db = tokens.dstBlocks[t / dT];
+    t = std::min({end, (t / sT + 1) * sT, (t / dT + 1) * dT});
     if (sb < 0 || db < 0) continue;
     if (landingId.emplace(sb, static_cast<int64_t>(remoteIds.size())).second) remoteIds.push_back(sb);
     if (localTouched.empty() || localTouched.back() != db) localTouched.push_back(db);
@@ -146,13 +245,42 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   std::vector<int64_t> packed(remoteIds.size());
   for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<int64_t>(i);
 
-  // ---- phase 2: land the needed blocks of every source used ----
+  // ---- phase 2: map the same-host sources, land the needed blocks of every other source used ----
+  const MemoryKind kind = local.kind();
+  const int device = local.device();
   std::vector<Landing>& landings = impl_->landings;
   if (landings.size() < sources.size()) landings.resize(sources.size());
+  std::vector<std::unique_ptr<detail::DirectMapping>> mapped(sources.size());  // held until the copies ended
   std::vector<Transfer> reads(sources.size());  // waited for (destroyed) before this call returns
+  std::vector<int32_t> landed;
+  auto fail = [&](size_t s, const std::string& why) {
+    result.status.state = FetchState::Failed;
+    result.status.error = detail::cat("source ", s, " (", sources[s].remote.peerName(), "): ", why);
+    result.status.failedBlocks = localTouched;
+    result.bytesLanded = 0;
+    result.sourcesMapped.clear();
+    return result;  // transfers are cancelled and waited for, mappings released, before the landing areas are reused
+  };
   for (size_t s = 0; s < sources.size(); ++s) {
     if (first.pieces[s].empty() || remoteIds.empty()) continue;
     result.sourcesRead.push_back(static_cast<int32_t>(s));
+    const bool peerPath = options.via == TransferVia::Peer ||
+                          (options.via == TransferVia::Auto &&
+                           detail::EndpointAccess::sameHostAndKind(endpoint, local, sources[s].remote));
+    if (peerPath) {
+      std::string why;
+      bool refused = false;
+      mapped[s] = detail::EndpointAccess::map(endpoint, local, sources[s].remote, kCall, &why, &refused);
+      if (mapped[s]) {
+        result.sourcesMapped.push_back(static_cast<int32_t>(s));
+        continue;
+      }
+      if (refused) return fail(s, why);
+      if (options.via == TransferVia::Peer)
+        KVCOMM_THROW(Unsupported, kCall, "the peer path cannot reach source ", s, " (", sources[s].remote.peerName(),
+                     "): ", why);
+      KVCOMM_DEBUG(kCall, ": source ", s, " lands over the network: ", why);
+    }
     KvLayout want;
     uint64_t at = 0;
     for (const KvRegion& r : sources[s].remote.layout().regions) {
@@ -160,13 +288,14 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
       at += r.blockBytes * remoteIds.size();
     }
     Landing& l = landings[s];
-    l.prepare(endpoint, want, std::max<uint64_t>(at, 1));
+    l.prepare(endpoint, want, std::max<uint64_t>(at, 1), kind, device);
     TransferOptions o;
     o.via = options.via;
     reads[s] = endpoint.read(l.registration, sources[s].remote, remoteIds.data(), packed.data(), remoteIds.size(), o);
     result.bytesLanded += at;
+    landed.push_back(static_cast<int32_t>(s));
   }
-  for (int32_t s : result.sourcesRead) {
+  for (int32_t s : landed) {
     int64_t left = -1;
     if (options.timeoutMs >= 0)
       left = std::max<int64_t>(
@@ -174,37 +303,50 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
     FetchStatus st = reads[s].wait(left);
     if (st.state == FetchState::Done) continue;
-    result.status.state = FetchState::Failed;
-    result.status.error = st.state == FetchState::InProgress
-                              ? detail::cat("source ", s, " (", sources[s].remote.peerName(), "): not landed within ",
-                                            options.timeoutMs, " ms")
-                              : detail::cat("source ", s, " (", sources[s].remote.peerName(), "): ", st.error);
-    result.status.failedBlocks = localTouched;
-    result.bytesLanded = 0;
-    return result;  // the transfers are cancelled and waited for before the landing areas can be reused
+    return fail(
+        s, st.state == FetchState::InProgress ? detail::cat("not landed within ", options.timeoutMs, " ms") : st.error);
   }
 
-  // ---- phase 3: the plan against the landing areas, applied ----
-  // Sources not read this time keep their own layout (a reader's landing area at that position may be another
-  // read's); no piece comes from them.
-  std::vector<KvConversionSource> landed;
-  for (size_t s = 0; s < sources.size(); ++s) {
-    const bool read = std::find(result.sourcesRead.begin(), result.sourcesRead.end(), static_cast<int32_t>(s)) !=
-                      result.sourcesRead.end();
-    landed.push_back({read ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+  // ---- phase 3: the landed sources planned against their landing areas; every piece copied ----
+  // Mapped sources keep the first plan (their own layouts). Sources not landed this time plan with their own layout
+  // too (a reader's landing area at that position may be another read's); no piece of this plan comes from them.
+  std::vector<detail::PieceCopy> copies;
+  copies.reserve(first.count());
+  const uint64_t localBytes = local.bytes();
+  char* dst = static_cast<char*>(local.data());
+  for (int32_t s : result.sourcesMapped)
+    appendPieces(copies, first.pieces[s], mapped[s]->base, extentOf(sources[s].remote.layout()), dst, localBytes,
+                 static_cast<size_t>(s));
+  uint64_t bytes = 0;
+  for (int32_t s : result.sourcesMapped)
+    for (const KvPiece& p : first.pieces[s]) bytes += p.bytes;
+  if (!landed.empty()) {
+    std::vector<KvConversionSource> planned;
+    for (size_t s = 0; s < sources.size(); ++s) {
+      const bool isLanded = std::find(landed.begin(), landed.end(), static_cast<int32_t>(s)) != landed.end();
+      planned.push_back({isLanded ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+    }
+    KvTokenRange remapped = tokens;
+    for (int64_t& b : remapped.srcBlocks) {
+      auto it = landingId.find(b);
+      b = it == landingId.end() ? -1 : it->second;
+    }
+    // Only the landed sources' pieces are used: the mapped ones come from `first`.
+    const KvConversionPlan plan = planConversion(planned, local.layout(), localContents, remapped, options.conversion);
+    for (int32_t s : landed) {
+      appendPieces(copies, plan.pieces[s], reinterpret_cast<const char*>(landings[s].memory.get()), landings[s].bytes,
+                   dst, localBytes, static_cast<size_t>(s));
+      for (const KvPiece& p : plan.pieces[s]) bytes += p.bytes;
+    }
   }
-  KvTokenRange remapped = tokens;
-  for (int64_t& b : remapped.srcBlocks) {
-    auto it = landingId.find(b);
-    b = it == landingId.end() ? -1 : it->second;
-  }
-  const KvConversionPlan plan = planConversion(landed, local.layout(), localContents, remapped, options.conversion);
-  for (int32_t s : result.sourcesRead)
-    applyConversion(plan.pieces[s], landings[s].memory.get(), landings[s].bytes, local.data(), local.bytes());
+  if (kind == MemoryKind::Cuda)
+    impl_->copyOnDevice(device, copies);
+  else
+    for (const detail::PieceCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   result.status.state = FetchState::Done;
-  result.status.bytesDone = result.status.bytesTotal = plan.bytes;
-  result.bytesConverted = plan.bytes;
-  result.pieces = plan.count();
+  result.status.bytesDone = result.status.bytesTotal = bytes;
+  result.bytesConverted = bytes;
+  result.pieces = copies.size();
   return result;
 }
 

@@ -24,6 +24,7 @@
 #include "common/log.hpp"
 #include "common/socket.hpp"
 #include "device/device_memory.hpp"
+#include "endpoint/endpoint_access.hpp"
 #include "endpoint/inbox.hpp"
 #include "endpoint/metadata.hpp"
 #include "endpoint/notifier.hpp"
@@ -574,6 +575,11 @@ struct Endpoint::Impl {
   /// itself, which fails the transfer as TCP would).
   detail::FetchTransport* rdmaFor(Link& link, Registration::Impl& local,
                                   const std::shared_ptr<RemoteMemory::Impl>& remote, std::string* why, bool* refused);
+  // The same-host mapping of `remote` for copies with `local` (one host, one memory kind, granted by the owner:
+  // cached per remote), or null with *status and *why.
+  std::shared_ptr<detail::PeerMapping> mappingFor(const Registration::Impl& local,
+                                                  const std::shared_ptr<RemoteMemory::Impl>& remote,
+                                                  detail::ShareStatus* status, std::string* why);
   detail::PeerLink* peerFor(Link& link, const Registration::Impl& local,
                             const std::shared_ptr<RemoteMemory::Impl>& remote, detail::ShareStatus* status,
                             std::string* why);
@@ -983,33 +989,26 @@ std::pair<std::shared_ptr<Registration::Impl>, std::shared_ptr<RemoteMemory::Imp
   return {std::move(local), std::move(remote)};
 }
 
-detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& local,
-                                          const std::shared_ptr<RemoteMemory::Impl>& remote,
-                                          detail::ShareStatus* status, std::string* why) {
-  std::lock_guard<std::mutex> lock(link.peerMu);
-  if (link.peer && !link.peer->disabled() && link.peer->mapping()->mapped()) return link.peer.get();
-  if (link.peer) {  // its mapping ended: ask the owner again (it answers why not, or maps afresh)
-    link.peer->disable();
-    std::lock_guard<std::mutex> el(mu);
-    retired.push_back(std::move(link.peer));
-  }
+std::shared_ptr<detail::PeerMapping> Endpoint::Impl::mappingFor(const Registration::Impl& local,
+                                                                const std::shared_ptr<RemoteMemory::Impl>& remote,
+                                                                detail::ShareStatus* status, std::string* why) {
   *status = detail::ShareStatus::NotShareable;
   if (remote->meta.hostKey != hostKey) {
     *why = cat("remote ", remote->who(), " is on another host (or network namespace)");
-    return nullptr;
+    return {};
   }
   if (remote->meta.memoryKind != static_cast<uint32_t>(local.kind)) {
     *why = cat("remote ", remote->who(), " holds ", memoryKindName(static_cast<MemoryKind>(remote->meta.memoryKind)),
                " memory and ", local.who(), " ", memoryKindName(local.kind),
                " memory: the peer path copies between memory of one kind (host and CUDA meet over TCP)");
-    return nullptr;
+    return {};
   }
   std::shared_ptr<detail::PeerMapping> mapping;
   {
     std::lock_guard<std::mutex> rl(remote->mu);
     if (!remote->notShareable.empty()) {
       *why = remote->notShareable;
-      return nullptr;
+      return {};
     }
     if (!remote->mapping || !remote->mapping->mapped()) {
       remote->mapping.reset();
@@ -1024,7 +1023,7 @@ detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& 
         *status = o.status;
         *why = o.why;
         if (o.status == detail::ShareStatus::NotShareable) remote->notShareable = o.why;
-        return nullptr;
+        return {};
       }
       remote->mapping = o.mapping;
       watch(o.mapping, cat("endpoint '", remote->meta.name, "' (pid ", remote->meta.pid, ")"));
@@ -1033,6 +1032,21 @@ detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& 
   }
   KVCOMM_CHECK_ARG(mapping->kind() == local.kind, "Endpoint (peer mapping)", "remote ", remote->who(),
                    " shared memory of another kind than its metadata says");
+  return mapping;
+}
+
+detail::PeerLink* Endpoint::Impl::peerFor(Link& link, const Registration::Impl& local,
+                                          const std::shared_ptr<RemoteMemory::Impl>& remote,
+                                          detail::ShareStatus* status, std::string* why) {
+  std::lock_guard<std::mutex> lock(link.peerMu);
+  if (link.peer && !link.peer->disabled() && link.peer->mapping()->mapped()) return link.peer.get();
+  if (link.peer) {  // its mapping ended: ask the owner again (it answers why not, or maps afresh)
+    link.peer->disable();
+    std::lock_guard<std::mutex> el(mu);
+    retired.push_back(std::move(link.peer));
+  }
+  std::shared_ptr<detail::PeerMapping> mapping = mappingFor(local, remote, status, why);
+  if (!mapping) return nullptr;
   detail::PeerLinkSpec spec;
   spec.localBase = local.base;
   spec.localBytes = local.bytes;
@@ -1610,5 +1624,38 @@ void Endpoint::close() {
   e.remotes.clear();
   e.copiers.clear();
 }
+
+// ---- for converted reads ------------------------------------------------------------------------------------------
+
+namespace detail {
+
+bool EndpointAccess::sameHostAndKind(Endpoint& endpoint, const Registration& local, const RemoteMemory& remote) {
+  const char* call = "readConverted";
+  Endpoint::Impl& e = *require(endpoint.impl_, call, "Endpoint");
+  const auto& l = *require(local.impl_, call, "Registration");
+  const auto& r = *require(remote.impl_, call, "RemoteMemory");
+  return r.meta.hostKey == e.hostKey && r.meta.memoryKind == static_cast<uint32_t>(l.kind);
+}
+
+std::unique_ptr<DirectMapping> EndpointAccess::map(Endpoint& endpoint, const Registration& localReg,
+                                                   const RemoteMemory& remoteMem, const char* call, std::string* why,
+                                                   bool* refused) {
+  Endpoint::Impl& e = *require(endpoint.impl_, call, "Endpoint");
+  auto [local, remote] = e.checkPair(call, localReg, remoteMem);
+  *refused = false;
+  ShareStatus status = ShareStatus::Granted;
+  std::shared_ptr<PeerMapping> mapping = e.mappingFor(*local, remote, &status, why);
+  if (!mapping) {
+    *refused = status == ShareStatus::Unknown || status == ShareStatus::Unauthorized || status == ShareStatus::Stale;
+    return nullptr;
+  }
+  auto out = std::make_unique<DirectMapping>();
+  out->mapping = std::move(mapping);
+  out->use = out->mapping->use(call);
+  out->base = out->mapping->base();
+  return out;
+}
+
+}  // namespace detail
 
 }  // namespace kvcomm

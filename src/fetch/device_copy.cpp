@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "common/check.hpp"
 #include "common/log.hpp"
@@ -76,16 +78,16 @@ class CudaEvent : public DeviceEvent {
   cudaEvent_t ev_ = nullptr;
 };
 
-// Pair lists for the gather kernel. Lists of up to kMappedItems warp items stay in pinned, device-mapped host memory
-// that the kernel reads over PCIe (no host-to-device copy in the stream before it); longer ones are copied into
-// device memory in stream order first, because then every warp item re-reading its ids over PCIe costs more than
-// the copy (measured on H200: 100k items of 4 KiB ran at 0.75 of the copy engine mapped, 0.83 copied). Two slots in
-// turn: a slot is rewritten only after the kernel that read it finished.
-class PairStaging {
+// Pair lists for the gather kernel (and piece lists for the conversion kernel). Lists of up to kMappedItems warp items
+// stay in pinned, device-mapped host memory that the kernel reads over PCIe (no host-to-device copy in the stream
+// before it); longer ones are copied into device memory in stream order first, because then every warp item re-reading
+// its ids over PCIe costs more than the copy (measured on H200: 100k items of 4 KiB ran at 0.75 of the copy engine
+// mapped, 0.83 copied). Two slots in turn: a slot is rewritten only after the kernel that read it finished.
+class ListStaging {
  public:
   static constexpr int64_t kMappedItems = 32768;
 
-  ~PairStaging() {
+  ~ListStaging() {
     drain();
     for (Slot& s : slots_) {
       if (s.host) cudaFreeHost(s.host);
@@ -93,13 +95,13 @@ class PairStaging {
     }
   }
 
-  // Fills the next slot (for a launch of `items` warp items, enqueued on `stream`); returns pointers the kernel can
-  // read.
-  void stage(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, int64_t items, cudaStream_t stream,
-             int64_t** dSrc, int64_t** dDst, int32_t** dRank) {
+  // Fills the next slot with `parts`, one after another, for a kernel enqueued next on `stream`; returns where that
+  // kernel reads the first byte: the pinned slot itself (`mapped`) or device memory the slot is copied into first.
+  char* stage(std::initializer_list<std::pair<const void*, size_t>> parts, bool mapped, cudaStream_t stream) {
     Slot& slot = slots_[next_];
     if (slot.reader) slot.reader->wait();
-    size_t bytes = n * (2 * sizeof(int64_t) + sizeof(int32_t));
+    size_t bytes = 0;
+    for (const auto& p : parts) bytes += p.second;
     if (bytes > slot.capacity) {
       if (slot.host) cudaFreeHost(slot.host);
       if (slot.device) cudaFree(slot.device);
@@ -112,21 +114,19 @@ class PairStaging {
       slot.capacity = cap;
     }
     char* h = static_cast<char*>(slot.host);
-    std::memcpy(h, src, n * sizeof(int64_t));
-    std::memcpy(h + n * sizeof(int64_t), dst, n * sizeof(int64_t));
-    std::memcpy(h + 2 * n * sizeof(int64_t), rank, n * sizeof(int32_t));
+    for (const auto& p : parts) {
+      std::memcpy(h, p.first, p.second);
+      h += p.second;
+    }
     void* d = nullptr;
-    if (items <= kMappedItems) {
+    if (mapped) {
       checkCuda(cudaHostGetDevicePointer(&d, slot.host, 0), "cudaHostGetDevicePointer (fetch ids)");
     } else {
       checkCuda(cudaMemcpyAsync(slot.device, slot.host, bytes, cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (fetch ids)");
       d = slot.device;
     }
-    char* dc = static_cast<char*>(d);
-    *dSrc = reinterpret_cast<int64_t*>(dc);
-    *dDst = reinterpret_cast<int64_t*>(dc + n * sizeof(int64_t));
-    *dRank = reinterpret_cast<int32_t*>(dc + 2 * n * sizeof(int64_t));
+    return static_cast<char*>(d);
   }
   // The kernel reading the slot just staged was enqueued on `s`.
   void launched(cudaStream_t s) {
@@ -156,6 +156,8 @@ class PairStaging {
 
 class CudaCopier : public DeviceCopier {
  public:
+  static constexpr uint64_t kPieceChunk = 64u << 10;
+
   ~CudaCopier() override {
     drain();
     if (own_) cudaStreamDestroy(own_);
@@ -174,14 +176,36 @@ class CudaCopier : public DeviceCopier {
       return;
     }
     f.inlineCount = 0;
-    int64_t *dSrc = nullptr, *dDst = nullptr;
-    int32_t* dRank = nullptr;
-    staging_.stage(src, dst, rank, n, static_cast<int64_t>(n) * f.h.numRegions * f.chunksPerBlock, s, &dSrc, &dDst,
-                   &dRank);
-    f.srcBlocks = dSrc;
-    f.dstBlocks = dDst;
-    f.srcRanks = dRank;
+    const int64_t items = static_cast<int64_t>(n) * f.h.numRegions * f.chunksPerBlock;
+    char* d = staging_.stage({{src, n * sizeof(int64_t)}, {dst, n * sizeof(int64_t)}, {rank, n * sizeof(int32_t)}},
+                             items <= ListStaging::kMappedItems, s);
+    f.srcBlocks = reinterpret_cast<int64_t*>(d);
+    f.dstBlocks = reinterpret_cast<int64_t*>(d + n * sizeof(int64_t));
+    f.srcRanks = reinterpret_cast<int32_t*>(d + 2 * n * sizeof(int64_t));
     launchFetch(f, s);
+    staging_.launched(s);
+  }
+
+  void copyPieces(const std::vector<PieceCopy>& pieces, Stream stream) override {
+    auto s = reinterpret_cast<cudaStream_t>(stream);
+    // Long pieces split, so that one warp's piece is never much longer than another's; the vector width is the
+    // widest dividing every address and length (a chunk boundary keeps it: kPieceChunk is a multiple of 16).
+    std::vector<PieceCopy> items;
+    items.reserve(pieces.size());
+    uint64_t bits = 0;
+    for (const PieceCopy& p : pieces) {
+      bits |= reinterpret_cast<uintptr_t>(p.src) | reinterpret_cast<uintptr_t>(p.dst) | p.bytes;
+      for (uint64_t at = 0; at < p.bytes; at += kPieceChunk)
+        items.push_back({p.src + at, p.dst + at, std::min<uint64_t>(kPieceChunk, p.bytes - at)});
+    }
+    if (items.empty()) return;
+    PieceLaunch l{};
+    l.vec = 16;
+    while (l.vec > 1 && (bits & static_cast<uint64_t>(l.vec - 1))) l.vec /= 2;
+    l.numPieces = static_cast<int64_t>(items.size());
+    l.pieces = reinterpret_cast<const PieceCopy*>(staging_.stage({{items.data(), items.size() * sizeof(PieceCopy)}},
+                                                                 l.numPieces <= ListStaging::kMappedItems, s));
+    launchPieces(l, s);
     staging_.launched(s);
   }
 
@@ -211,7 +235,7 @@ class CudaCopier : public DeviceCopier {
   }
 
  private:
-  PairStaging staging_;
+  ListStaging staging_;
   cudaStream_t own_ = nullptr;
 };
 

@@ -38,6 +38,9 @@ class DeviceCopier {
   /// stream order first). A staging slot is reused only after the kernel that read it finished.
   virtual void launchPairs(FetchLaunch base, const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
                            Stream stream) = 0;
+  /// Launches the conversion kernel over `pieces` (absolute addresses, checked by the caller), staged as the pairs
+  /// of launchPairs are.
+  virtual void copyPieces(const std::vector<PieceCopy>& pieces, Stream stream) = 0;
   /// Enqueues copy-engine descriptors (one batch where the API allows, else one call each).
   virtual void copies(const std::vector<CopyDesc>& descs, Stream stream) = 0;
   virtual std::unique_ptr<DeviceEvent> record(Stream stream) = 0;

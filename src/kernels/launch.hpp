@@ -233,6 +233,22 @@ struct CheckLaunch {
   int32_t* outRank;
 };
 
+/// One contiguous copy of a converted transfer (kv_conversion.hpp's KvPiece made absolute): both addresses in this
+/// process (the source often a peer's memory mapped here), checked against both memories by the host before.
+struct PieceCopy {
+  const char* src;
+  char* dst;
+  uint64_t bytes;
+};
+
+/// Pieces copied by the conversion kernel, one warp per piece (the host splits long pieces, so warps stay busy
+/// alike): `pieces` readable by the GPU, `vec` dividing every address and length.
+struct PieceLaunch {
+  const PieceCopy* pieces;
+  int64_t numPieces;
+  int32_t vec;
+};
+
 /// Which half (or both) of a barrier a launch runs.
 enum class BarrierStep { Signal = 1, Wait = 2, Both = 3 };
 
@@ -246,6 +262,7 @@ void launchFetch(const FetchLaunch& f, void* stream);
 /// The check pass(es) of `c`, then the copy pass `f` over c's out* arrays (f.trusted: the checks ran), dependently.
 /// `readsLocal`: some request reads this rank's own blocks (the reads-written pass runs).
 void launchCheckedFetch(const CheckLaunch& c, const FetchLaunch& f, bool readsLocal, void* stream);
+void launchPieces(const PieceLaunch& p, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
 // InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane, or an

@@ -20,5 +20,8 @@ void launchFetch(const FetchLaunch&, void*) {
 void launchCheckedFetch(const CheckLaunch&, const FetchLaunch&, bool, void*) {
   KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
 }
+void launchPieces(const PieceLaunch&, void*) {
+  KVCOMM_THROW(Unsupported, "converted copy (cuda)", "libkvcomm was built without CUDA");
+}
 
 }  // namespace kvcomm::detail

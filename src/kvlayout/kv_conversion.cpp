@@ -3,9 +3,11 @@
 //
 // Phase 1 checks everything (descriptions, convertibility, block tables, ids, duplicate destinations) and picks the
 // source of every destination head. Phase 2 walks the tokens in segments that stay inside one source block and one
-// destination block, and emits per region and per run of heads from one source either one copy per token (both
-// sides tokens-major: a token's heads are contiguous) or one copy per head (otherwise: a head's tokens are contiguous
-// when that side is heads-major), merging each copy into the previous one of its source when they continue.
+// destination block, and emits per region and per run of heads from one source: one copy for the whole segment when
+// the run is each side's whole token row (both tokens-major), else one copy per token (both tokens-major: a token's
+// heads are contiguous), one per head (a head's tokens contiguous on both sides), or one per head and token; each
+// copy merged into the previous one of its source when they continue. The work is in the copies made, not in the
+// tokens.
 #include "kvcomm/kv_conversion.hpp"
 
 #include <algorithm>
@@ -35,6 +37,12 @@ uint64_t inBlock(const KvContents& c, uint64_t slot, uint32_t head) {
   const uint64_t h = head - c.headBegin;
   const uint64_t unit = uint64_t{c.headDim} * c.elementBytes;
   return c.order == KvOrder::TokensHeadsDim ? (slot * held + h) * unit : (h * c.tokensPerBlock + slot) * unit;
+}
+
+// Bytes between token slots t and t + 1 of one head inside a block.
+uint64_t tokenStride(const KvContents& c) {
+  const uint64_t unit = uint64_t{c.headDim} * c.elementBytes;
+  return c.order == KvOrder::TokensHeadsDim ? (endOf(c) - c.headBegin) * unit : unit;
 }
 
 uint64_t blockBase(const KvRegion& r, int64_t block) {
@@ -141,9 +149,17 @@ KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, 
         const uint64_t sBase = blockBase(sources[s].layout.regions[r], sb);
         const uint32_t h0 = dc.headBegin + static_cast<uint32_t>(i0), h1 = dc.headBegin + static_cast<uint32_t>(i1);
         std::vector<KvPiece>& out = plan.pieces[s];
+        // Bytes between consecutive tokens of one head on each side: `unit` where a head's tokens are contiguous.
+        const uint64_t sStep = tokenStride(sc), dStep = tokenStride(dc), run = (h1 - h0) * unit;
         if (sc.order == KvOrder::TokensHeadsDim && dc.order == KvOrder::TokensHeadsDim) {
-          for (uint64_t t = t0; t < t1; ++t)
-            append(out, sBase + inBlock(sc, t % sT, h0), dBase + inBlock(dc, t % dT, h0), (h1 - h0) * unit);
+          if (sStep == run && dStep == run)  // the heads run is each side's whole token row: one copy
+            append(out, sBase + inBlock(sc, t0 % sT, h0), dBase + inBlock(dc, t0 % dT, h0), (t1 - t0) * run);
+          else
+            for (uint64_t t = t0; t < t1; ++t)
+              append(out, sBase + inBlock(sc, t % sT, h0), dBase + inBlock(dc, t % dT, h0), run);
+        } else if (sStep == unit && dStep == unit) {  // a head's tokens contiguous on both sides: one copy per head
+          for (uint32_t h = h0; h < h1; ++h)
+            append(out, sBase + inBlock(sc, t0 % sT, h), dBase + inBlock(dc, t0 % dT, h), (t1 - t0) * unit);
         } else {
           for (uint32_t h = h0; h < h1; ++h)
             for (uint64_t t = t0; t < t1; ++t)

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <iterator>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -325,6 +327,27 @@ bool waitUntil(const std::function<bool()>& cond, int64_t timeoutMs) {
 
 std::string kindName(kvcomm::MemoryKind kind) {
   return kind == kvcomm::MemoryKind::Cuda ? "cuda" : "host";
+}
+
+std::string tempPath(const char* what) {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "/tmp/kvcomm-test-%s-%d-%u", what, static_cast<int>(getpid()),
+                static_cast<unsigned>(std::random_device{}()));
+  return buf;
+}
+
+void writeFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
 }  // namespace kvtest::arena

@@ -44,6 +44,13 @@ std::string noGpuReason();
 /// In a child: makes GPU `ordinal` current (CUDA), nothing for host memory. False when it cannot.
 bool useDevice(kvcomm::MemoryKind kind, int ordinal);
 
+/// A fresh path under /tmp for a file of a test's processes (metadata they exchange), `what` in its name.
+std::string tempPath(const char* what);
+/// Writes `bytes` to `path` whole (renamed into place: a reader sees all of it or nothing).
+void writeFile(const std::string& path, const std::vector<uint8_t>& bytes);
+/// The bytes of `path` (empty when it does not exist).
+std::vector<uint8_t> readFile(const std::string& path);
+
 /// A fresh abstract socket address.
 std::string freshAddress();
 

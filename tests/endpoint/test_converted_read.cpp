@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+#ifdef KVCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "arena/harness.hpp"
 #include "kvcomm/arena.hpp"
 #include "kvcomm/converted_read.hpp"
 #include "kvcomm/endpoint.hpp"
@@ -117,7 +122,13 @@ void run(const Conv& c, uint64_t seed) {
                                           {table, dec->side.table, first, kTokens - first}, o);
     ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
     EXPECT_GT(r.bytesConverted, 0u);
-    EXPECT_GE(r.bytesLanded, r.bytesConverted);
+    if (c.arenas && c.via != TransferVia::Tcp) {  // same host, shareable: straight out of the mappings
+      EXPECT_EQ(r.sourcesMapped, r.sourcesRead);
+      EXPECT_EQ(r.bytesLanded, 0u);
+    } else {
+      EXPECT_TRUE(r.sourcesMapped.empty());
+      EXPECT_GE(r.bytesLanded, r.bytesConverted);
+    }
     Side want = dec->side;
     std::fill(want.mem.begin(), want.mem.end(), kPoison);
     kvtest::lay(want, first, kTokens, &table, c.bsSrc);
@@ -201,8 +212,9 @@ TEST(ConvertedRead, RefusalsBeforeAnythingMoves) {
 
 namespace {
 
-// A reader keeps its landing areas between reads: the second read of the same shape allocates nothing more, a read
-// needing more blocks grows them, and every read is byte-exact.
+// A reader keeps its landing areas between reads (over TCP: the sources land): the second read of the same shape
+// allocates nothing more, a read needing more blocks grows them, and every read is byte-exact. Read over Auto, the
+// same-host sources are mapped and nothing lands.
 TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
   std::vector<std::unique_ptr<Prefill>> ranks;
   for (uint32_t r = 0; r < 2; ++r)
@@ -213,10 +225,12 @@ TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
   ConvertedReader reader(dec->ep);
   EXPECT_EQ(reader.landingBytes(), 0u);
   uint64_t held = 0;
+  ConvertedReadOptions tcp;
+  tcp.via = TransferVia::Tcp;
   for (auto [first, count] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 64}, {64, 64}, {0, kTokens}}) {
     std::fill(dec->side.mem.begin(), dec->side.mem.end(), kPoison);
     ConvertedReadResult r =
-        reader.read(dec->reg, dec->side.desc, sourcesOf(*dec, ranks), {table, dec->side.table, first, count});
+        reader.read(dec->reg, dec->side.desc, sourcesOf(*dec, ranks), {table, dec->side.table, first, count}, tcp);
     ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
     Side want = dec->side;
     std::fill(want.mem.begin(), want.mem.end(), kPoison);
@@ -228,6 +242,19 @@ TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
     EXPECT_GE(reader.landingBytes(), held);
     held = reader.landingBytes();
     EXPECT_GT(held, 0u);
+  }
+  {
+    std::fill(dec->side.mem.begin(), dec->side.mem.end(), kPoison);
+    ConvertedReadResult r =
+        reader.read(dec->reg, dec->side.desc, sourcesOf(*dec, ranks), {table, dec->side.table, 0, kTokens});
+    ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
+    EXPECT_EQ(r.sourcesMapped, (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(r.bytesLanded, 0u);
+    EXPECT_EQ(reader.landingBytes(), held);
+    Side want = dec->side;
+    std::fill(want.mem.begin(), want.mem.end(), kPoison);
+    kvtest::lay(want, 0, kTokens, &table, 16);
+    ASSERT_EQ(dec->side.mem, want.mem) << "read through the mappings";
   }
   // A replicated region read from source 1 over a few tokens, then from source 0 over all of them: source 1's
   // landing area from the first read (fewer blocks) plays no part in the second.
@@ -252,6 +279,132 @@ TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
   ConvertedReader moved = std::move(reader);
   EXPECT_EQ(moved.landingBytes(), held);
   EXPECT_THROW((void)reader.landingBytes(), Error);  // NOLINT(bugprone-use-after-move): refused, not undefined
+}
+
+}  // namespace
+
+namespace {
+
+// ---- CUDA: in processes (the test process stays free of CUDA) -------------------------------------------------------
+
+// Prefill TP 2 (NHD, 16-token blocks) into decode TP 1 (HND, 64-token blocks) in GPU memory. Source 0 holds cudaMalloc
+// memory (one host, one kind: read through its mapping, converted by the kernel as it copies), source 1 host memory
+// (another kind: its blocks land in device memory over TCP first, then the same kernel). Every byte of the decode
+// memory (guard bytes, untouched and skipped blocks) against the oracle; then every source over TCP through a reader,
+// twice; then source 0 revoked: the read fails naming it and the GPU memory is as it was.
+TEST(ConvertedReadCuda, PrefillTp2IntoDecodeGpuMemoryThroughAMappingAndALandingArea) {
+  if (kvtest::arena::gpuCount() == 0) GTEST_SKIP() << kvtest::arena::noGpuReason();
+#ifdef KVCOMM_HAVE_CUDA
+  using kvtest::arena::Gate;
+  const uint64_t seed = 61, first = 5;
+  const std::string meta[2] = {kvtest::arena::tempPath("conv-src0"), kvtest::arena::tempPath("conv-src1")};
+  Gate ready[2], revoke, revoked, done[2];
+  auto prefillSide = [&](uint32_t r) {
+    std::mt19937_64 rng(seed + r);
+    return kvtest::makeSide(Model::Gqa8, 2, r, 16, KvOrder::TokensHeadsDim, (kTokens + 15) / 16, rng);
+  };
+  std::vector<int64_t> table = prefillSide(0).table;  // one block table for both sources
+  table[1] = -1;                                      // a block the prefill side does not have
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < 2; ++r)
+    pids.push_back(kvtest::arena::spawn([&, r] {
+      const MemoryKind kind = r == 0 ? MemoryKind::Cuda : MemoryKind::Host;
+      if (!kvtest::arena::useDevice(kind, 0)) return false;
+      Side side = prefillSide(r);
+      side.table = table;
+      kvtest::lay(side, 0, kTokens);
+      Endpoint ep = loopbackEndpoint("prefill-" + std::to_string(r));
+      void* dev = nullptr;
+      Registration reg;
+      if (kind == MemoryKind::Cuda) {
+        if (cudaMalloc(&dev, side.mem.size()) != cudaSuccess ||
+            cudaMemcpy(dev, side.mem.data(), side.mem.size(), cudaMemcpyHostToDevice) != cudaSuccess)
+          return false;
+        reg = ep.registerMemory(dev, side.mem.size(), kind, side.layout, 0);
+      } else {
+        reg = ep.registerMemory(side.mem.data(), side.mem.size(), kind, side.layout);
+      }
+      kvtest::arena::writeFile(meta[r], reg.metadata());
+      ready[r].pass();
+      if (r == 0) {
+        if (!revoke.wait(120000)) return false;
+        reg.revoke();  // returns once the decode side unmapped it
+        revoked.pass();
+      }
+      const bool ok = done[r].wait(120000);
+      ep.close();
+      if (dev) cudaFree(dev);
+      return ok;
+    }));
+  pids.push_back(kvtest::arena::spawn([&] {
+    if (!ready[0].wait(60000) || !ready[1].wait(60000)) return false;
+    if (!kvtest::arena::useDevice(MemoryKind::Cuda, 0)) return false;
+    std::mt19937_64 rng(seed + 10);
+    Side d = kvtest::makeSide(Model::Gqa8, 1, 0, 64, KvOrder::HeadsTokensDim, (kTokens + 63) / 64, rng);
+    d.table[d.table.size() - 2] = -1;  // a block the decode side skips
+    const size_t n = d.mem.size();
+    void* dev = nullptr;
+    if (cudaMalloc(&dev, n) != cudaSuccess) return false;
+    auto poison = [&] { return cudaMemset(dev, kPoison, n) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess; };
+    auto readBack = [&] {
+      std::vector<uint8_t> v(n);
+      if (cudaMemcpy(v.data(), dev, n, cudaMemcpyDeviceToHost) != cudaSuccess) v.clear();
+      return v;
+    };
+    Endpoint ep = loopbackEndpoint("decode");
+    Registration reg = ep.registerMemory(dev, n, MemoryKind::Cuda, d.layout, 0);
+    std::vector<ConvertedSource> sources;
+    for (uint32_t r = 0; r < 2; ++r)
+      sources.push_back({ep.connect(kvtest::arena::readFile(meta[r])), prefillSide(r).desc});
+    Side want = d;
+    std::fill(want.mem.begin(), want.mem.end(), kPoison);
+    kvtest::lay(want, first, kTokens, &table, 16);
+    const KvTokenRange tokens{table, d.table, first, kTokens - first};
+    bool ok = true;
+    auto check = [&](const char* what, const ConvertedReadResult& r, const std::vector<int32_t>& mapped) {
+      bool good = r.status.state == FetchState::Done && r.sourcesRead == std::vector<int32_t>{0, 1} &&
+                  r.sourcesMapped == mapped && (r.bytesLanded > 0) == (mapped.size() < 2);
+      if (!good)
+        std::fprintf(stderr, "%s: state %d (%s), %zu mapped, %llu bytes landed\n", what,
+                     static_cast<int>(r.status.state), r.status.error.c_str(), r.sourcesMapped.size(),
+                     static_cast<unsigned long long>(r.bytesLanded));
+      std::vector<uint8_t> got = readBack();
+      size_t bad = 0;
+      for (size_t i = 0; i < n && i < got.size(); ++i) bad += got[i] != want.mem[i];
+      if (bad || got.size() != n) std::fprintf(stderr, "%s: %zu bytes differ from the oracle\n", what, bad);
+      ok = ok && good && bad == 0 && got.size() == n;
+    };
+    ConvertedReadOptions o;
+    o.timeoutMs = 60000;
+    if (!poison()) return false;
+    check("auto (source 0 mapped, source 1 landed)", readConverted(ep, reg, d.desc, sources, tokens, o), {0});
+    ConvertedReader reader(ep);
+    ConvertedReadOptions tcp = o;
+    tcp.via = TransferVia::Tcp;
+    for (int round = 0; round < 2; ++round) {
+      if (!poison()) return false;
+      check("tcp through a reader (both landed)", reader.read(reg, d.desc, sources, tokens, tcp), {});
+    }
+    revoke.pass();
+    if (!revoked.wait(60000)) return false;
+    const std::vector<uint8_t> before = readBack();
+    ConvertedReadResult r = readConverted(ep, reg, d.desc, sources, tokens, o);
+    const bool named =
+        r.status.state == FetchState::Failed && r.status.error.find("source 0 (prefill-0)") != std::string::npos;
+    if (!named)
+      std::fprintf(stderr, "after the revoke: state %d (%s)\n", static_cast<int>(r.status.state),
+                   r.status.error.c_str());
+    const bool untouched = readBack() == before;
+    if (!untouched) std::fprintf(stderr, "after the revoke: the GPU memory changed\n");
+    done[0].pass();
+    done[1].pass();
+    ep.close();
+    cudaFree(dev);
+    return ok && named && untouched;
+  }));
+  for (pid_t p : pids) EXPECT_EQ(kvtest::arena::reap(p, 180), 0);
+  for (const std::string& m : meta) std::remove(m.c_str());
+#endif
 }
 
 }  // namespace

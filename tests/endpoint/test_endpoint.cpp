@@ -32,9 +32,12 @@ namespace {
 
 using namespace kvcomm;
 using kvtest::arena::Gate;
+using kvtest::arena::readFile;
 using kvtest::arena::reap;
 using kvtest::arena::runAll;
 using kvtest::arena::spawn;
+using kvtest::arena::tempPath;
+using kvtest::arena::writeFile;
 
 // ---- the oracle ---------------------------------------------------------------------------------------------------
 
@@ -119,27 +122,6 @@ std::vector<Shape> shapes() {
 }
 
 // ---- processes ----------------------------------------------------------------------------------------------------
-
-std::string tempPath(const char* what) {
-  char buf[128];
-  std::snprintf(buf, sizeof(buf), "/tmp/kvcomm-endpoint-%s-%d-%u", what, static_cast<int>(getpid()),
-                static_cast<unsigned>(std::random_device{}()));
-  return buf;
-}
-
-void writeFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-  std::rename(tmp.c_str(), path.c_str());  // readers see all of it or nothing
-}
-
-std::vector<uint8_t> readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
 
 EndpointOptions local(const char* name) {
   EndpointOptions o;

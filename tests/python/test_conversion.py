@@ -132,16 +132,19 @@ def test_read_converted_from_endpoints_tp2_to_tp1(arenas):
         got = read_converted(dec, mine, contents, sources, table, dtable, T - 3, first_token=3,
                              via="peer" if arenas else "tcp", timeout_ms=60000)
         assert got.ok and got.bytes_converted > 0 and got.sources_read == [0, 1], got
+        # Same-host arenas are read through their mappings (nothing lands); plain memory over TCP lands.
+        assert got.sources_mapped == ([0, 1] if arenas else []) and (got.bytes_landed == 0) == arenas, got
         want = np.full_like(mem, POISON)
         place(model, layout, contents, dtable, want, 3, T, also=table, also_tpb=16)
         np.testing.assert_array_equal(mem, want)
-        # A reader keeps its landing areas: a second read of the same shape allocates nothing more.
+        # A reader keeps its landing areas (over TCP: sources land): a second read of the same shape allocates
+        # nothing more.
         from kvcomm.conversion import ConvertedReader
         reader = ConvertedReader(dec)
         for _ in range(2):
             mem[:] = POISON
-            got = reader.read(mine, contents, sources, table, dtable, T - 3, first_token=3)
-            assert got.ok, got
+            got = reader.read(mine, contents, sources, table, dtable, T - 3, first_token=3, via="tcp")
+            assert got.ok and got.sources_mapped == [], got
             np.testing.assert_array_equal(mem, want)
             held = reader.landing_bytes if _ == 0 else held
         assert reader.landing_bytes == held > 0
