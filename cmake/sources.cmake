@@ -80,7 +80,8 @@ set(KVCOMM_SOURCES
     src/capi/barrier.cpp
     src/capi/fetch.cpp
     src/capi/arena.cpp
-    src/capi/endpoint.cpp)
+    src/capi/endpoint.cpp
+    src/capi/conversion.cpp)
 
 # Compiled only with the CUDA backend.
 set(KVCOMM_CUDA_SOURCES

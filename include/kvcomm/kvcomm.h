@@ -1138,6 +1138,88 @@ kvcommResult_t kvcommEndpointNotify(kvcommEndpoint_t endpoint, kvcommRemoteMemor
 kvcommResult_t kvcommEndpointNextNotification(kvcommEndpoint_t endpoint, int64_t timeoutMs, kvcommNotification* info,
                                               void* message, size_t capacity, int* received);
 
+/* ---- KV contents and converted reads (kvcomm/kv_contents.hpp, kvcomm/converted_read.hpp) -----------------------
+ *
+ * A KV region's contents beside its bytes, so that a read between caches laid out differently (another TP split,
+ * block size or token/head order) converts in flight: docs/api/kv-conversion.md. */
+
+/** How a block orders its elements: tokens x heads x headDim ("NHD") or heads x tokens x headDim ("HND"). */
+typedef enum KVCOMM_ENUM_BASE { kvcommKvOrderTokensHeadsDim = 0, kvcommKvOrderHeadsTokensDim = 1 } kvcommKvOrder_t;
+
+/** What one region's blocks hold (kvcomm::KvContents): tokensPerBlock tokens, for each the heads [headBegin,
+ *  headEnd) of the model's numHeads (headEnd 0: numHeads), each headDim elements of elementBytes bytes, in `order`.
+ *  blockBytes of the region must be tokensPerBlock * (headEnd - headBegin) * headDim * elementBytes. replicated
+ *  (0 or 1): every rank holds every head (MLA's latent cache, an indexer's keys). */
+typedef struct {
+  uint32_t elementBytes;
+  uint32_t headDim;
+  uint32_t tokensPerBlock;
+  uint32_t numHeads;
+  uint32_t headBegin;
+  uint32_t headEnd;
+  kvcommKvOrder_t order;
+  int replicated;
+} kvcommKvContents;
+
+/** One source of a converted read: a peer's registration and what its regions hold (numContents: one per region of
+ *  its layout). */
+typedef struct {
+  kvcommRemoteMemory_t remote;
+  const kvcommKvContents* contents;
+  size_t numContents;
+} kvcommConvertedSource;
+
+/** The tokens [firstToken, firstToken + numTokens) to move: token t is in block srcBlocks[t / source tokensPerBlock]
+ *  of every source and dstBlocks[t / local tokensPerBlock] locally; -1 in either table skips those tokens. Each table
+ *  at most KVCOMM_MAX_FETCH_PAIRS entries. */
+typedef struct {
+  const int64_t* srcBlocks;
+  size_t numSrcBlocks;
+  const int64_t* dstBlocks;
+  size_t numDstBlocks;
+  uint64_t firstToken;
+  uint64_t numTokens;
+} kvcommKvTokenRange;
+
+/** kvcommConvertedReadOptionsInit fills the defaults (source 0 preferred, Auto, no bound). */
+typedef struct {
+  int32_t preferredSource; /**< a head several sources hold comes from this one when it holds it (the nearest) */
+  kvcommTransferVia_t via;
+  int64_t timeoutMs; /**< for the whole read; < 0: no bound */
+} kvcommConvertedReadOptions;
+
+/** What a converted read did. */
+typedef struct {
+  kvcommFetchState_t state; /**< Done, or Failed (then nothing was written locally) */
+  uint64_t bytesConverted;  /**< bytes written into the local registration */
+  uint64_t bytesLanded;     /**< bytes the transports moved into landing areas (0 when every source was mapped) */
+  size_t pieces;            /**< contiguous copies */
+  size_t sourcesRead;       /**< sources that supplied a head */
+  size_t sourcesMapped;     /**< of those, read through a same-host mapping (nothing landed) */
+} kvcommConvertedReadResult;
+
+kvcommResult_t kvcommConvertedReadOptionsInit(kvcommConvertedReadOptions* options);
+/** kvcommSuccess when `contents` (numContents, one per region) describe the layout `regions`; else
+ *  kvcommInvalidArgument naming the region and field (kvcomm::checkDescription). */
+kvcommResult_t kvcommKvCheckContents(const kvcommKvRegion* regions, size_t numRegions, const kvcommKvContents* contents,
+                                     size_t numContents);
+/** "" (*needed 1) when a cache described by `src` converts into one described by `dst`, else one sentence naming
+ *  the region and what differs; copied like kvcommCommTopologyString. */
+kvcommResult_t kvcommKvWhyNotConvertible(const kvcommKvContents* src, size_t numSrc, const kvcommKvContents* dst,
+                                         size_t numDst, char* text, size_t textBytes, size_t* needed);
+/** Reads `tokens` from `sources` (at most KVCOMM_MAX_RANKS) into `local` (host or CUDA memory of `endpoint`,
+ *  described by localContents), converting TP split, block size and order on the way (kvcomm::readConverted):
+ *  same-host sources of the local memory kind straight through their mappings, others landed first. Synchronous.
+ *  kvcommInvalidArgument before anything moves for what does not describe or convert (naming the source, region,
+ *  table or index); kvcommUnsupported when via Peer cannot reach a source; when a source fails (revoked,
+ *  unregistered, dead, past timeoutMs) kvcommNetworkError naming it, result->state Failed and the local memory as
+ *  it was. `options` NULL: defaults. */
+kvcommResult_t kvcommEndpointReadConverted(kvcommEndpoint_t endpoint, kvcommRegistration_t local,
+                                           const kvcommKvContents* localContents, size_t numLocalContents,
+                                           const kvcommConvertedSource* sources, size_t numSources,
+                                           const kvcommKvTokenRange* tokens, const kvcommConvertedReadOptions* options,
+                                           kvcommConvertedReadResult* result);
+
 /* ---- capabilities --------------------------------------------------------------------------------------------- */
 
 /** What this machine and build can do, as kvcomm-info prints it (copied like kvcommCommTopologyString). */

@@ -17,6 +17,7 @@
 #include "kvcomm/endpoint.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_contents.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/publish.hpp"
 #include "kvcomm/symm.hpp"
@@ -171,6 +172,14 @@ struct CEnum<kvcommTransferVia_t> {
       {kvcommTransferViaRdma, "kvcommTransferViaRdma", TransferVia::Rdma}};
 };
 
+template <>
+struct CEnum<kvcommKvOrder_t> {
+  static constexpr const char* name = "kvcommKvOrder_t";
+  static constexpr EnumEntry<kvcommKvOrder_t, KvOrder> entries[] = {
+      {kvcommKvOrderTokensHeadsDim, "kvcommKvOrderTokensHeadsDim", KvOrder::TokensHeadsDim},
+      {kvcommKvOrderHeadsTokensDim, "kvcommKvOrderHeadsTokensDim", KvOrder::HeadsTokensDim}};
+};
+
 /// Number of enumerators of C enum `C`.
 template <typename C>
 inline constexpr unsigned kEnumSize = static_cast<unsigned>(std::size(CEnum<C>::entries));
@@ -199,6 +208,7 @@ static_assert(wellFormed<kvcommFetchState_t>() && kEnumSize<kvcommFetchState_t> 
 static_assert(wellFormed<kvcommArenaOwnerLoss_t>() && kEnumSize<kvcommArenaOwnerLoss_t> == 2, "kvcommArenaOwnerLoss_t");
 static_assert(wellFormed<kvcommAccess_t>() && kEnumSize<kvcommAccess_t> == 2, "kvcommAccess_t");
 static_assert(wellFormed<kvcommTransferVia_t>() && kEnumSize<kvcommTransferVia_t> == 4, "kvcommTransferVia_t");
+static_assert(wellFormed<kvcommKvOrder_t>() && kEnumSize<kvcommKvOrder_t> == 2, "kvcommKvOrder_t");
 static_assert(sizeof(kvcommAxis_t) == sizeof(unsigned int), "C enums keep the size of their C compatible type");
 
 /// The integer a C enum value holds (any unsigned int: the type's underlying type is fixed).

@@ -24,7 +24,8 @@ constexpr bool fixedUnsigned() {
 static_assert(fixedUnsigned<kvcommResult_t>() && fixedUnsigned<kvcommAxis_t>() && fixedUnsigned<kvcommMemoryKind_t>() &&
                   fixedUnsigned<kvcommSlotType_t>() && fixedUnsigned<kvcommPublishMode_t>() &&
                   fixedUnsigned<kvcommDeviceErrorKind_t>() && fixedUnsigned<kvcommFetchPath_t>() &&
-                  fixedUnsigned<kvcommFetchState_t>() && fixedUnsigned<kvcommArenaOwnerLoss_t>(),
+                  fixedUnsigned<kvcommFetchState_t>() && fixedUnsigned<kvcommArenaOwnerLoss_t>() &&
+                  fixedUnsigned<kvcommKvOrder_t>(),
               "every C enum of kvcomm.h has the fixed underlying type unsigned int under C++");
 // A value outside the enum is a value of the type (no undefined behaviour to hold or pass it).
 static_assert(static_cast<unsigned>(static_cast<kvcommAxis_t>(9u)) == 9u, "kvcommAxis_t holds 9");

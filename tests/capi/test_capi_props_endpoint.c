@@ -1008,6 +1008,144 @@ static void propsEndpointNextNotification(Ctx* c) {
   EXPECT(received == 0);
 }
 
+/* ---- KV contents and converted reads ------------------------------------------------------------------------- */
+
+/* The fixture's registrations described: 4 tokens per block, one head of 128 two-byte elements (1024 bytes). */
+static kvcommKvContents epContents(void) {
+  kvcommKvContents k;
+  memset(&k, 0, sizeof(k));
+  k.elementBytes = 2;
+  k.headDim = 128;
+  k.tokensPerBlock = 4;
+  k.numHeads = 1;
+  k.order = kvcommKvOrderTokensHeadsDim;
+  return k;
+}
+
+static void propsConvertedReadOptionsInit(Ctx* c) {
+  REFUSED("options is NULL", kvcommConvertedReadOptionsInit(NULL));
+  kvcommConvertedReadOptions o;
+  memset(&o, 0x5a, sizeof(o));
+  SUCCEEDS(kvcommConvertedReadOptionsInit(&o));
+  EXPECT(o.preferredSource == 0 && o.via == kvcommTransferViaAuto && o.timeoutMs == -1);
+}
+
+static void propsKvCheckContents(Ctx* c) {
+  kvcommKvRegion r = {0, kEpBlockBytes, 0, kEpBlocks};
+  kvcommKvContents k = epContents();
+  SUCCEEDS(kvcommKvCheckContents(&r, 1, &k, 1));
+  REFUSED("regions is NULL", kvcommKvCheckContents(NULL, 1, &k, 1));
+  REFUSED("contents is NULL", kvcommKvCheckContents(&r, 1, NULL, 1));
+  REFUSED("the description has", kvcommKvCheckContents(&r, 1, &k, 0));
+  REFUSED("KVCOMM_MAX_FETCH_REGIONS", kvcommKvCheckContents(&r, 1, &k, (size_t)KVCOMM_MAX_FETCH_REGIONS + 1));
+  FOR_VALUES(x) {
+    kvcommKvContents b = epContents();
+    b.headDim = (uint32_t)x;  /* only 128 fills the 1024-byte blocks */
+    OUTCOME((uint32_t)x == 128, "region 0", kvcommKvCheckContents(&r, 1, &b, 1));
+    b = epContents();
+    b.replicated = asInt(x);  /* 0 or 1; one head held whole either way */
+    OUTCOME(b.replicated == 0 || b.replicated == 1, "replicated", kvcommKvCheckContents(&r, 1, &b, 1));
+  }
+  unsigned ev[24];
+  size_t n = enumValues(2, ev);
+  for (size_t i = 0; i < n; ++i) {
+    kvcommKvContents b = epContents();
+    b.order = (kvcommKvOrder_t)ev[i];
+    OUTCOME(i < 2, "order", kvcommKvCheckContents(&r, 1, &b, 1));
+  }
+}
+
+static void propsKvWhyNotConvertible(Ctx* c) {
+  kvcommKvContents a = epContents(), b = epContents();
+  char text[256];
+  size_t needed = 0;
+  SUCCEEDS(kvcommKvWhyNotConvertible(&a, 1, &b, 1, text, sizeof(text), &needed));
+  EXPECT(needed == 1 && text[0] == 0);
+  b.order = kvcommKvOrderHeadsTokensDim;
+  b.tokensPerBlock = 16;  /* order and block size convert */
+  SUCCEEDS(kvcommKvWhyNotConvertible(&a, 1, &b, 1, text, sizeof(text), &needed));
+  EXPECT(needed == 1);
+  b.headDim = 64;  /* head dims do not */
+  SUCCEEDS(kvcommKvWhyNotConvertible(&a, 1, &b, 1, text, sizeof(text), &needed));
+  EXPECT(needed > 1 && strlen(text) + 1 == needed);
+  REFUSED("src is NULL", kvcommKvWhyNotConvertible(NULL, 1, &b, 1, text, sizeof(text), &needed));
+  REFUSED("dst is NULL", kvcommKvWhyNotConvertible(&a, 1, NULL, 1, text, sizeof(text), &needed));
+  REFUSED("KVCOMM_MAX_FETCH_REGIONS",
+          kvcommKvWhyNotConvertible(&a, (size_t)KVCOMM_MAX_FETCH_REGIONS + 1, &b, 1, SCRATCH(char*), 8, NULL));
+}
+
+static kvcommResult_t callEndpointReadConverted(Ctx* c, const Handles* h) {
+  kvcommKvContents k = epContents();
+  int64_t s[1] = {0}, d[1] = {8};
+  kvcommConvertedSource src = {h->remote, &k, 1};
+  kvcommKvTokenRange t = {s, 1, d, 1, 0, 4};
+  return kvcommEndpointReadConverted(h->endpoint, h->registration, &k, 1, &src, 1, &t, NULL,
+                                     SCRATCH(kvcommConvertedReadResult*));
+}
+static void propsEndpointReadConverted(Ctx* c) {
+  kvcommKvContents k = epContents();
+  kvcommConvertedSource src = {c->h.remote, &k, 1};
+  int64_t s[8], d[8];
+  for (int i = 0; i < 8; ++i) {
+    s[i] = i;
+    d[i] = 8 + i;
+  }
+  kvcommKvTokenRange t = {s, 8, d, 8, 0, 32};
+  kvcommEndpoint_t e = c->h.endpoint;
+  kvcommRegistration_t l = c->h.registration;
+  kvcommConvertedReadResult* out = SCRATCH(kvcommConvertedReadResult*);
+  REFUSED("tokens is NULL", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, NULL, NULL, out));
+  REFUSED("result is NULL", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &t, NULL, NULL));
+  REFUSED("sources is NULL", kvcommEndpointReadConverted(e, l, &k, 1, NULL, 1, &t, NULL, out));
+  REFUSED("localContents is NULL", kvcommEndpointReadConverted(e, l, NULL, 1, &src, 1, &t, NULL, out));
+  REFUSED("KVCOMM_MAX_RANKS", kvcommEndpointReadConverted(e, l, &k, 1, &src, (size_t)KVCOMM_MAX_RANKS + 1, &t, NULL, out));
+  kvcommConvertedSource bad = {c->h.remote, NULL, 1};
+  REFUSED("sources[0].contents is NULL", kvcommEndpointReadConverted(e, l, &k, 1, &bad, 1, &t, NULL, out));
+  kvcommKvTokenRange nt = t;
+  nt.srcBlocks = NULL;
+  REFUSED("srcBlocks", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &nt, NULL, out));
+  nt = t;
+  nt.numDstBlocks = (size_t)KVCOMM_MAX_FETCH_PAIRS + 1;
+  REFUSED("KVCOMM_MAX_FETCH_PAIRS", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &nt, NULL, out));
+  FOR_VALUES(x) {  /* tokens past the tables, out-of-range ids, a bad via: refused before anything moves */
+    kvcommKvTokenRange r = t;
+    r.numTokens = x;
+    if (x > 32) REFUSED("", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &r, NULL, out));
+    int64_t ids[8];
+    memcpy(ids, s, sizeof(ids));
+    ids[3] = (int64_t)x;
+    r = t;
+    r.srcBlocks = ids;
+    if ((int64_t)x < -1 || (int64_t)x >= kEpBlocks)
+      REFUSED("srcBlocks[3]", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &r, NULL, out));
+  }
+  unsigned ev[24];
+  size_t n = enumValues(4, ev);
+  for (size_t i = 4; i < n; ++i) {
+    kvcommConvertedReadOptions o;
+    kvcommConvertedReadOptionsInit(&o);
+    o.via = (kvcommTransferVia_t)ev[i];
+    REFUSED("via", kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &t, &o, out));
+  }
+  kvcommKvContents other = k;
+  other.headDim = 64;
+  other.numHeads = 2;  /* 4 x 2 x 64 x 2 = 1024 bytes: describes the layout, but does not convert */
+  kvcommConvertedSource mismatched = {c->h.remote, &other, 1};
+  REFUSED("cannot be converted", kvcommEndpointReadConverted(e, l, &k, 1, &mismatched, 1, &t, NULL, out));
+  /* Valid: peer blocks [0, 8) into local blocks [8, 16), the other local blocks untouched. */
+  unsigned char* before = (unsigned char*)malloc(kEpBytes);
+  unsigned char* want = (unsigned char*)malloc(kEpBytes);
+  memcpy(before, c->epLocal, kEpBytes);
+  readOracle(before, c->epPeer, s, d, 8, want);
+  kvcommConvertedReadResult res;
+  SUCCEEDS(kvcommEndpointReadConverted(e, l, &k, 1, &src, 1, &t, NULL, &res));
+  EXPECT(res.state == kvcommFetchDone && res.bytesConverted == 8 * kEpBlockBytes && res.sourcesRead == 1);
+  EXPECT(memcmp(c->epLocal, want, kEpBytes) == 0);
+  memcpy(c->epLocal, before, kEpBytes);
+  free(want);
+  free(before);
+}
+
 #define ENTRY(Name, handles) \
   { "kvcomm" #Name, (handles), 0, call##Name, props##Name }
 #define PURE(Name) \
@@ -1052,5 +1190,9 @@ const Entry g_endpointEntries[] = {
     ENTRY(EndpointPollError, kHEndpoint | kHRegistration | kHRemote),
     ENTRY(EndpointNotify, kHEndpoint | kHRemote),
     ENTRY(EndpointNextNotification, kHEndpoint),
+    PURE(ConvertedReadOptionsInit),
+    PURE(KvCheckContents),
+    PURE(KvWhyNotConvertible),
+    ENTRY(EndpointReadConverted, kHEndpoint | kHRegistration | kHRemote),
 };
 const size_t g_numEndpointEntries = sizeof(g_endpointEntries) / sizeof(g_endpointEntries[0]);
