@@ -58,6 +58,7 @@ set(KVCOMM_SOURCES
     src/endpoint/inbox.cpp
     src/endpoint/notifier.cpp
     src/endpoint/endpoint.cpp
+    src/endpoint/convert_program.cpp
     src/endpoint/converted_read.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

@@ -1,7 +1,7 @@
 // kvcomm: reading a token range from peers whose caches are laid out differently (TP split, block size, token/head
 // order; kv_contents.hpp) into a local registration, converting on the way (kv_conversion.hpp). Over endpoints: a
 // source on this host is read straight through its mapping; any other source's blocks land through the usual path
-// (RDMA, TCP) in a landing area on the local side first. The plan's pieces then rebuild the local blocks: memcpy
+// (RDMA, TCP) in a landing area on the local side first. The conversion then rebuilds the local blocks: the CPU
 // into host memory, one conversion kernel launch into CUDA memory.
 #pragma once
 
@@ -32,10 +32,11 @@ struct ConvertedReadOptions {
 };
 
 struct ConvertedReadResult {
-  FetchStatus status;                  ///< Done, or Failed naming the source and why (then nothing was written locally)
-  uint64_t bytesConverted = 0;         ///< bytes written into the local registration
-  uint64_t bytesLanded = 0;            ///< bytes the transports moved (whole source blocks)
-  size_t pieces = 0;                   ///< contiguous copies of the plan
+  FetchStatus status;           ///< Done, or Failed naming the source and why (then nothing was written locally)
+  uint64_t bytesConverted = 0;  ///< bytes written into the local registration
+  uint64_t bytesLanded = 0;     ///< bytes the transports moved (whole source blocks)
+  size_t pieces = 0;  ///< work items of the copy (segment x run of heads x chunk), or its contiguous pieces where
+                      ///< neither block size divides the other
   std::vector<int32_t> sourcesRead;    ///< the sources that supplied a head (the others were not read)
   std::vector<int32_t> sourcesMapped;  ///< of those, the ones read through a same-host mapping (nothing landed)
 };
@@ -48,8 +49,11 @@ struct ConvertedReadResult {
 /// memory of the local kind through the peer path's mapping, the pieces copied straight out of it (no landing, no
 /// second pass: the layout changes in the copy); any other source (another host, another memory kind; or via Tcp /
 /// Rdma) has the whole blocks the tokens need read once, by the transport, into a landing area of the local memory's
-/// kind registered with the endpoint, and the pieces are copied from there. Host memory: memcpy; CUDA memory: one
-/// launch of the conversion kernel on the local registration's device, waited for. A mapped source's memory is held
+/// kind registered with the endpoint, and copied from there. The copy is described compactly -- the block tables,
+/// and per region the runs of heads that come from one source -- and its addresses are computed where it runs: by
+/// the CPU for host memory, by one launch of the conversion kernel on the local registration's device (waited for)
+/// for CUDA memory; so the host's work does not grow with the tokens. Where neither block size divides the other,
+/// the plan's pieces are made on the host and copied the same two ways. A mapped source's memory is held
 /// mapped until the copies ended (its owner's revoke or unregister waits that long).
 /// Throws InvalidArgumentError before anything moves for what planConversion refuses (naming the source, region,
 /// table or index) and for an invalid handle; Unsupported when via is Peer and the peer path cannot reach a source

@@ -193,7 +193,7 @@ def main() -> None:
     mib = args.tokens * 2 * args.layers * HEADS * DIM * ELT / 2**20
     print(f"kvcomm {kvcomm.__version__}: {args.tokens} tokens x {args.layers} layers (K, V) x {HEADS} heads x {DIM} x "
           f"{ELT} B = {mib:.0f} MiB per read, {args.kind} memory, via {args.via}; median of {args.reps}; GB/s of the destination's bytes")
-    print(f"{'case':<42} {'mapped':>6} {'pieces':>8} {'KiB/pc':>9} {'plain':>8} {'converted':>10} {'one-shot':>9} {'engine way':>11} "
+    print(f"{'case':<42} {'mapped':>6} {'items':>8} {'KiB/item':>9} {'plain':>8} {'converted':>10} {'one-shot':>9} {'engine way':>11} "
           f"{'vs plain':>8} {'vs engine':>9}")
     rows: list = []
     case("identity (TP1 bs64 NHD -> same)", 1, 64, "nhd", 64, "nhd", args, rows)

@@ -23,9 +23,12 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "device/device_memory.hpp"
+#include "endpoint/convert_program.hpp"
 #include "endpoint/endpoint_access.hpp"
 #include "endpoint/peer_mapping.hpp"
 #include "fetch/device_copy.hpp"
+#include "kernels/launch.hpp"
+#include "kvlayout/conversion_runs.hpp"
 
 namespace kvcomm {
 
@@ -177,6 +180,17 @@ struct ConvertedReader::Impl {
     }
   }
 
+  // Runs the conversion kernel over `l` (its arrays staged for the GPU) on `device` and waits for it.
+  void convertOnDevice(int device, const detail::ConvertProgram& p) {
+    detail::onDevice(device, [&] {
+      auto& c = copiers[device];
+      if (!c) c = detail::makeDeviceCopier();
+      const Stream stream = c->ownStream();
+      c->convert(p.launch, p.runs, p.chunkStart, p.tables, stream);
+      c->record(stream)->wait();
+    });
+  }
+
   // Copies `pieces` (all checked) into CUDA memory of `device` and waits for them.
   void copyOnDevice(int device, const std::vector<detail::PieceCopy>& pieces) {
     detail::onDevice(device, [&] {
@@ -226,12 +240,16 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeoutMs);
 
   // ---- phase 1: the plan against the sources' layouts (all checks), and the source blocks the tokens need ----
+  // As runs (addresses computed where the copy runs) when one block size divides the other, else as pieces.
   std::vector<KvConversionSource> real;
   for (const ConvertedSource& s : sources) real.push_back({s.remote.layout(), s.contents});
-  const KvConversionPlan first = planConversion(real, local.layout(), localContents, tokens, options.conversion);
+  const detail::KvRunPlan runs =
+      detail::planConversionRuns(real, local.layout(), localContents, tokens, options.conversion);
+  KvConversionPlan first;
+  if (!runs.segmented && tokens.numTokens > 0)
+    first = planConversion(real, local.layout(), localContents, tokens, options.conversion);
   ConvertedReadResult result;
-  const uint64_t sT = sources[0].contents.regions.empty() ? 1 : sources[0].contents.regions[0].tokensPerBlock;
-  const uint64_t dT = localContents.regions.empty() ? 1 : localContents.regions[0].tokensPerBlock;
+  const uint64_t sT = runs.sT, dT = runs.dT;
   std::vector<int64_t> remoteIds, localTouched;
   std::unordered_map<int64_t, int64_t> landingId;  // remote block id -> its block in a landing area
   // Segment by segment (one source block, one local block), not token by token.
@@ -262,7 +280,7 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
     return result;  // transfers are cancelled and waited for, mappings released, before the landing areas are reused
   };
   for (size_t s = 0; s < sources.size(); ++s) {
-    if (first.pieces[s].empty() || remoteIds.empty()) continue;
+    if (!runs.used[s] || remoteIds.empty()) continue;
     result.sourcesRead.push_back(static_cast<int32_t>(s));
     const bool peerPath = options.via == TransferVia::Peer ||
                           (options.via == TransferVia::Auto &&
@@ -307,46 +325,74 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
         s, st.state == FetchState::InProgress ? detail::cat("not landed within ", options.timeoutMs, " ms") : st.error);
   }
 
-  // ---- phase 3: the landed sources planned against their landing areas; every piece copied ----
-  // Mapped sources keep the first plan (their own layouts). Sources not landed this time plan with their own layout
-  // too (a reader's landing area at that position may be another read's); no piece of this plan comes from them.
-  std::vector<detail::PieceCopy> copies;
-  copies.reserve(first.count());
-  const uint64_t localBytes = local.bytes();
+  // ---- phase 3: every byte copied into place, from the mappings and the landing areas ----
   char* dst = static_cast<char*>(local.data());
-  for (int32_t s : result.sourcesMapped)
-    appendPieces(copies, first.pieces[s], mapped[s]->base, extentOf(sources[s].remote.layout()), dst, localBytes,
-                 static_cast<size_t>(s));
-  uint64_t bytes = 0;
-  for (int32_t s : result.sourcesMapped)
-    for (const KvPiece& p : first.pieces[s]) bytes += p.bytes;
+  auto isLanded = [&](size_t s) {
+    return std::find(landed.begin(), landed.end(), static_cast<int32_t>(s)) != landed.end();
+  };
+  std::vector<int64_t> remapped;  // the source table as the landing areas number the blocks
   if (!landed.empty()) {
-    std::vector<KvConversionSource> planned;
-    for (size_t s = 0; s < sources.size(); ++s) {
-      const bool isLanded = std::find(landed.begin(), landed.end(), static_cast<int32_t>(s)) != landed.end();
-      planned.push_back({isLanded ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
-    }
-    KvTokenRange remapped = tokens;
-    for (int64_t& b : remapped.srcBlocks) {
+    remapped = tokens.srcBlocks;
+    for (int64_t& b : remapped) {
       auto it = landingId.find(b);
       b = it == landingId.end() ? -1 : it->second;
     }
-    // Only the landed sources' pieces are used: the mapped ones come from `first`.
-    const KvConversionPlan plan = planConversion(planned, local.layout(), localContents, remapped, options.conversion);
-    for (int32_t s : landed) {
-      appendPieces(copies, plan.pieces[s], reinterpret_cast<const char*>(landings[s].memory.get()), landings[s].bytes,
-                   dst, localBytes, static_cast<size_t>(s));
-      for (const KvPiece& p : plan.pieces[s]) bytes += p.bytes;
-    }
   }
-  if (kind == MemoryKind::Cuda)
-    impl_->copyOnDevice(device, copies);
-  else
-    for (const detail::PieceCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+  uint64_t bytes = 0;
+  if (runs.segmented) {
+    // The tables one after another: the sources' (as mapped), the landed sources' (remapped), the destination's.
+    std::vector<int64_t> tables = tokens.srcBlocks;
+    const uint64_t remappedAt = tables.size();
+    tables.insert(tables.end(), remapped.begin(), remapped.end());
+    const uint64_t dstAt = tables.size();
+    tables.insert(tables.end(), tokens.dstBlocks.begin(), tokens.dstBlocks.end());
+    std::vector<detail::ConvertSource> from(sources.size());
+    for (int32_t s : result.sourcesMapped) from[s] = {mapped[s]->base, &sources[s].remote.layout(), 0};
+    for (int32_t s : landed)
+      from[s] = {reinterpret_cast<const char*>(landings[s].memory.get()), &landings[s].layout, remappedAt};
+    detail::ConvertProgram p = detail::buildConvert(runs, from, local.layout(), dst, std::move(tables), dstAt,
+                                                    tokens.firstToken, tokens.numTokens);
+    if (p.launch.numSegments > 0) {
+      if (kind == MemoryKind::Cuda) {
+        impl_->convertOnDevice(device, p);
+      } else {
+        p.bind();
+        detail::hostConvert(p.launch);
+      }
+    }
+    bytes = runs.bytes;
+    result.pieces = static_cast<size_t>(p.launch.numSegments) * p.launch.itemsPerSegment;
+  } else {
+    std::vector<detail::PieceCopy> copies;
+    copies.reserve(first.count());
+    const uint64_t localBytes = local.bytes();
+    for (int32_t s : result.sourcesMapped)
+      appendPieces(copies, first.pieces[s], mapped[s]->base, extentOf(sources[s].remote.layout()), dst, localBytes,
+                   static_cast<size_t>(s));
+    for (int32_t s : result.sourcesMapped)
+      for (const KvPiece& p : first.pieces[s]) bytes += p.bytes;
+    if (!landed.empty()) {
+      std::vector<KvConversionSource> planned;
+      for (size_t s = 0; s < sources.size(); ++s)
+        planned.push_back({isLanded(s) ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+      KvTokenRange r = tokens;
+      r.srcBlocks = remapped;
+      const KvConversionPlan plan = planConversion(planned, local.layout(), localContents, r, options.conversion);
+      for (int32_t s : landed) {
+        appendPieces(copies, plan.pieces[s], reinterpret_cast<const char*>(landings[s].memory.get()), landings[s].bytes,
+                     dst, localBytes, static_cast<size_t>(s));
+        for (const KvPiece& p : plan.pieces[s]) bytes += p.bytes;
+      }
+    }
+    if (kind == MemoryKind::Cuda)
+      impl_->copyOnDevice(device, copies);
+    else
+      for (const detail::PieceCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+    result.pieces = copies.size();
+  }
   result.status.state = FetchState::Done;
   result.status.bytesDone = result.status.bytesTotal = bytes;
   result.bytesConverted = bytes;
-  result.pieces = copies.size();
   return result;
 }
 

@@ -209,6 +209,24 @@ class CudaCopier : public DeviceCopier {
     staging_.launched(s);
   }
 
+  void convert(ConvertLaunch l, const std::vector<ConvertRun>& runs, const std::vector<uint32_t>& chunkStart,
+               const std::vector<int64_t>& tables, Stream stream) override {
+    auto s = reinterpret_cast<cudaStream_t>(stream);
+    // One staged list: the runs, the chunk starts (padded to 8 bytes), the tables; copied into device memory (each
+    // item reads its run and two table entries).
+    static const uint64_t kZero = 0;
+    const size_t rb = runs.size() * sizeof(ConvertRun), cb = chunkStart.size() * sizeof(uint32_t);
+    const size_t pad = (8 - cb % 8) % 8;
+    char* d = staging_.stage(
+        {{runs.data(), rb}, {chunkStart.data(), cb}, {&kZero, pad}, {tables.data(), tables.size() * sizeof(int64_t)}},
+        false, s);
+    l.runs = reinterpret_cast<const ConvertRun*>(d);
+    l.chunkStart = reinterpret_cast<const uint32_t*>(d + rb);
+    l.tables = reinterpret_cast<const int64_t*>(d + rb + cb + pad);
+    launchConvert(l, s);
+    staging_.launched(s);
+  }
+
   void copies(const std::vector<CopyDesc>& descs, Stream stream) override {
     enqueueCopies(descs, reinterpret_cast<cudaStream_t>(stream), cudaMemcpyDeviceToDevice,
                   cudaMemcpyFlagPreferOverlapWithCompute, true, "fetch run");

@@ -41,6 +41,10 @@ class DeviceCopier {
   /// Launches the conversion kernel over `pieces` (absolute addresses, checked by the caller), staged as the pairs
   /// of launchPairs are.
   virtual void copyPieces(const std::vector<PieceCopy>& pieces, Stream stream) = 0;
+  /// Launches the conversion kernel over `l`, its runs, chunk starts and block tables staged for the GPU first (the
+  /// pointers of `l` to them are filled here).
+  virtual void convert(ConvertLaunch l, const std::vector<ConvertRun>& runs, const std::vector<uint32_t>& chunkStart,
+                       const std::vector<int64_t>& tables, Stream stream) = 0;
   /// Enqueues copy-engine descriptors (one batch where the API allows, else one call each).
   virtual void copies(const std::vector<CopyDesc>& descs, Stream stream) = 0;
   virtual std::unique_ptr<DeviceEvent> record(Stream stream) = 0;

@@ -145,4 +145,10 @@ void hostFetch(const FetchLaunch& f) {
   }
 }
 
+void hostConvert(const ConvertLaunch& c) {
+  const int64_t items = c.numSegments * static_cast<int64_t>(c.itemsPerSegment);
+  for (int64_t i = 0; i < items; ++i)
+    convertItem(c, i, [](char* d, const char* s, uint64_t bytes) { std::memcpy(d, s, bytes); });
+}
+
 }  // namespace kvcomm::detail

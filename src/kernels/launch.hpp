@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/convert_launch.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
 #include "kvcomm/device/fetch.hpp"
@@ -263,6 +264,8 @@ void launchFetch(const FetchLaunch& f, void* stream);
 /// `readsLocal`: some request reads this rank's own blocks (the reads-written pass runs).
 void launchCheckedFetch(const CheckLaunch& c, const FetchLaunch& f, bool readsLocal, void* stream);
 void launchPieces(const PieceLaunch& p, void* stream);
+/// The conversion kernel over every (segment, run, chunk) item of `c` (its arrays readable by the GPU).
+void launchConvert(const ConvertLaunch& c, void* stream);
 
 // CPU versions over host memory (synchronous). hostPublish validates every slot before writing any row and throws
 // InvalidArgumentError naming the first bad token; hostBarrier throws a Timeout naming rank, peer and lane, or an
@@ -272,5 +275,7 @@ void hostBarrier(const BarrierDeviceHandle& b, int lane, BarrierStep step = Barr
 void hostPack(const PackLaunch& p);
 /// hostFetch validates every pair before copying any and throws InvalidArgumentError naming the first bad one.
 void hostFetch(const FetchLaunch& f);
+/// Every item of `c` with memcpy (host memory; the caller checked the tables and layouts).
+void hostConvert(const ConvertLaunch& c);
 
 }  // namespace kvcomm::detail

@@ -20,6 +20,9 @@ void launchFetch(const FetchLaunch&, void*) {
 void launchCheckedFetch(const CheckLaunch&, const FetchLaunch&, bool, void*) {
   KVCOMM_THROW(Unsupported, "fetch (cuda)", "libkvcomm was built without CUDA");
 }
+void launchConvert(const ConvertLaunch&, void*) {
+  KVCOMM_THROW(Unsupported, "converted copy (cuda)", "libkvcomm was built without CUDA");
+}
 void launchPieces(const PieceLaunch&, void*) {
   KVCOMM_THROW(Unsupported, "converted copy (cuda)", "libkvcomm was built without CUDA");
 }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "common/check.hpp"
+#include "kvlayout/conversion_runs.hpp"
 #include "kvlayout/kv_layout.hpp"
 
 namespace kvcomm {
@@ -76,12 +77,10 @@ void checkTable(const std::vector<int64_t>& table, const char* name, uint64_t tp
   }
 }
 
-}  // namespace
-
-KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout,
-                                const KvDescription& dst, const KvTokenRange& tokens,
-                                const KvConversionOptions& options) {
-  // ---- phase 1: checks, and the source of every destination head ----
+// Phase 1: every check, and the source of every destination head (none picked when there are no tokens).
+void checkAndPick(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout, const KvDescription& dst,
+                  const KvTokenRange& tokens, const KvConversionOptions& options,
+                  std::vector<std::vector<int32_t>>& headSource, uint64_t* sTOut, uint64_t* dTOut) {
   KVCOMM_CHECK_ARG(!sources.empty(), kCall, "no sources");
   KVCOMM_CHECK_ARG(options.preferredSource >= 0 && static_cast<size_t>(options.preferredSource) < sources.size(), kCall,
                    "preferredSource ", options.preferredSource, " is not a source index (", sources.size(),
@@ -102,10 +101,9 @@ KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, 
                      kCall, "source ", s, " has ", sources[s].description.regions[0].tokensPerBlock,
                      " tokens per block, source 0 has ", sT,
                      ": the sources share one block table (srcBlocks), so their blocks must agree");
-  KvConversionPlan plan;
-  plan.pieces.resize(sources.size());
-  plan.headSource.resize(dst.regions.size());
-  if (tokens.numTokens == 0) return plan;
+  headSource.assign(dst.regions.size(), {});
+  *sTOut = sT, *dTOut = dT;
+  if (tokens.numTokens == 0) return;
   checkTable(tokens.dstBlocks, "dstBlocks", dT, first, end, dstLayout, "the destination's");
   for (size_t s = 0; s < sources.size(); ++s)
     checkTable(tokens.srcBlocks, "srcBlocks", sT, first, end, sources[s].layout, detail::cat("source ", s, "'s"));
@@ -127,9 +125,22 @@ KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, 
       for (size_t s = 0; pick < 0 && s < sources.size(); ++s)
         if (holds(sources[s].description.regions[r], h)) pick = static_cast<int32_t>(s);
       KVCOMM_CHECK_ARG(pick >= 0, kCall, "region ", r, ": head ", h, " of the destination is held by no source");
-      plan.headSource[r].push_back(pick);
+      headSource[r].push_back(pick);
     }
   }
+}
+
+}  // namespace
+
+KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout,
+                                const KvDescription& dst, const KvTokenRange& tokens,
+                                const KvConversionOptions& options) {
+  KvConversionPlan plan;
+  plan.pieces.resize(sources.size());
+  uint64_t sT = 1, dT = 1;
+  checkAndPick(sources, dstLayout, dst, tokens, options, plan.headSource, &sT, &dT);
+  if (tokens.numTokens == 0) return plan;
+  const uint64_t first = tokens.firstToken, end = first + tokens.numTokens;
 
   // ---- phase 2: copies, region by region, segment by segment (one source block, one destination block) ----
   for (size_t r = 0; r < dst.regions.size(); ++r) {
@@ -186,5 +197,60 @@ void applyConversion(const std::vector<KvPiece>& pieces, const void* src, uint64
   for (const KvPiece& p : pieces)
     std::memcpy(static_cast<uint8_t*>(dst) + p.dstOffset, static_cast<const uint8_t*>(src) + p.srcOffset, p.bytes);
 }
+
+namespace detail {
+
+KvRunPlan planConversionRuns(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout,
+                             const KvDescription& dst, const KvTokenRange& tokens, const KvConversionOptions& options) {
+  KvRunPlan plan;
+  checkAndPick(sources, dstLayout, dst, tokens, options, plan.headSource, &plan.sT, &plan.dT);
+  plan.used.assign(sources.size(), false);
+  if (tokens.numTokens == 0) return plan;
+  const uint64_t sT = plan.sT, dT = plan.dT;
+  plan.segmented = std::max(sT, dT) % std::min(sT, dT) == 0;
+  // Tokens whose blocks both tables name (the rest are skipped), segment by segment.
+  const uint64_t first = tokens.firstToken, end = first + tokens.numTokens;
+  uint64_t moved = 0;
+  for (uint64_t t0 = first; t0 < end;) {
+    const uint64_t t1 = std::min({end, (t0 / sT + 1) * sT, (t0 / dT + 1) * dT});
+    if (tokens.srcBlocks[t0 / sT] >= 0 && tokens.dstBlocks[t0 / dT] >= 0) moved += t1 - t0;
+    t0 = t1;
+  }
+  for (size_t r = 0; r < dst.regions.size(); ++r) {
+    const KvContents& dc = dst.regions[r];
+    const std::vector<int32_t>& from = plan.headSource[r];
+    const uint64_t unit = uint64_t{dc.headDim} * dc.elementBytes;
+    plan.bytes += moved * from.size() * unit;
+    for (size_t i0 = 0; i0 < from.size();) {
+      size_t i1 = i0 + 1;
+      while (i1 < from.size() && from[i1] == from[i0]) ++i1;
+      const KvContents& sc = sources[from[i0]].description.regions[r];
+      const uint32_t h0 = dc.headBegin + static_cast<uint32_t>(i0);
+      KvRunSpec run;
+      run.source = static_cast<uint32_t>(from[i0]);
+      run.region = static_cast<uint32_t>(r);
+      run.heads = static_cast<uint32_t>(i1 - i0);
+      run.unit = unit;
+      run.srcHead0 = inBlock(sc, 0, h0);
+      run.dstHead0 = inBlock(dc, 0, h0);
+      run.srcTok = tokenStride(sc);
+      run.dstTok = tokenStride(dc);
+      run.srcHead = sc.order == KvOrder::TokensHeadsDim ? unit : uint64_t{sc.tokensPerBlock} * unit;
+      run.dstHead = dc.order == KvOrder::TokensHeadsDim ? unit : uint64_t{dc.tokensPerBlock} * unit;
+      if (sc.order == KvOrder::TokensHeadsDim && dc.order == KvOrder::TokensHeadsDim)
+        run.mode = 0;
+      else if (run.srcTok == unit && run.dstTok == unit)
+        run.mode = 1;
+      else
+        run.mode = 2;
+      if (moved > 0) plan.used[run.source] = true;
+      if (plan.segmented) plan.runs.push_back(run);
+      i0 = i1;
+    }
+  }
+  return plan;
+}
+
+}  // namespace detail
 
 }  // namespace kvcomm

@@ -158,6 +158,12 @@ TEST(ConvertedRead, ReplicatedMlaIsReadFromThePreferredSourceOnly) {
   run({Model::Mla, 2, 2, 64, 16, KvOrder::TokensHeadsDim, KvOrder::TokensHeadsDim, false, TransferVia::Tcp}, 4);
 }
 
+// Block sizes neither of which divides the other (48 and 32 tokens): planned and copied as pieces, not runs.
+TEST(ConvertedRead, BlockSizesThatDoNotDivideEachOther) {
+  run({Model::Gqa8, 2, 1, 48, 32, KvOrder::TokensHeadsDim, KvOrder::HeadsTokensDim, true, TransferVia::Auto}, 7);
+  run({Model::Gqa8, 2, 1, 48, 32, KvOrder::TokensHeadsDim, KvOrder::HeadsTokensDim, false, TransferVia::Tcp}, 8);
+}
+
 TEST(ConvertedRead, Fp8WithScalesTp4ToTp1) {
   run({Model::Fp8Scales, 4, 1, 16, 32, KvOrder::HeadsTokensDim, KvOrder::HeadsTokensDim, false, TransferVia::Tcp}, 5);
 }

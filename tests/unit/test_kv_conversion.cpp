@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "endpoint/convert_program.hpp"
+#include "kernels/launch.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/kv_conversion.hpp"
 #include "support/kv_model.hpp"
@@ -74,6 +76,7 @@ uint64_t runCase(const Case& c, uint64_t seed) {
     KvConversionOptions opt;
     opt.preferredSource = static_cast<int32_t>(d % c.tpSrc);
     const KvConversionPlan plan = planConversion(sources, dst.layout, dst.desc, range, opt);
+    std::vector<uint8_t> viaRuns = dst.mem;  // the same conversion as runs, below
     for (size_t s = 0; s < src.size(); ++s)
       applyConversion(plan.pieces[s], src[s].mem.data(), src[s].mem.size(), dst.mem.data(), dst.mem.size());
     Side want = dst;
@@ -83,6 +86,27 @@ uint64_t runCase(const Case& c, uint64_t seed) {
       if (dst.mem[i] != want.mem[i]) {
         ADD_FAILURE() << caseName(c) << " decode rank " << d << ": byte " << i << " is " << int(dst.mem[i])
                       << ", the oracle says " << int(want.mem[i]) << " (" << plan.count() << " pieces)";
+        return moved;
+      }
+    // The runs a converted read executes (the CPU executor here, the conversion kernel on a GPU): the same bytes,
+    // work items of 64 KiB or (every other case) 1 KiB, so that runs split into many chunks.
+    const detail::KvRunPlan runs = detail::planConversionRuns(sources, dst.layout, dst.desc, range, opt);
+    EXPECT_TRUE(runs.segmented);
+    EXPECT_EQ(runs.bytes, plan.bytes) << caseName(c);
+    std::vector<detail::ConvertSource> views;
+    for (const Side& s : src) views.push_back({reinterpret_cast<const char*>(s.mem.data()), &s.layout, 0});
+    std::vector<int64_t> tables = src[0].table;
+    tables.insert(tables.end(), dst.table.begin(), dst.table.end());
+    detail::ConvertProgram prog =
+        detail::buildConvert(runs, views, dst.layout, reinterpret_cast<char*>(viaRuns.data()), std::move(tables),
+                             src[0].table.size(), first, tokens - first, seed % 2 ? 64u << 10 : 1024);
+    prog.bind();
+    detail::hostConvert(prog.launch);
+    for (size_t i = 0; i < viaRuns.size(); ++i)
+      if (viaRuns[i] != want.mem[i]) {
+        ADD_FAILURE() << caseName(c) << " decode rank " << d << " through runs: byte " << i << " is " << int(viaRuns[i])
+                      << ", the oracle says " << int(want.mem[i]) << " (" << prog.runs.size() << " runs, vector "
+                      << prog.launch.vec << ")";
         return moved;
       }
     moved += plan.bytes;
