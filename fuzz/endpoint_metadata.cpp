@@ -19,5 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(std::memcmp(n.capability.bytes, m.capability.bytes, sizeof(m.capability.bytes)) == 0);
   FUZZ_CHECK(n.layoutHash == m.layoutHash && n.layout.regions.size() == m.layout.regions.size());
   FUZZ_CHECK(n.name == m.name && n.name.size() <= kMaxNameBytes);
+  FUZZ_CHECK(n.contents.regions.size() == m.contents.regions.size());
+  FUZZ_CHECK(m.contents.regions.empty() || m.contents.regions.size() == m.layout.regions.size());
   return 0;
 }

@@ -154,6 +154,10 @@ int main(int argc, char** argv) {
     m.layoutHash = kvcomm::layoutHash(m.layout);
     std::vector<uint8_t> b = encodeMetadata(m);
     write("endpoint_metadata", "two_regions", std::vector<char>(b.begin(), b.end()));
+    // The same with its contents (version 2): K and V of TP rank 1 of 2, 16 tokens x 4 of 8 heads x 32 x 2 bytes.
+    m.contents.regions.assign(2, {2, 32, 16, 8, 4, 8, kvcomm::KvOrder::TokensHeadsDim, false});
+    b = encodeMetadata(m);
+    write("endpoint_metadata", "two_regions_described", std::vector<char>(b.begin(), b.end()));
   }
   {  // a notification: a named sender, its third message
     NotifyMessage m;

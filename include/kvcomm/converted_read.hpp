@@ -17,9 +17,10 @@
 
 namespace kvcomm {
 
-/// One source of a converted read: a peer's registration (Endpoint::connect) and what its regions hold (its
-/// description travels with its metadata, e.g. in the P/D hand-off's parameters; it is checked against the layout
-/// the metadata carries).
+/// One source of a converted read: a peer's registration (Endpoint::connect) and what its regions hold. Empty
+/// contents: those its owner registered (RegisterOptions::contents), carried in its metadata (RemoteMemory::
+/// contents()); contents given where the metadata carries some must equal them. Either way they are checked against
+/// the layout the metadata carries.
 struct ConvertedSource {
   RemoteMemory remote;
   KvDescription contents;
@@ -42,9 +43,9 @@ struct ConvertedReadResult {
 };
 
 /// Reads tokens [tokens.firstToken, + tokens.numTokens) from `sources` into `local` (a host or CUDA registration of
-/// this endpoint described by `localContents`), converting TP split, block size and order on the way. Synchronous:
-/// it returns when every byte is in place, or when a source failed (status Failed, naming the source and the
-/// transport's error; then nothing was written into `local`, all or nothing).
+/// this endpoint described by `localContents`, or when that is empty by its RegisterOptions::contents), converting TP
+/// split, block size and order on the way. Synchronous: it returns when every byte is in place, or when a source failed
+/// (status Failed, naming the source and the transport's error; then nothing was written into `local`, all or nothing).
 /// How each source used is read (options.via as Endpoint::read takes it): Auto reads a source on this host with
 /// memory of the local kind through the peer path's mapping, the pieces copied straight out of it (no landing, no
 /// second pass: the layout changes in the copy); any other source (another host, another memory kind; or via Tcp /
@@ -56,8 +57,9 @@ struct ConvertedReadResult {
 /// the plan's pieces are made on the host and copied the same two ways. A mapped source's memory is held
 /// mapped until the copies ended (its owner's revoke or unregister waits that long).
 /// Throws InvalidArgumentError before anything moves for what planConversion refuses (naming the source, region,
-/// table or index) and for an invalid handle; Unsupported when via is Peer and the peer path cannot reach a source
-/// (naming it and why). A source whose owner refuses its metadata (stale, forged, unregistered) fails the read.
+/// table or index), for a side described neither by the caller nor at registration, for contents given that differ
+/// from the registered ones, and for an invalid handle; Unsupported when via is Peer and the peer path cannot reach a
+/// source (naming it and why). A source whose owner refuses its metadata (stale, forged, unregistered) fails the read.
 /// One-shot: its landing areas are allocated and registered for the call (page faults included); a ConvertedReader
 /// keeps them between reads.
 KVCOMM_API ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,

@@ -27,6 +27,7 @@
 #include "kvcomm/arena.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_contents.hpp"
 #include "kvcomm/kv_layout.hpp"
 #include "kvcomm/stream.hpp"
 #include "kvcomm/symm.hpp"
@@ -69,6 +70,10 @@ enum class Access {
 /// Options of the register calls.
 struct RegisterOptions {
   Access access = Access::ReadWrite;
+  /// What the regions hold (kv_contents.hpp), one entry per region; empty: not described. Checked against the
+  /// layout at registration (InvalidArgumentError naming the region and field) and carried in the metadata, so that
+  /// peers converting from it (readConverted) need not be told separately.
+  KvDescription contents;
 };
 
 /// Which transport a transfer must take.
@@ -128,6 +133,8 @@ class KVCOMM_API Registration {
   int device() const;
   /// The registered layout, normalised (blockStride 0 reads back as blockBytes).
   const KvLayout& layout() const;
+  /// RegisterOptions::contents (empty when not described).
+  const KvDescription& contents() const;
   Access access() const;
   /// False once unregistered.
   bool registered() const;
@@ -167,6 +174,8 @@ class KVCOMM_API RemoteMemory {
   uint64_t id() const;
   uint64_t generation() const;
   const KvLayout& layout() const;
+  /// What its regions hold, as its owner described them at registration (empty when not described).
+  const KvDescription& contents() const;
   MemoryKind kind() const;
   Access access() const;
   /// Where its endpoint listens ("host:port").

@@ -139,6 +139,32 @@ struct Landing {
   }
 };
 
+bool sameContents(const KvDescription& a, const KvDescription& b) {
+  if (a.regions.size() != b.regions.size()) return false;
+  for (size_t i = 0; i < a.regions.size(); ++i) {
+    const KvContents &x = a.regions[i], &y = b.regions[i];
+    if (x.elementBytes != y.elementBytes || x.headDim != y.headDim || x.tokensPerBlock != y.tokensPerBlock ||
+        x.numHeads != y.numHeads || x.headBegin != y.headBegin ||
+        (x.headEnd ? x.headEnd : x.numHeads) != (y.headEnd ? y.headEnd : y.numHeads) || x.order != y.order ||
+        x.replicated != y.replicated)
+      return false;
+  }
+  return true;
+}
+
+// What a side holds: `given` by the caller, else `registered` (with its registration or in its metadata); both
+// given must agree.
+const KvDescription& describedAs(const KvDescription& given, const KvDescription& registered, const std::string& who) {
+  if (given.regions.empty()) {
+    KVCOMM_CHECK_ARG(!registered.regions.empty(), kCall, who,
+                     ": no contents given, and none registered (RegisterOptions::contents carries them)");
+    return registered;
+  }
+  KVCOMM_CHECK_ARG(registered.regions.empty() || sameContents(given, registered), kCall, who,
+                   ": the contents given differ from those it was registered with");
+  return given;
+}
+
 uint64_t extentOf(const KvLayout& l) {
   uint64_t end = 0;
   for (const KvRegion& r : l.regions)
@@ -227,7 +253,7 @@ ConvertedReadResult readConverted(Endpoint& endpoint, const Registration& local,
   return reader.read(local, localContents, sources, tokens, options);
 }
 
-ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDescription& localContents,
+ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDescription& givenLocal,
                                           const std::vector<ConvertedSource>& sources, const KvTokenRange& tokens,
                                           const ConvertedReadOptions& options) {
   KVCOMM_CHECK_ARG(impl_, kCall, "empty reader (moved from)");
@@ -237,12 +263,18 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   KVCOMM_CHECK_ARG(local.valid() && local.registered(), kCall, "the local registration is empty or unregistered");
   for (size_t s = 0; s < sources.size(); ++s)
     KVCOMM_CHECK_ARG(sources[s].remote.valid(), kCall, "source ", s, ": empty RemoteMemory");
+  // Each side's contents: as given, else as registered (the local registration's options; a source's metadata).
+  const KvDescription& localContents = describedAs(givenLocal, local.contents(), "the local registration");
+  std::vector<KvDescription> described;
+  for (size_t s = 0; s < sources.size(); ++s)
+    described.push_back(describedAs(sources[s].contents, sources[s].remote.contents(),
+                                    detail::cat("source ", s, " (", sources[s].remote.peerName(), ")")));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeoutMs);
 
   // ---- phase 1: the plan against the sources' layouts (all checks), and the source blocks the tokens need ----
   // As runs (addresses computed where the copy runs) when one block size divides the other, else as pieces.
   std::vector<KvConversionSource> real;
-  for (const ConvertedSource& s : sources) real.push_back({s.remote.layout(), s.contents});
+  for (size_t s = 0; s < sources.size(); ++s) real.push_back({sources[s].remote.layout(), described[s]});
   const detail::KvRunPlan runs =
       detail::planConversionRuns(real, local.layout(), localContents, tokens, options.conversion);
   KvConversionPlan first;
@@ -374,7 +406,7 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
     if (!landed.empty()) {
       std::vector<KvConversionSource> planned;
       for (size_t s = 0; s < sources.size(); ++s)
-        planned.push_back({isLanded(s) ? landings[s].layout : sources[s].remote.layout(), sources[s].contents});
+        planned.push_back({isLanded(s) ? landings[s].layout : sources[s].remote.layout(), described[s]});
       KvTokenRange r = tokens;
       r.srcBlocks = remapped;
       const KvConversionPlan plan = planConversion(planned, local.layout(), localContents, r, options.conversion);

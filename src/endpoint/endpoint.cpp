@@ -85,6 +85,7 @@ struct Registration::Impl {
   MemoryKind kind = MemoryKind::Host;
   int device = -1;
   KvLayout layout;
+  KvDescription contents;
   Access access = Access::ReadWrite;
   // The owning endpoint's identity, as metadata carries it.
   uint64_t endpointId = 0;
@@ -185,6 +186,9 @@ int Registration::device() const {
 const KvLayout& Registration::layout() const {
   return require(impl_, "Registration::layout", "Registration")->layout;
 }
+const KvDescription& Registration::contents() const {
+  return require(impl_, "Registration::contents", "Registration")->contents;
+}
 Access Registration::access() const {
   return require(impl_, "Registration::access", "Registration")->access;
 }
@@ -213,6 +217,7 @@ std::vector<uint8_t> Registration::metadata() const {
   m.name = r->endpointName.substr(0, detail::kMaxNameBytes);
   m.layout = r->layout;
   m.layoutHash = layoutHash(r->layout);
+  m.contents = r->contents;
   return detail::encodeMetadata(m);
 }
 
@@ -292,6 +297,9 @@ uint64_t RemoteMemory::generation() const {
 }
 const KvLayout& RemoteMemory::layout() const {
   return require(impl_, "RemoteMemory::layout", "RemoteMemory")->meta.layout;
+}
+const KvDescription& RemoteMemory::contents() const {
+  return require(impl_, "RemoteMemory::contents", "RemoteMemory")->meta.contents;
 }
 MemoryKind RemoteMemory::kind() const {
   return static_cast<MemoryKind>(require(impl_, "RemoteMemory::kind", "RemoteMemory")->meta.memoryKind);
@@ -716,6 +724,8 @@ Registration Endpoint::Impl::add(const char* call, char* base, size_t bytes, Mem
   r->kind = kind;
   r->device = kind == MemoryKind::Cuda ? device : -1;
   r->layout = normalised(layout);
+  if (!options.contents.regions.empty()) checkDescription(r->layout, options.contents, call);
+  r->contents = options.contents;
   r->access = options.access;
   r->endpointId = id;
   r->endpointName = name;

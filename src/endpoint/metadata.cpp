@@ -35,6 +35,10 @@ struct RegionRecord {
   uint64_t offset, blockBytes, blockStride, numBlocks;
 };
 
+struct ContentsRecord {
+  uint32_t elementBytes, headDim, tokensPerBlock, numHeads, headBegin, headEnd, order, replicated;
+};
+
 uint32_t fnv1a(const uint8_t* p, size_t n) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 16777619u;
@@ -44,7 +48,9 @@ uint32_t fnv1a(const uint8_t* p, size_t n) {
 }  // namespace
 
 std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m) {
-  const size_t total = sizeof(MetadataHead) + sizeof(MetadataBody) + m.layout.regions.size() * sizeof(RegionRecord);
+  const bool described = !m.contents.regions.empty();
+  const size_t total = sizeof(MetadataHead) + sizeof(MetadataBody) +
+                       m.layout.regions.size() * (sizeof(RegionRecord) + (described ? sizeof(ContentsRecord) : 0));
   std::vector<uint8_t> out(total, 0);
   MetadataBody b{};
   b.endpointId = m.endpointId;
@@ -61,7 +67,7 @@ std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m) {
   b.tcp = m.tcp.storage;
   b.tcpLen = m.tcp.len;
   std::snprintf(b.name, sizeof(b.name), "%s", m.name.c_str());
-  b.transports = m.transports;
+  b.transports = (m.transports & kMetaRdma) | (described ? kMetaContents : 0u);
   std::memcpy(out.data() + sizeof(MetadataHead), &b, sizeof(b));
   uint8_t* at = out.data() + sizeof(MetadataHead) + sizeof(b);
   for (const KvRegion& r : m.layout.regions) {
@@ -69,7 +75,20 @@ std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m) {
     std::memcpy(at, &rec, sizeof(rec));
     at += sizeof(rec);
   }
-  MetadataHead h{kMetadataMagic, kMetadataVersion, kMetadataMinVersion, static_cast<uint32_t>(total), 0};
+  for (const KvContents& c : m.contents.regions) {
+    ContentsRecord rec{c.elementBytes,
+                       c.headDim,
+                       c.tokensPerBlock,
+                       c.numHeads,
+                       c.headBegin,
+                       c.headEnd,
+                       static_cast<uint32_t>(c.order),
+                       c.replicated ? 1u : 0u};
+    std::memcpy(at, &rec, sizeof(rec));
+    at += sizeof(rec);
+  }
+  MetadataHead h{kMetadataMagic, kMetadataVersion, static_cast<uint16_t>(described ? 2 : 1),
+                 static_cast<uint32_t>(total), 0};
   h.checksum = fnv1a(out.data() + sizeof(MetadataHead), total - sizeof(MetadataHead));
   std::memcpy(out.data(), &h, sizeof(h));
   return out;
@@ -100,7 +119,9 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
   MetadataBody b;
   std::memcpy(&b, p + sizeof(MetadataHead), sizeof(b));
   const size_t regionBytes = bytes - sizeof(MetadataHead) - sizeof(MetadataBody);
-  if (b.numRegions == 0 || b.numRegions > kMaxFetchRegions || regionBytes != b.numRegions * sizeof(RegionRecord))
+  const bool described = (b.transports & kMetaContents) != 0 && h.version >= 2;
+  const size_t perRegion = sizeof(RegionRecord) + (described ? sizeof(ContentsRecord) : 0);
+  if (b.numRegions == 0 || b.numRegions > kMaxFetchRegions || regionBytes != b.numRegions * perRegion)
     return cat("metadata names ", b.numRegions, " regions in ", regionBytes, " bytes of region records");
   if (b.memoryKind != static_cast<uint32_t>(MemoryKind::Host) &&
       b.memoryKind != static_cast<uint32_t>(MemoryKind::Cuda))
@@ -131,6 +152,15 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
     std::memcpy(&rec, at, sizeof(rec));
     m.layout.regions.push_back({rec.offset, rec.blockBytes, rec.blockStride, rec.numBlocks});
   }
+  for (uint32_t i = 0; described && i < b.numRegions; ++i, at += sizeof(ContentsRecord)) {
+    ContentsRecord rec;
+    std::memcpy(&rec, at, sizeof(rec));
+    if (rec.order > 1 || rec.replicated > 1)
+      return cat("the metadata's contents of region ", i, " have order ", rec.order, " and replicated ",
+                 rec.replicated);
+    m.contents.regions.push_back({rec.elementBytes, rec.headDim, rec.tokensPerBlock, rec.numHeads, rec.headBegin,
+                                  rec.headEnd, static_cast<KvOrder>(rec.order), rec.replicated == 1});
+  }
   try {  // the peer's layout must be one it could have registered
     validateLayout(
         m.layout, ~0ull, [](uint64_t, uint64_t) { return true; }, "metadata");
@@ -140,6 +170,13 @@ std::string decodeMetadata(const void* data, size_t bytes, EndpointMetadata* out
   m.layoutHash = layoutHash(m.layout);
   if (m.layoutHash != b.layoutHash)
     return cat("the metadata's layout hashes to 0x", std::hex, m.layoutHash, ", not 0x", b.layoutHash);
+  if (described) {
+    try {  // contents its owner could have registered
+      checkDescription(m.layout, m.contents, "metadata");
+    } catch (const Error& e) {
+      return cat("the metadata's contents do not describe its layout: ", e.what());
+    }
+  }
   *out = std::move(m);
   return "";
 }

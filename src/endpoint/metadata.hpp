@@ -19,13 +19,16 @@
 
 #include "common/socket.hpp"
 #include "fetch/transport/net/wire.hpp"
+#include "kvcomm/kv_contents.hpp"
 #include "kvcomm/kv_layout.hpp"
 
 namespace kvcomm::detail {
 
 inline constexpr uint32_t kMetadataMagic = 0x4d45564bu;  // "KVEM"
-/// This build's metadata version and the oldest it reads.
-inline constexpr uint16_t kMetadataVersion = 1;
+/// This build's metadata version and the oldest it reads. Version 2 adds the regions' contents (kMetaContents);
+/// metadata without them is still written as version 1 to 2 (a version-1 reader takes it), with them as 2 to 2 (a
+/// version-1 reader says to upgrade instead of misreading the records).
+inline constexpr uint16_t kMetadataVersion = 2;
 inline constexpr uint16_t kMetadataMinVersion = 1;
 
 struct MetadataHead {
@@ -52,11 +55,14 @@ struct EndpointMetadata {
   std::string name;         ///< at most kMaxNameBytes
   KvLayout layout;
   uint64_t layoutHash = 0;
+  KvDescription contents;  ///< empty: not described
 };
 
 inline constexpr size_t kMaxNameBytes = 63;
 /// Bits of EndpointMetadata::transports (version 1 writers that predate them set none).
 inline constexpr uint32_t kMetaRdma = 1u << 0;
+/// A contents record follows every region record (version 2).
+inline constexpr uint32_t kMetaContents = 1u << 1;
 
 std::vector<uint8_t> encodeMetadata(const EndpointMetadata& m);
 /// "" when `bytes` bytes at `data` are metadata this build reads (copied into *out), else why not (not kvcomm

@@ -214,6 +214,79 @@ TEST(ConvertedRead, RefusalsBeforeAnythingMoves) {
   EXPECT_EQ(dec->side.mem, before);
 }
 
+// Contents registered with the memory travel in its metadata: a converted read needs none passed, a registration whose
+// contents do not describe its layout is refused, contents given that differ from the registered ones are refused,
+// and a side described nowhere is named. Metadata without contents still reads as version 1; with them it needs 2.
+TEST(ConvertedRead, ContentsRegisteredTravelInTheMetadata) {
+  std::vector<std::unique_ptr<Prefill>> ranks;
+  for (uint32_t r = 0; r < 2; ++r)
+    ranks.push_back(prefill(Model::Gqa8, 2, r, 16, KvOrder::TokensHeadsDim, false, 50 + r));
+  fill(ranks, ranks[0]->side.table);
+  auto minVersion = [](const std::vector<uint8_t>& m) { return m[6] | (m[7] << 8); };  // the head's minVersion
+  EXPECT_EQ(minVersion(ranks[0]->reg.metadata()), 1);
+  // Re-register each source with its contents.
+  for (auto& p : ranks) {
+    p->ep.unregister(p->reg);
+    RegisterOptions o;
+    o.contents = p->side.desc;
+    p->reg = p->ep.registerMemory(p->side.mem.data(), p->side.mem.size(), MemoryKind::Host, p->side.layout, -1, o);
+    EXPECT_EQ(minVersion(p->reg.metadata()), 2);
+  }
+  auto dec = decode(Model::Gqa8, 1, 0, 32, KvOrder::HeadsTokensDim, 53);
+  {
+    RegisterOptions o;
+    o.contents = dec->side.desc;
+    dec->ep.unregister(dec->reg);
+    dec->reg =
+        dec->ep.registerMemory(dec->side.mem.data(), dec->side.mem.size(), MemoryKind::Host, dec->side.layout, -1, o);
+  }
+  std::vector<ConvertedSource> bare;
+  for (const auto& p : ranks) {
+    RemoteMemory r = dec->ep.connect(p->reg.metadata());
+    ASSERT_EQ(r.contents().regions.size(), p->side.desc.regions.size());
+    EXPECT_EQ(r.contents().regions[0].headBegin, p->side.desc.regions[0].headBegin);
+    bare.push_back({r, KvDescription{}});
+  }
+  const std::vector<int64_t>& table = ranks[0]->side.table;
+  ConvertedReadResult r = readConverted(dec->ep, dec->reg, KvDescription{}, bare, {table, dec->side.table, 0, kTokens});
+  ASSERT_EQ(r.status.state, FetchState::Done) << r.status.error;
+  Side want = dec->side;
+  std::fill(want.mem.begin(), want.mem.end(), kPoison);
+  kvtest::lay(want, 0, kTokens, &table, 16);
+  EXPECT_EQ(dec->side.mem, want.mem);
+  // Given contents that differ from the registered ones: refused, naming the source.
+  std::vector<ConvertedSource> wrong = bare;
+  wrong[1].contents = ranks[0]->side.desc;  // rank 0's heads for rank 1
+  try {
+    (void)readConverted(dec->ep, dec->reg, KvDescription{}, wrong, {table, dec->side.table, 0, kTokens});
+    ADD_FAILURE() << "differing contents were not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("source 1 (prefill-1): the contents given differ"), std::string::npos)
+        << e.what();
+  }
+  // Contents that do not describe the layout: the registration is refused.
+  RegisterOptions bad;
+  bad.contents = ranks[0]->side.desc;
+  bad.contents.regions[0].headDim *= 2;
+  std::vector<uint8_t> spare(ranks[0]->side.mem.size());
+  try {
+    (void)ranks[0]->ep.registerMemory(spare.data(), spare.size(), MemoryKind::Host, ranks[0]->side.layout, -1, bad);
+    ADD_FAILURE() << "contents that do not describe the layout were registered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("region 0"), std::string::npos) << e.what();
+  }
+  // A side described nowhere.
+  auto plain = decode(Model::Gqa8, 1, 0, 32, KvOrder::HeadsTokensDim, 54);
+  std::vector<ConvertedSource> fromPlain;
+  for (const auto& p : ranks) fromPlain.push_back({plain->ep.connect(p->reg.metadata()), KvDescription{}});
+  try {
+    (void)readConverted(plain->ep, plain->reg, KvDescription{}, fromPlain, {table, plain->side.table, 0, 16});
+    ADD_FAILURE() << "an undescribed local registration was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the local registration: no contents given"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 
 namespace {
