@@ -14,7 +14,7 @@ reason in its status; a malformed or truncated metadata raises InvalidArgumentEr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -150,8 +150,23 @@ class _RegisteredMemory:
         return self._native.layout[1]
 
     @property
+    def contents(self) -> List[Any]:
+        """What the regions hold (kvcomm.conversion.KvContents, one per region), as registered with ``contents=``;
+        [] when not described. A peer reads it from the metadata."""
+        from .conversion import _back
+        return [_back(c) for c in self._native.contents]
+
+    @property
     def access(self) -> "_kvcomm.Access":
         return self._native.access
+
+
+def _described(contents: Optional[Sequence[Any]], call: str) -> List[tuple]:
+    """The raw form of register()'s contents= (None: not described)."""
+    if contents is None:
+        return []
+    from .conversion import _contents
+    return _contents(contents, call, "contents")
 
 
 class Registration(_RegisteredMemory):
@@ -331,14 +346,16 @@ class Endpoint:
         return reg
 
     def register(self, array: Any, layout: Any, *, access: Union[str, "_kvcomm.Access"] = "read_write",
-                 version: int = 0) -> Registration:
+                 version: int = 0, contents: Optional[Sequence[Any]] = None) -> Registration:
         """Registers the memory of `array` with its KV layout (a list of KvRegion or (offset, block_bytes,
         block_stride, num_blocks) tuples, offsets in bytes from the array's first byte; the Fetcher's rules).
         `array`: a contiguous numpy array or torch tensor (or anything with __array_interface__,
         __cuda_array_interface__ or DLPack) on the CPU (host memory) or a GPU (CUDA memory on its device), of any
         dtype; its bytes must hold the layout. access: 'read_write' (peers read its blocks and write into them) or
         'read_only' (peers only read; a read-only array must be registered so). version: the engine's version of
-        the layout. The registration keeps `array` alive until it is unregistered."""
+        the layout. contents: what the regions hold (kvcomm.conversion.KvContents, one per region), checked against
+        the layout and carried in the metadata (peers converting from it need not be told); None: not described. The
+        registration keeps `array` alive until it is unregistered."""
         call = "Endpoint.register"
         acc = _access(access, call)
         regions = _regions(layout, call, -1)
@@ -354,28 +371,32 @@ class Endpoint:
             kind, device = MemoryKind.Cuda, v.device_id if v.device_id >= 0 else _current_cuda_device()
         else:
             kind, device = MemoryKind.Host, -1
-        native = self._native.register_memory(v.ptr, v.size * v.itemsize, kind, device, regions, ver, acc)
+        native = self._native.register_memory(v.ptr, v.size * v.itemsize, kind, device, regions, ver, acc,
+                                              _described(contents, call))
         return self._hold(Registration(native, array, writable, v.obj))
 
     def register_buffer(self, buffer: SymmetricBuffer, layout: Any, *,
-                        access: Union[str, "_kvcomm.Access"] = "read_write", version: int = 0) -> Registration:
+                        access: Union[str, "_kvcomm.Access"] = "read_write", version: int = 0,
+                        contents: Optional[Sequence[Any]] = None) -> Registration:
         """Registers this rank's memory of a SymmetricBuffer (its backed part must hold the layout); memory the
-        buffer stops backing is no longer served."""
+        buffer stops backing is no longer served. contents: as register()."""
         call = "Endpoint.register_buffer"
         if not isinstance(buffer, SymmetricBuffer):
             raise invalid(call, -1, f"buffer must be a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
         acc = _access(access, call)
         regions = _regions(layout, call, -1)
-        native = self._native.register_buffer(buffer._native, regions, check_int(version, "version", call, -1), acc)
+        native = self._native.register_buffer(buffer._native, regions, check_int(version, "version", call, -1), acc,
+                                              _described(contents, call))
         return self._hold(Registration(native, buffer))
 
-    def register_arena(self, arena: Arena, *, access: Union[str, "_kvcomm.Access"] = "read_write") -> Registration:
+    def register_arena(self, arena: Arena, *, access: Union[str, "_kvcomm.Access"] = "read_write",
+                       contents: Optional[Sequence[Any]] = None) -> Registration:
         """Registers an arena this process owns, with its own layout; the arena cannot be freed or shrunk until it
-        is unregistered."""
+        is unregistered. contents: as register()."""
         call = "Endpoint.register_arena"
         if not isinstance(arena, Arena):
             raise invalid(call, -1, f"arena must be a kvcomm.Arena, got {type(arena).__name__}")
-        native = self._native.register_arena(arena._native, _access(access, call))
+        native = self._native.register_arena(arena._native, _access(access, call), _described(contents, call))
         return self._hold(Registration(native, arena))
 
     def _registration(self, reg: Any, what: str, call: str) -> Registration:

@@ -184,8 +184,8 @@ class ConvertedReader:
         """Bytes of landing memory held between reads."""
         return int(self._native.landing_bytes)
 
-    def read(self, local: Registration, local_contents: Sequence[KvContents],
-             sources: Sequence[Tuple[RemoteMemory, Sequence[KvContents]]], src_blocks: Any, dst_blocks: Any,
+    def read(self, local: Registration, local_contents: Optional[Sequence[KvContents]],
+             sources: Sequence[Any], src_blocks: Any, dst_blocks: Any,
              num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
              timeout_ms: Optional[int] = None) -> "ConvertedRead":
         """As read_converted (same arguments but the endpoint)."""
@@ -194,25 +194,29 @@ class ConvertedReader:
             raise invalid(call, -1, f"local: expected a kvcomm.Registration, got {type(local).__name__}")
         src = []
         for i, s in enumerate(sources):
+            if isinstance(s, RemoteMemory):  # described by its metadata
+                s = (s, None)
             if not (isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], RemoteMemory)):
-                raise invalid(call, -1, f"sources[{i}]: expected a (kvcomm.RemoteMemory, contents) tuple")
-            src.append((s[0]._native, _contents(s[1], call, f"sources[{i}] contents")))
+                raise invalid(call, -1, f"sources[{i}]: expected a kvcomm.RemoteMemory or a (RemoteMemory, contents) "
+                              "tuple")
+            src.append((s[0]._native, [] if s[1] is None else _contents(s[1], call, f"sources[{i}] contents")))
         n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
         timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
         status, converted, landed, pieces, read, mapped = self._native.read(
-            local._native, _contents(local_contents, call, "local_contents"), src,
+            local._native, [] if local_contents is None else _contents(local_contents, call, "local_contents"), src,
             _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n, preferred,
             _via(via, call), timeout)
         return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
 
 
-def read_converted(endpoint: Endpoint, local: Registration, local_contents: Sequence[KvContents],
-                   sources: Sequence[Tuple[RemoteMemory, Sequence[KvContents]]], src_blocks: Any, dst_blocks: Any,
+def read_converted(endpoint: Endpoint, local: Registration, local_contents: Optional[Sequence[KvContents]],
+                   sources: Sequence[Any], src_blocks: Any, dst_blocks: Any,
                    num_tokens: int, *, first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
                    timeout_ms: Optional[int] = None) -> ConvertedRead:
     """Reads tokens [first_token, first_token + num_tokens) from `sources` ((remote, contents) each: a peer's
-    registration and what it holds) into `local` (a host or CUDA registration of `endpoint`, described by
-    `local_contents`), converting TP split, block size and order; returns when every byte is in place or a source
+    registration and what it holds; a bare remote, or contents None, takes the contents its owner registered, from
+    its metadata) into `local` (a host or CUDA registration of `endpoint`, described by `local_contents`, or by the
+    contents it was registered with when None), converting TP split, block size and order; returns when every byte is in place or a source
     failed (then nothing was written). `via="auto"` reads a source on this host with memory of the local kind
     through its mapping (no landing); others land first (via "tcp"/"rdma": every source lands). Raises
     InvalidArgumentError for what plan_conversion refuses, before anything moves; UnsupportedError when via="peer"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvcomm/device_error.hpp"
+#include "kvcomm/kv_contents.hpp"
 #include "kvcomm/kv_layout.hpp"
 #include "kvcomm/stream.hpp"
 
@@ -42,6 +43,12 @@ KvLayout toLayout(const std::vector<RawRegion>& regions, uint64_t version);
 
 /// A layout as (regions, version), the form the package reads back.
 std::tuple<std::vector<RawRegion>, uint64_t> fromLayout(const KvLayout& l);
+
+// Contents of a region as the package passes them (kvcomm/conversion.py checked them): (elementBytes, headDim,
+// tokensPerBlock, numHeads, headBegin, headEnd, order, replicated).
+using RawContents = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int, bool>;
+KvDescription toDescription(const std::vector<RawContents>& raw);
+std::vector<RawContents> fromDescription(const KvDescription& d);
 
 /// A polled status as the package's FetchStatus is built from it: (state, bytesDone, bytesTotal, failedBlocks as an
 /// int64 numpy array, error).

@@ -18,9 +18,6 @@ namespace kvcomm::py {
 
 namespace {
 
-// (elementBytes, headDim, tokensPerBlock, numHeads, headBegin, headEnd, order, replicated)
-using RawContents = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int, bool>;
-
 KvContents toContents(const RawContents& c) {
   KvContents k;
   std::tie(k.elementBytes, k.headDim, k.tokensPerBlock, k.numHeads, k.headBegin, k.headEnd, std::ignore, k.replicated) =
@@ -34,13 +31,19 @@ RawContents fromContents(const KvContents& k) {
           k.headBegin,    k.headEnd, static_cast<int>(k.order), k.replicated};
 }
 
+}  // namespace
+
 KvDescription toDescription(const std::vector<RawContents>& raw) {
   KvDescription d;
   for (const RawContents& c : raw) d.regions.push_back(toContents(c));
   return d;
 }
 
-}  // namespace
+std::vector<RawContents> fromDescription(const KvDescription& d) {
+  std::vector<RawContents> out;
+  for (const KvContents& k : d.regions) out.push_back(fromContents(k));
+  return out;
+}
 
 void bindConversion(nb::module_& m) {
   m.def(

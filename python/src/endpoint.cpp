@@ -19,9 +19,10 @@ namespace kvcomm::py {
 
 namespace {
 
-RegisterOptions registerOptions(Access access) {
+RegisterOptions registerOptions(Access access, const std::vector<RawContents>& contents) {
   RegisterOptions o;
   o.access = access;
+  o.contents = toDescription(contents);
   return o;
 }
 
@@ -64,6 +65,7 @@ void bindEndpoint(nb::module_& m) {
       .def_prop_ro("kind", &Registration::kind)
       .def_prop_ro("device", &Registration::device)
       .def_prop_ro("layout", [](const Registration& r) { return fromLayout(r.layout()); })
+      .def_prop_ro("contents", [](const Registration& r) { return fromDescription(r.contents()); })
       .def_prop_ro("access", &Registration::access)
       .def_prop_ro("registered", &Registration::registered)
       .def("metadata",
@@ -79,6 +81,7 @@ void bindEndpoint(nb::module_& m) {
       .def_prop_ro("id", &RemoteMemory::id)
       .def_prop_ro("generation", &RemoteMemory::generation)
       .def_prop_ro("layout", [](const RemoteMemory& r) { return fromLayout(r.layout()); })
+      .def_prop_ro("contents", [](const RemoteMemory& r) { return fromDescription(r.contents()); })
       .def_prop_ro("kind", &RemoteMemory::kind)
       .def_prop_ro("access", &RemoteMemory::access)
       .def_prop_ro("address", &RemoteMemory::address);
@@ -133,26 +136,33 @@ void bindEndpoint(nb::module_& m) {
       .def(
           "register_memory",
           [](Endpoint& e, uintptr_t base, size_t bytes, MemoryKind kind, int device,
-             const std::vector<RawRegion>& regions, uint64_t version, Access access) {
+             const std::vector<RawRegion>& regions, uint64_t version, Access access,
+             const std::vector<RawContents>& contents) {
             KvLayout l = toLayout(regions, version);
+            RegisterOptions o = registerOptions(access, contents);
             nb::gil_scoped_release nogil;
-            return e.registerMemory(reinterpret_cast<void*>(base), bytes, kind, l, device, registerOptions(access));
+            return e.registerMemory(reinterpret_cast<void*>(base), bytes, kind, l, device, o);
           },
           nb::arg("base"), nb::arg("bytes"), nb::arg("kind"), nb::arg("device"), nb::arg("regions"), nb::arg("version"),
-          nb::arg("access"), "Internal: registers memory the package validated and keeps alive.")
+          nb::arg("access"), nb::arg("contents"), "Internal: registers memory the package validated and keeps alive.")
       .def(
           "register_buffer",
           [](Endpoint& e, const SymmetricBuffer& buffer, const std::vector<RawRegion>& regions, uint64_t version,
-             Access access) {
+             Access access, const std::vector<RawContents>& contents) {
             KvLayout l = toLayout(regions, version);
+            RegisterOptions o = registerOptions(access, contents);
             nb::gil_scoped_release nogil;
-            return e.registerBuffer(buffer, l, registerOptions(access));
+            return e.registerBuffer(buffer, l, o);
           },
-          nb::arg("buffer"), nb::arg("regions"), nb::arg("version"), nb::arg("access"))
+          nb::arg("buffer"), nb::arg("regions"), nb::arg("version"), nb::arg("access"), nb::arg("contents"))
       .def(
           "register_arena",
-          [](Endpoint& e, Arena& arena, Access access) { return e.registerArena(arena, registerOptions(access)); },
-          nb::arg("arena"), nb::arg("access"), nb::call_guard<nb::gil_scoped_release>())
+          [](Endpoint& e, Arena& arena, Access access, const std::vector<RawContents>& contents) {
+            RegisterOptions o = registerOptions(access, contents);
+            nb::gil_scoped_release nogil;
+            return e.registerArena(arena, o);
+          },
+          nb::arg("arena"), nb::arg("access"), nb::arg("contents"))
       .def("unregister", &Endpoint::unregister, nb::arg("registration"), nb::arg("timeout_ms"),
            nb::call_guard<nb::gil_scoped_release>())
       .def(

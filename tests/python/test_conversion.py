@@ -103,6 +103,41 @@ def test_refusals_name_what_is_wrong():
     np.testing.assert_array_equal(mem, before)
 
 
+def test_contents_registered_travel_in_the_metadata():
+    """Sources and the destination registered with contents=: a peer reads them from the metadata, and a converted
+    read passes none; a registration whose contents do not fit its layout is refused."""
+    rng = np.random.default_rng(78)
+    model = rng.integers(0, 256, (2, T, 8, U), dtype=np.uint8)
+    srcs = [side(8, 2, r, 16, "nhd", rng) for r in range(2)]
+    table = srcs[0][2]
+    eps = []
+    try:
+        remotes = []
+        layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", rng)
+        dec = kvcomm.Endpoint("decode", tcp_address="127.0.0.1:0")
+        eps.append(dec)
+        mine = dec.register(mem, layout, contents=contents)
+        assert mine.contents == contents
+        for r, (slayout, scontents, _, smem) in enumerate(srcs):
+            place(model, slayout, scontents, table, smem, 0, T)
+            ep = kvcomm.Endpoint(f"prefill-{r}", tcp_address="127.0.0.1:0")
+            eps.append(ep)
+            remote = dec.connect(ep.register(smem, slayout, contents=scontents).metadata())
+            assert remote.contents == scontents
+            remotes.append(remote)
+        got = read_converted(dec, mine, None, remotes, table, dtable, T, via="tcp", timeout_ms=60000)
+        assert got.ok, got
+        want = np.full_like(mem, POISON)
+        place(model, layout, contents, dtable, want, 0, T, also=table, also_tpb=16)
+        np.testing.assert_array_equal(mem, want)
+        bad = [KvContents(c.element_bytes, c.head_dim * 2, c.tokens_per_block, c.num_heads) for c in contents]
+        with pytest.raises(kvcomm.InvalidArgumentError, match="region 0"):
+            dec.register(np.zeros_like(mem), layout, contents=bad)
+    finally:
+        for ep in reversed(eps):
+            ep.close()
+
+
 @pytest.mark.parametrize("arenas", [False, True], ids=["tcp", "peer"])
 def test_read_converted_from_endpoints_tp2_to_tp1(arenas):
     """Two prefill endpoints (TP 2, 16-token NHD blocks) and a decode endpoint (TP 1, 64-token HND blocks): the

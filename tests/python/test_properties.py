@@ -1452,9 +1452,13 @@ def _endpoint_register(c: Ctx) -> None:
     def register(**kw: Any) -> Any:
         ep.unregister(ep.register(**kw))
 
+    from kvcomm.conversion import KvContents
+    # What REGION's 48-byte blocks hold: 3 tokens x 1 head x 8 x 2 bytes (a head dim of 16 does not fit them).
+    contents = [(None, OK), ([], OK), ([KvContents(2, 8, 3, 1)], OK), ([KvContents(2, 16, 3, 1)], BAD),
+                ([KvContents(2, 8, 3, 1)] * 2, BAD), ("x", BAD), ([1], BAD)]
     c.vary("Endpoint.register", register, {"array": np.zeros(CAPACITY, np.uint8), "layout": [REGION]},
            {"array": _register_arrays(), "layout": regions_domain(), "access": ACCESS,
-            "version": int_domain(0, U64_MAX)})
+            "version": int_domain(0, U64_MAX), "contents": contents})
     c.check("Endpoint.register(read-only array, access='read_only')",
             lambda: register(array=bytes(CAPACITY), layout=[REGION], access="read_only"), OK)
     c.vary("Endpoint.register_buffer", lambda **kw: E.client.unregister(E.client.register_buffer(**kw)),
@@ -1463,7 +1467,8 @@ def _endpoint_register(c: Ctx) -> None:
             "layout": [([REGION], OK), ([(0, 64, 0, CAPACITY)], BAD), (None, BAD)], "access": ACCESS})
     arena = kvcomm.Arena(ARENA_LAYOUT, kind="host")
     c.vary("Endpoint.register_arena", lambda **kw: ep.unregister(ep.register_arena(**kw)), {"arena": arena},
-           {"arena": [(arena, OK)] + [(v, BAD) for v in NOT_OBJECTS + [c.buf]], "access": ACCESS})
+           {"arena": [(arena, OK)] + [(v, BAD) for v in NOT_OBJECTS + [c.buf]], "access": ACCESS,
+            "contents": [(None, OK), ([KvContents(2, 128, 16, 1)], OK), ([KvContents(2, 64, 16, 1)], BAD)]})
     arena.close()
     c.vary("Endpoint.unregister",
            lambda **kw: ep.unregister(**{"registration": ep.register(np.zeros(4096, np.uint8), [REGION]), **kw}), {},
