@@ -1162,7 +1162,7 @@ typedef struct {
 } kvcommKvContents;
 
 /** One source of a converted read: a peer's registration and what its regions hold (numContents: one per region of
- *  its layout). */
+ *  its layout; 0 with contents NULL: as its owner registered them, from its metadata). */
 typedef struct {
   kvcommRemoteMemory_t remote;
   const kvcommKvContents* contents;
@@ -1199,6 +1199,17 @@ typedef struct {
 } kvcommConvertedReadResult;
 
 kvcommResult_t kvcommConvertedReadOptionsInit(kvcommConvertedReadOptions* options);
+/** kvcommEndpointRegister with what the regions hold (`numContents` == numRegions): checked against the layout
+ *  (kvcommInvalidArgument naming the region and field) and carried in the metadata, so that peers converting from it
+ *  need not be told (kvcommEndpointReadConverted with no contents for it). */
+kvcommResult_t kvcommEndpointRegisterDescribed(kvcommEndpoint_t endpoint, void* base, size_t bytes,
+                                               kvcommMemoryKind_t kind, int device, const kvcommKvRegion* regions,
+                                               size_t numRegions, uint64_t version, kvcommAccess_t access,
+                                               const kvcommKvContents* contents, size_t numContents,
+                                               kvcommRegistration_t* registration);
+/** What a peer's regions hold, from its metadata, by the list pattern (*count 0: not described). */
+kvcommResult_t kvcommRemoteMemoryContents(kvcommRemoteMemory_t remote, kvcommKvContents* contents, size_t capacity,
+                                          size_t* count);
 /** kvcommSuccess when `contents` (numContents, one per region) describe the layout `regions`; else
  *  kvcommInvalidArgument naming the region and field (kvcomm::checkDescription). */
 kvcommResult_t kvcommKvCheckContents(const kvcommKvRegion* regions, size_t numRegions, const kvcommKvContents* contents,

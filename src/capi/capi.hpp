@@ -17,6 +17,7 @@
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/error.hpp"
 #include "kvcomm/fetch.hpp"
+#include "kvcomm/kv_contents.hpp"
 #include "kvcomm/kv_layout.hpp"
 #include "kvcomm/kvcomm.h"
 #include "kvcomm/limits.hpp"
@@ -112,5 +113,9 @@ template <typename Object>
 kvcommResult_t checkDeviceErrors(const char* call, Object&& object) noexcept {
   return guard(call, [&] { object(call).checkErrors(); });
 }
+
+/// The KvDescription of `n` C contents (each field checked: order an enumerator, replicated 0 or 1), `what` naming
+/// the array in errors; at most KVCOMM_MAX_FETCH_REGIONS.
+KvDescription descriptionOf(const kvcommKvContents* c, size_t n, const char* call, const std::string& what);
 
 }  // namespace kvcomm::capi

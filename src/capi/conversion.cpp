@@ -14,7 +14,7 @@ using kvcomm::capi::requireNonNull;
 using kvcomm::capi::use;
 namespace lim = kvcomm::limits;
 
-namespace {
+namespace kvcomm::capi {
 
 kvcomm::KvDescription descriptionOf(const kvcommKvContents* c, size_t n, const char* call, const std::string& what) {
   KVCOMM_CHECK_ARG(c != nullptr || n == 0, call, what, " is NULL but its count is ", n);
@@ -37,6 +37,12 @@ kvcomm::KvDescription descriptionOf(const kvcommKvContents* c, size_t n, const c
   }
   return d;
 }
+
+}  // namespace kvcomm::capi
+
+namespace {
+
+using kvcomm::capi::descriptionOf;
 
 std::vector<int64_t> tableOf(const int64_t* ids, size_t n, const char* call, const char* what) {
   KVCOMM_CHECK_ARG(ids != nullptr || n == 0, call, "tokens->", what, " is NULL but its count is ", n);
@@ -117,5 +123,28 @@ kvcommResult_t kvcommEndpointReadConverted(kvcommEndpoint_t endpoint, kvcommRegi
     *result = out;
     if (r.status.state != kvcomm::FetchState::Done)
       KVCOMM_THROW(NetworkError, call, r.status.error, " (nothing was written into the local registration)");
+  });
+}
+
+kvcommResult_t kvcommRemoteMemoryContents(kvcommRemoteMemory_t remote, kvcommKvContents* contents, size_t capacity,
+                                          size_t* count) {
+  const char* call = "kvcommRemoteMemoryContents";
+  return guard(call, [&] {
+    const kvcomm::KvDescription& d = use(remote, call, "remote").remote.contents();
+    requireNonNull(count, call, "count");
+    KVCOMM_CHECK_ARG(contents != nullptr || capacity == 0, call, "contents is NULL but capacity is ", capacity);
+    for (size_t i = 0; i < d.regions.size() && i < capacity; ++i) {
+      const kvcomm::KvContents& k = d.regions[i];
+      contents[i] = {
+          k.elementBytes,
+          k.headDim,
+          k.tokensPerBlock,
+          k.numHeads,
+          k.headBegin,
+          k.headEnd,
+          k.order == kvcomm::KvOrder::TokensHeadsDim ? kvcommKvOrderTokensHeadsDim : kvcommKvOrderHeadsTokensDim,
+          k.replicated ? 1 : 0};
+    }
+    *count = d.regions.size();
   });
 }

@@ -158,10 +158,12 @@ kvcommResult_t kvcommEndpointAddress(kvcommEndpoint_t endpoint, char* text, size
 
 // ---- registrations ------------------------------------------------------------------------------------------------
 
-kvcommResult_t kvcommEndpointRegister(kvcommEndpoint_t endpoint, void* base, size_t bytes, kvcommMemoryKind_t kind,
-                                      int device, const kvcommKvRegion* regions, size_t numRegions, uint64_t version,
-                                      kvcommAccess_t access, kvcommRegistration_t* registration) {
-  const char* call = "kvcommEndpointRegister";
+namespace {
+
+kvcommResult_t registerMemory(const char* call, kvcommEndpoint_t endpoint, void* base, size_t bytes,
+                              kvcommMemoryKind_t kind, int device, const kvcommKvRegion* regions, size_t numRegions,
+                              uint64_t version, kvcommAccess_t access, const kvcommKvContents* contents,
+                              size_t numContents, kvcommRegistration_t* registration) {
   return guard(call, [&] {
     kvcomm::Endpoint& e = getEndpoint(endpoint, call);
     requireNonNull(registration, call, "registration");
@@ -170,8 +172,30 @@ kvcommResult_t kvcommEndpointRegister(kvcommEndpoint_t endpoint, void* base, siz
                      "kind kvcommMemoryAuto: say which memory it is (kvcommMemoryHost or kvcommMemoryCuda)");
     kvcomm::KvLayout l = layoutOf(regions, numRegions, version, call);
     kvcomm::RegisterOptions o = registerOptions(access, call);
+    o.contents = kvcomm::capi::descriptionOf(contents, numContents, call, "contents");
     *registration = kvcomm::capi::adopt<kvcommRegistration>(e.registerMemory(base, bytes, k, l, device, o));
   });
+}
+
+}  // namespace
+
+kvcommResult_t kvcommEndpointRegister(kvcommEndpoint_t endpoint, void* base, size_t bytes, kvcommMemoryKind_t kind,
+                                      int device, const kvcommKvRegion* regions, size_t numRegions, uint64_t version,
+                                      kvcommAccess_t access, kvcommRegistration_t* registration) {
+  return registerMemory("kvcommEndpointRegister", endpoint, base, bytes, kind, device, regions, numRegions, version,
+                        access, nullptr, 0, registration);
+}
+
+kvcommResult_t kvcommEndpointRegisterDescribed(kvcommEndpoint_t endpoint, void* base, size_t bytes,
+                                               kvcommMemoryKind_t kind, int device, const kvcommKvRegion* regions,
+                                               size_t numRegions, uint64_t version, kvcommAccess_t access,
+                                               const kvcommKvContents* contents, size_t numContents,
+                                               kvcommRegistration_t* registration) {
+  const char* call = "kvcommEndpointRegisterDescribed";
+  if (numContents == 0)  // described must mean described
+    return guard(call, [&] { KVCOMM_THROW(InvalidArgument, call, "numContents is 0: use kvcommEndpointRegister"); });
+  return registerMemory(call, endpoint, base, bytes, kind, device, regions, numRegions, version, access, contents,
+                        numContents, registration);
 }
 
 kvcommResult_t kvcommEndpointRegisterArena(kvcommEndpoint_t endpoint, kvcommArena_t arena, kvcommAccess_t access,

@@ -1074,6 +1074,81 @@ static void propsKvWhyNotConvertible(Ctx* c) {
           kvcommKvWhyNotConvertible(&a, (size_t)KVCOMM_MAX_FETCH_REGIONS + 1, &b, 1, SCRATCH(char*), 8, NULL));
 }
 
+static kvcommResult_t callEndpointRegisterDescribed(Ctx* c, const Handles* h) {
+  kvcommKvRegion r;
+  epRegion(&r);
+  kvcommKvContents k = epContents();
+  return kvcommEndpointRegisterDescribed(h->endpoint, c->epLocal, kEpBytes, kvcommMemoryHost, -1, &r, 1, 0,
+                                         kvcommAccessReadWrite, &k, 1, SCRATCH(kvcommRegistration_t*));
+}
+static void propsEndpointRegisterDescribed(Ctx* c) {
+  kvcommEndpoint_t e = c->h.endpoint;
+  kvcommKvRegion r;
+  epRegion(&r);
+  kvcommKvContents k = epContents();
+  kvcommRegistration_t* out = SCRATCH(kvcommRegistration_t*);
+  REFUSED("numContents is 0", kvcommEndpointRegisterDescribed(e, c->epLocal, kEpBytes, kvcommMemoryHost, -1, &r, 1, 0,
+                                                              kvcommAccessReadWrite, &k, 0, out));
+  REFUSED("contents is NULL", kvcommEndpointRegisterDescribed(e, c->epLocal, kEpBytes, kvcommMemoryHost, -1, &r, 1, 0,
+                                                              kvcommAccessReadWrite, NULL, 1, out));
+  REFUSED("registration is NULL", kvcommEndpointRegisterDescribed(e, c->epLocal, kEpBytes, kvcommMemoryHost, -1, &r,
+                                                                  1, 0, kvcommAccessReadWrite, &k, 1, NULL));
+  FOR_VALUES(x) {
+    kvcommKvContents b = epContents();
+    b.tokensPerBlock = (uint32_t)x; /* only 4 fills the 1024-byte blocks */
+    prepare(c);
+    kvcommRegistration_t reg = NULL;
+    kvcommResult_t r_ = kvcommEndpointRegisterDescribed(e, c->epLocal, kEpBytes, kvcommMemoryHost, -1, &r, 1, 0,
+                                                        kvcommAccessReadWrite, &b, 1,
+                                                        (uint32_t)x == 4 ? &reg : out);
+    if ((uint32_t)x == 4) {
+      succeeded(c, "kvcommEndpointRegisterDescribed(tokensPerBlock 4)", r_, __LINE__);
+      SUCCEEDS(kvcommEndpointUnregister(e, reg, 30000));
+      SUCCEEDS(kvcommRegistrationDestroy(reg));
+    } else {
+      refused(c, "kvcommEndpointRegisterDescribed(tokensPerBlock)", r_, kvcommInvalidArgument, "region 0", __LINE__);
+    }
+  }
+  /* Valid: a peer reads the contents from the metadata, and a converted read needs none passed. */
+  kvcommRegistration_t reg = NULL;
+  SUCCEEDS(kvcommEndpointRegisterDescribed(c->peerEndpoint, c->epPeer, kEpBytes, kvcommMemoryHost, -1, &r, 1, 0,
+                                           kvcommAccessReadWrite, &k, 1, &reg));
+  kvcommRemoteMemory_t remote = connectTo(c, e, reg);
+  kvcommKvContents got[2];
+  size_t count = 0;
+  SUCCEEDS(kvcommRemoteMemoryContents(remote, got, 2, &count));
+  EXPECT(count == 1 && memcmp(&got[0], &k, sizeof(k)) == 0);
+  int64_t s[2] = {0, 1}, d[2] = {8, 9};
+  kvcommConvertedSource src = {remote, NULL, 0};
+  kvcommKvTokenRange t = {s, 2, d, 2, 0, 8};
+  unsigned char* before = (unsigned char*)malloc(kEpBytes);
+  unsigned char* want = (unsigned char*)malloc(kEpBytes);
+  memcpy(before, c->epLocal, kEpBytes);
+  readOracle(before, c->epPeer, s, d, 2, want);
+  kvcommConvertedReadResult res;
+  SUCCEEDS(kvcommEndpointReadConverted(e, c->h.registration, &k, 1, &src, 1, &t, NULL, &res));
+  EXPECT(res.state == kvcommFetchDone && memcmp(c->epLocal, want, kEpBytes) == 0);
+  memcpy(c->epLocal, before, kEpBytes);
+  free(want);
+  free(before);
+  SUCCEEDS(kvcommEndpointDisconnect(e, remote));
+  SUCCEEDS(kvcommRemoteMemoryDestroy(remote));
+  SUCCEEDS(kvcommEndpointUnregister(c->peerEndpoint, reg, 30000));
+  SUCCEEDS(kvcommRegistrationDestroy(reg));
+}
+
+static kvcommResult_t callRemoteMemoryContents(Ctx* c, const Handles* h) {
+  return kvcommRemoteMemoryContents(h->remote, SCRATCH(kvcommKvContents*), 4, SCRATCH(size_t*) + 64);
+}
+static void propsRemoteMemoryContents(Ctx* c) {
+  kvcommRemoteMemory_t r = c->h.remote;
+  REFUSED("count is NULL", kvcommRemoteMemoryContents(r, SCRATCH(kvcommKvContents*), 4, NULL));
+  REFUSED("contents is NULL", kvcommRemoteMemoryContents(r, NULL, 4, SCRATCH(size_t*)));
+  size_t count = 7;
+  SUCCEEDS(kvcommRemoteMemoryContents(r, NULL, 0, &count));
+  EXPECT(count == 0); /* the fixture's peer registered no contents */
+}
+
 static kvcommResult_t callEndpointReadConverted(Ctx* c, const Handles* h) {
   kvcommKvContents k = epContents();
   int64_t s[1] = {0}, d[1] = {8};
@@ -1193,6 +1268,8 @@ const Entry g_endpointEntries[] = {
     PURE(ConvertedReadOptionsInit),
     PURE(KvCheckContents),
     PURE(KvWhyNotConvertible),
+    ENTRY(EndpointRegisterDescribed, kHEndpoint),
+    ENTRY(RemoteMemoryContents, kHRemote),
     ENTRY(EndpointReadConverted, kHEndpoint | kHRegistration | kHRemote),
 };
 const size_t g_numEndpointEntries = sizeof(g_endpointEntries) / sizeof(g_endpointEntries[0]);
