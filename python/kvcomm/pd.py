@@ -17,8 +17,8 @@ notifications, with nothing engine-specific:
   cache when it returns) and tells the producer.
 
 Caches laid out differently on the two sides (prefill TP 4, decode TP 2; other block sizes or token/head order):
-give both sides their caches' contents (``contents=``, one list of kvcomm.conversion.KvContents per registration),
-and pass the decode side every prefill rank's parameters with the request's token count:
+give both sides their caches' contents (``contents=``, one list of kvcomm.conversion.KvContents per registration;
+or register the caches with ``contents=``, which their metadata then carries), and pass the decode side every prefill rank's parameters with the request's token count:
 ``pull(request_id, [params of each prefill rank], blocks, num_tokens=n)``. The pull then runs
 a kvcomm.conversion.ConvertedReader per registration (on a thread of its own: poll/wait/abort work as for a plain
 pull; abort waits for it to end), reading each head from a rank that holds it.
@@ -73,9 +73,11 @@ def _blocks(blocks: Any, limit: int, what: str, call: str, skips: bool) -> List[
 
 
 def _contents(contents: Any, regs: Sequence[Registration], call: str) -> Optional[List[List[KvContents]]]:
-    """One list of KvContents per registration (checked against its layout), or None."""
+    """One list of KvContents per registration (checked against its layout); None given: the contents the
+    registrations were made with (Endpoint.register(contents=)), or None when one has none."""
     if contents is None:
-        return None
+        registered = [r.contents for r in regs]
+        return registered if all(registered) else None
     out = [list(c) for c in contents]
     if len(out) != len(regs):
         raise invalid(call, -1, f"contents has {len(out)} entries, one per registration ({len(regs)}) is needed")
@@ -280,8 +282,15 @@ class Consumer:
 
     def _converted(self, request_id: str, many: List[Tuple[str, List[str], List[int], Any]], blocks: Any,
                    num_tokens: Any, first_token: Any, call: str) -> "_Pull":
-        if self._contents is None or any(c is None for *_, c in many):
-            raise invalid(call, -1, "a converted pull needs contents on both sides (Producer/Consumer contents=)")
+        remotes = [[self._remote(m) for m in metadata] for _, metadata, _, _ in many]
+        try:  # each producer's: as its params carry them, else as its metadata does (registered with contents=)
+            contents = [[[KvContents(**c) for c in reg] for reg in c_all] if c_all is not None else
+                        [r.contents for r in remotes[p]] for p, (*_, c_all) in enumerate(many)]
+        except TypeError:
+            raise invalid(call, -1, "params' contents are not KvContents fields") from None
+        if self._contents is None or any(not c for per in contents for c in per):
+            raise invalid(call, -1, "a converted pull needs contents on both sides (Producer/Consumer contents=, or "
+                          "registrations made with contents=)")
         tables = {tuple(b) for _, _, b, _ in many}
         if len(tables) != 1:
             raise invalid(call, -1, "the producers hold different block tables: a converted pull reads one token "
@@ -290,11 +299,6 @@ class Consumer:
         first = check_int(first_token, "first_token", call, -1, 1 << 48, 0)
         local = _blocks(blocks, self._limit, "blocks", call, skips=True)
         src_table = list(many[0][2])
-        try:
-            contents = [[[KvContents(**c) for c in reg] for reg in c_all] for *_, c_all in many]
-        except TypeError:
-            raise invalid(call, -1, "params' contents are not KvContents fields") from None
-        remotes = [[self._remote(m) for m in metadata] for _, metadata, _, _ in many]
         pull = _Pull([k for k, *_ in many], [r[0] for r in remotes], local)
         if self._reader is None:
             self._reader = ConvertedReader(self._ep)

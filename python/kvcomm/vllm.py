@@ -15,8 +15,12 @@ asynchronously (``get_num_new_matched_tokens``). Worker side: ``register_kv_cach
 with the worker's endpoint; ``start_load_kv`` holds the finished prefill requests' blocks and starts the decode pulls;
 ``get_finished`` reports released holds (sending) and ended pulls (receiving), ``get_block_ids_with_load_errors`` the
 blocks that did not land. Supported: one KV cache group (full attention), caches shaped ``[2, num_blocks, ...]`` (K
-and V planes) or ``[num_blocks, ...]`` (MLA, or K and V inside a block), the same TP size on both sides (decode rank r
-pulls from prefill rank r). Refused with a clear error: several KV cache groups, other shapes.
+and V planes) or ``[num_blocks, ...]`` (MLA, or K and V inside a block). The same TP size on both sides: decode rank r pulls from prefill rank r, block for block.
+Another TP size (or block size) on the decode side: where the caches are FlashAttention's ``[2, num_blocks,
+block_size, kv_heads, head_size]`` planes, each worker registers them described (the model's KV heads it holds, as
+vLLM splits them over TP; ``kvcomm.conversion``), and a decode rank reads the prompt's tokens from every prefill rank
+that holds its heads, converting TP split and block size on the way (``kvcomm.pd``'s converted pull). Refused with a
+clear error: several KV cache groups, other shapes, another TP size with caches that are not described.
 ``kv_connector_extra_config``: ``hold_timeout_ms`` (default 120000: how long a prefill worker keeps a finished
 request's blocks when the decode side never says done) and ``tcp_address`` (what the workers' endpoints listen on;
 default: this host's address as KVCOMM_SOCKET_IFNAME picks it).
@@ -30,6 +34,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import kvcomm
 import kvcomm.pd as pd
+from kvcomm.conversion import KvContents, split_for_tp
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorHandshakeMetadata,
@@ -49,11 +54,11 @@ class KvcommHandshakeMetadata(KVConnectorHandshakeMetadata):
 
 class KvcommConnectorMetadata(KVConnectorMetadata):
     """Scheduler -> worker for one step: holds to make (request -> (block ids, key)) and pulls to start (request ->
-    (local block ids, the producer's parameters))."""
+    (local block ids, the producer's parameters, the first token to load, the tokens to load))."""
 
     def __init__(self) -> None:
         self.holds: Dict[str, Tuple[List[int], str]] = {}
-        self.pulls: Dict[str, Tuple[List[int], Dict[str, Any]]] = {}
+        self.pulls: Dict[str, Tuple[List[int], Dict[str, Any], int, int]] = {}
 
 
 def _first_group(block_ids: Any) -> List[int]:
@@ -71,6 +76,31 @@ def _tp_rank() -> int:
         return int(get_tensor_model_parallel_rank())
     except Exception:  # noqa: BLE001 - no model-parallel group (a single worker, or a test): rank 0
         return 0
+
+
+def _tp_size(vllm_config: Any) -> int:
+    try:
+        return int(vllm_config.parallel_config.tensor_parallel_size)
+    except Exception:  # noqa: BLE001 - no parallel config: one rank
+        return 1
+
+
+def _contents(vllm_config: Any, tensor: Any, tp_size: int, tp_rank: int) -> Optional[List[KvContents]]:
+    """What a [2, num_blocks, block_size, kv_heads, head_size] cache's K and V planes hold: the model's KV heads this
+    rank keeps, as vLLM splits them over TP (one head on several ranks past the head count). None for another shape,
+    or when the model's numbers do not match the tensor."""
+    shape = tuple(tensor.shape)
+    if len(shape) != 5 or shape[0] != 2:
+        return None
+    try:
+        total = int(vllm_config.model_config.get_total_num_kv_heads())
+        head = int(vllm_config.model_config.get_head_size())
+        c = split_for_tp(KvContents(tensor.element_size(), head, int(shape[2]), total), tp_size, tp_rank)
+    except Exception:  # noqa: BLE001 - no model config, or counts that do not divide: not described
+        return None
+    if head != shape[4] or (c.head_end or c.num_heads) - c.head_begin != shape[3]:
+        return None
+    return [c, c]
 
 
 def _layout(tensor: Any, num_blocks: int) -> List[kvcomm.KvRegion]:
@@ -107,7 +137,7 @@ class KvcommConnector(KVConnectorBase_V1):
         self._tcp_address = str(extra.get("tcp_address", ""))
         # Scheduler side
         self._holds: Dict[str, Tuple[List[int], str]] = {}
-        self._pulls: Dict[str, Tuple[List[int], Dict[str, Any]]] = {}
+        self._pulls: Dict[str, Tuple[List[int], Dict[str, Any], int, int]] = {}
         self._handshake: Dict[int, List[str]] = {}
         # Worker side
         self._ep: Optional[kvcomm.Endpoint] = None
@@ -115,6 +145,8 @@ class KvcommConnector(KVConnectorBase_V1):
         self._producer: Optional[pd.Producer] = None
         self._consumer: Optional[pd.Consumer] = None
         self._tp_rank = _tp_rank()
+        self._tp_size = _tp_size(vllm_config)
+        self._block_size = 0  # of the described caches (0: not described)
         self._released: Set[str] = set()  # holds released, reported once vLLM names the request finished
         self._finished: Set[str] = set()
         self._load_errors: Set[int] = set()
@@ -138,7 +170,8 @@ class KvcommConnector(KVConnectorBase_V1):
         if not params or not params.get("do_remote_prefill") or num_external_tokens == 0:
             return
         local = _first_group(blocks.get_block_ids())
-        self._pulls[request.request_id] = (local, params["kvcomm"])
+        total = len(request.prompt_token_ids or [])
+        self._pulls[request.request_id] = (local, params["kvcomm"], total - num_external_tokens, num_external_tokens)
         params["do_remote_prefill"] = False  # loaded once
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
@@ -172,11 +205,15 @@ class KvcommConnector(KVConnectorBase_V1):
         first = next(iter(kv_caches.values()))
         num_blocks = self._num_blocks or int(first.shape[1] if first.shape[0] == 2 else first.shape[0])
         self._ep = kvcomm.Endpoint(f"vllm {self.role.name.lower()} tp{self._tp_rank}", tcp_address=self._tcp_address)
+        described: List[Optional[List[KvContents]]] = []
         for name in sorted(kv_caches):
             t = kv_caches[name]
-            self._regs.append(self._ep.register(t, _layout(t, num_blocks)))
-        self._producer = pd.Producer(self._ep, self._regs, hold_timeout_ms=self._hold_timeout_ms)
-        self._consumer = pd.Consumer(self._ep, self._regs)
+            described.append(_contents(self._vllm_config, t, self._tp_size, self._tp_rank))
+            self._regs.append(self._ep.register(t, _layout(t, num_blocks), contents=described[-1]))
+        contents = described if all(c is not None for c in described) else None
+        self._block_size = int(contents[0][0].tokens_per_block) if contents else 0
+        self._producer = pd.Producer(self._ep, self._regs, hold_timeout_ms=self._hold_timeout_ms, contents=contents)
+        self._consumer = pd.Consumer(self._ep, self._regs, contents=contents)
 
     def get_handshake_metadata(self) -> Optional[KVConnectorHandshakeMetadata]:
         if not self._regs:
@@ -189,11 +226,20 @@ class KvcommConnector(KVConnectorBase_V1):
         assert isinstance(meta, KvcommConnectorMetadata)
         for request_id, (ids, key) in meta.holds.items():
             self._producer.hold(request_id, ids, key=key)
-        for request_id, (local, by_rank) in meta.pulls.items():
+        for request_id, (local, by_rank, first, count) in meta.pulls.items():
             params = by_rank.get(str(self._tp_rank))
-            if params is None:
-                raise kvcomm.UnsupportedError(f"kvcomm.vllm: request {request_id!r}: the prefill instance has no "
-                                              f"TP rank {self._tp_rank} (the same TP size on both sides is supported)")
+            if len(by_rank) != self._tp_size or params is None or self._converts(params):
+                # Another TP size (or block size) on the prefill side: the prompt's tokens from every prefill rank,
+                # converted. Token t of the request is in local[t // block_size - skipped] here.
+                if not self._block_size:
+                    raise kvcomm.UnsupportedError(
+                        f"kvcomm.vllm: request {request_id!r}: the prefill instance has {len(by_rank)} TP ranks and "
+                        f"this one {self._tp_size}, and this worker's caches are not described (FlashAttention's "
+                        "[2, num_blocks, block_size, kv_heads, head_size] caches are)")
+                table = [-1] * (first // self._block_size) + list(local)
+                ranks = [by_rank[k] for k in sorted(by_rank, key=int)]
+                self._consumer.pull(request_id, ranks, table, num_tokens=count, first_token=first)
+                continue
             remote = list(params["blocks"])
             # The prefill instance's last len(local) blocks are the ones this instance did not compute itself.
             if len(local) < len(remote):
@@ -201,6 +247,11 @@ class KvcommConnector(KVConnectorBase_V1):
             elif len(local) > len(remote):
                 local = local[:len(remote)]
             self._consumer.pull(request_id, params, local)
+
+    def _converts(self, params: Dict[str, Any]) -> bool:
+        """Whether the prefill rank's caches hold another block size than this worker's (a converted pull)."""
+        theirs = params.get("contents")
+        return bool(theirs and self._block_size and theirs[0][0]["tokens_per_block"] != self._block_size)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return None  # loads run between steps (get_num_new_matched_tokens said asynchronous)

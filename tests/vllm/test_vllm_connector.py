@@ -42,16 +42,16 @@ def model_dir(tmp_path_factory) -> Path:
     return d
 
 
-def vllm_config(model_dir: Path, role: str) -> VllmConfig:
+def vllm_config(model_dir: Path, role: str, block: int = BLOCK) -> VllmConfig:
     mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float16", max_model_len=512)
     kv = KVTransferConfig(kv_connector="KvcommConnector", kv_connector_module_path="kvcomm.vllm", kv_role=role,
                           kv_connector_extra_config={"hold_timeout_ms": 3000, "tcp_address": "127.0.0.1:0"})
-    return VllmConfig(model_config=mc, kv_transfer_config=kv, cache_config=CacheConfig(block_size=BLOCK),
+    return VllmConfig(model_config=mc, kv_transfer_config=kv, cache_config=CacheConfig(block_size=block),
                       device_config=DeviceConfig(device="cpu"))
 
 
-def kv_cache_config(groups: int = 1) -> KVCacheConfig:
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=DIM, dtype=torch.float16)
+def kv_cache_config(groups: int = 1, block: int = BLOCK, heads: int = HEADS) -> KVCacheConfig:
+    spec = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=DIM, dtype=torch.float16)
     return KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
                          kv_cache_groups=[KVCacheGroupSpec(layer_names=list(LAYERS), kv_cache_spec=spec)
                                           for _ in range(groups)])
@@ -187,3 +187,68 @@ def test_unsupported_configurations_are_refused(model_dir):
     with pytest.raises(kvcomm.UnsupportedError, match="neither"):
         w.register_kv_caches({LAYERS[0]: torch.zeros(3, 5, dtype=torch.float16)})
     w.shutdown()
+
+
+def test_prefill_tp2_to_decode_tp1_with_another_block_size_converts(model_dir):
+    """A prefill instance of TP 2 (each worker's caches hold one of the model's two KV heads, 16-token blocks) and a
+    decode instance of TP 1 (both heads, 32-token blocks): the decode worker reads the prompt's tokens from both
+    prefill workers, converting head split and block size; every byte of every layer's decode cache against the
+    prefill caches (the rest of the last block and every other block untouched); both prefill workers release."""
+    cfg = vllm_config(model_dir, "kv_producer")
+    scheduler = KvcommConnector(cfg, KVConnectorRole.SCHEDULER, kv_cache_config(heads=1))
+    workers, caches = [], []
+    for r in range(2):
+        w = KvcommConnector(cfg, KVConnectorRole.WORKER, kv_cache_config(heads=1))
+        w._tp_rank, w._tp_size = r, 2  # as vLLM's TP group of two would number them
+        g = torch.Generator().manual_seed(10 + r)
+        caches.append({name: torch.randn(2, NUM_BLOCKS, BLOCK, 1, DIM, generator=g).to(torch.float16)
+                       for name in LAYERS})
+        w.register_kv_caches(caches[r])
+        workers.append(w)
+    scheduler.set_xfer_handshake_metadata({r: w.get_handshake_metadata() for r, w in enumerate(workers)})
+    dcfg = vllm_config(model_dir, "kv_consumer", block=2 * BLOCK)
+    dsched = KvcommConnector(dcfg, KVConnectorRole.SCHEDULER, kv_cache_config(block=2 * BLOCK))
+    dworker = KvcommConnector(dcfg, KVConnectorRole.WORKER, kv_cache_config(block=2 * BLOCK))
+    g = torch.Generator().manual_seed(20)
+    dcaches = {name: torch.randn(2, NUM_BLOCKS, 2 * BLOCK, HEADS, DIM, generator=g).to(torch.float16)
+               for name in LAYERS}
+    dworker.register_kv_caches(dcaches)
+    before = {n: c.clone() for n, c in dcaches.items()}
+
+    def step(sched: KvcommConnector, ws: List[KvcommConnector], finished: Tuple[str, ...] = ()) -> Tuple[set, set]:
+        meta = sched.build_connector_meta(None)
+        sending, recving = set(), set()
+        for w in ws:
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            s_, r_ = w.get_finished(set(finished))
+            w.clear_connector_metadata()
+            sending |= s_ or set()
+            recving |= r_ or set()
+        return sending, recving
+
+    try:
+        req = request("req-tp", 40, {"do_remote_decode": True})
+        req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        src = [3, 5, 9]
+        delay, params = scheduler.request_finished(req, (src,))
+        assert delay and set(params["kvcomm"]) == {"0", "1"}
+        params = json.loads(json.dumps(params))
+        step(scheduler, workers)  # both prefill workers hold
+        dreq = request("req-tp", 40, params)
+        n, asynchronous = dsched.get_num_new_matched_tokens(dreq, 0)
+        assert n == 40 and asynchronous
+        dsched.update_state_after_alloc(dreq, blocks([7, 8]), n)
+        assert until(lambda: step(dsched, [dworker])[1]) == {"req-tp"}
+        assert dworker.get_block_ids_with_load_errors() == set()
+        for name in LAYERS:
+            want = before[name].clone()
+            for t in range(40):
+                for h in range(HEADS):
+                    want[:, [7, 8][t // 32], t % 32, h] = caches[h][name][:, src[t // 16], t % 16, 0]
+            assert torch.equal(dcaches[name], want), name
+        assert until(lambda: step(scheduler, workers, ("req-tp",))[0]) == {"req-tp"}
+    finally:
+        dworker.shutdown()
+        for w in workers:
+            w.shutdown()
