@@ -37,6 +37,11 @@ struct KvContents {
   bool replicated = false;
 };
 
+/// The end of the heads `c` holds: headEnd, or numHeads when headEnd is 0.
+inline uint32_t headEndOf(const KvContents& c) {
+  return c.headEnd ? c.headEnd : c.numHeads;
+}
+
 /// A layout's contents: one KvContents per region of its KvLayout, in the same order. Every region of one side
 /// must have the same tokensPerBlock (one block table indexes them all).
 struct KvDescription {

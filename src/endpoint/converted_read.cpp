@@ -144,8 +144,7 @@ bool sameContents(const KvDescription& a, const KvDescription& b) {
   for (size_t i = 0; i < a.regions.size(); ++i) {
     const KvContents &x = a.regions[i], &y = b.regions[i];
     if (x.elementBytes != y.elementBytes || x.headDim != y.headDim || x.tokensPerBlock != y.tokensPerBlock ||
-        x.numHeads != y.numHeads || x.headBegin != y.headBegin ||
-        (x.headEnd ? x.headEnd : x.numHeads) != (y.headEnd ? y.headEnd : y.numHeads) || x.order != y.order ||
+        x.numHeads != y.numHeads || x.headBegin != y.headBegin || headEndOf(x) != headEndOf(y) || x.order != y.order ||
         x.replicated != y.replicated)
       return false;
   }

@@ -8,10 +8,6 @@ namespace kvcomm {
 
 namespace {
 
-uint32_t headEnd(const KvContents& c) {
-  return c.headEnd ? c.headEnd : c.numHeads;
-}
-
 // tokens x heads x dim x bytes, or 0 when it does not fit 64 bits (never a region's blockBytes).
 uint64_t blockBytesOf(const KvContents& c, uint32_t heads) {
   uint64_t v = c.tokensPerBlock;
@@ -32,7 +28,7 @@ void checkDescription(const KvLayout& layout, const KvDescription& description, 
     KVCOMM_CHECK_ARG(c.elementBytes > 0 && c.headDim > 0 && c.tokensPerBlock > 0 && c.numHeads > 0, call, "region ", i,
                      ": elementBytes (", c.elementBytes, "), headDim (", c.headDim, "), tokensPerBlock (",
                      c.tokensPerBlock, ") and numHeads (", c.numHeads, ") must all be at least 1");
-    const uint32_t end = headEnd(c);
+    const uint32_t end = headEndOf(c);
     KVCOMM_CHECK_ARG(c.headBegin < end && end <= c.numHeads, call, "region ", i, ": heads [", c.headBegin, ", ", end,
                      ") are not a non-empty range of the model's ", c.numHeads);
     KVCOMM_CHECK_ARG(!c.replicated || (c.headBegin == 0 && end == c.numHeads), call, "region ", i,

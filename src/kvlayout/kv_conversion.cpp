@@ -24,17 +24,13 @@ namespace {
 
 constexpr const char* kCall = "planConversion";
 
-uint32_t endOf(const KvContents& c) {
-  return c.headEnd ? c.headEnd : c.numHeads;
-}
-
 bool holds(const KvContents& c, uint32_t head) {
-  return head >= c.headBegin && head < endOf(c);
+  return head >= c.headBegin && head < headEndOf(c);
 }
 
 // Byte offset, inside a block, of (token slot, head) of a side holding heads from c.headBegin.
 uint64_t inBlock(const KvContents& c, uint64_t slot, uint32_t head) {
-  const uint64_t held = endOf(c) - c.headBegin;
+  const uint64_t held = headEndOf(c) - c.headBegin;
   const uint64_t h = head - c.headBegin;
   const uint64_t unit = uint64_t{c.headDim} * c.elementBytes;
   return c.order == KvOrder::TokensHeadsDim ? (slot * held + h) * unit : (h * c.tokensPerBlock + slot) * unit;
@@ -43,7 +39,7 @@ uint64_t inBlock(const KvContents& c, uint64_t slot, uint32_t head) {
 // Bytes between token slots t and t + 1 of one head inside a block.
 uint64_t tokenStride(const KvContents& c) {
   const uint64_t unit = uint64_t{c.headDim} * c.elementBytes;
-  return c.order == KvOrder::TokensHeadsDim ? (endOf(c) - c.headBegin) * unit : unit;
+  return c.order == KvOrder::TokensHeadsDim ? (headEndOf(c) - c.headBegin) * unit : unit;
 }
 
 uint64_t blockBase(const KvRegion& r, int64_t block) {
@@ -119,7 +115,7 @@ void checkAndPick(const std::vector<KvConversionSource>& sources, const KvLayout
   }
   for (size_t r = 0; r < dst.regions.size(); ++r) {
     const KvContents& d = dst.regions[r];
-    for (uint32_t h = d.headBegin; h < endOf(d); ++h) {
+    for (uint32_t h = d.headBegin; h < headEndOf(d); ++h) {
       int32_t pick = -1;
       if (holds(sources[options.preferredSource].description.regions[r], h)) pick = options.preferredSource;
       for (size_t s = 0; pick < 0 && s < sources.size(); ++s)
