@@ -364,6 +364,84 @@ TEST(ConvertedRead, AReaderKeepsItsLandingAreasBetweenReads) {
 
 namespace {
 
+// Prefill and decode as separate process sets that meet only through metadata files: 8 prefill processes (TP 8,
+// 16-token NHD blocks, each one KV head; caches registered described, as host arenas) and 2 decode processes (TP 2,
+// 64-token HND blocks, four heads each) that pass no contents (the metadata carries them). Decode rank 0 reads through
+// the same-host mappings, rank 1 over TCP; every byte of both decode caches against the oracle.
+TEST(ConvertedRead, Tp8PrefillProcessesIntoTp2DecodeProcesses) {
+  constexpr uint32_t kPrefill = 8, kDecode = 2;
+  const uint64_t seed = 91, first = 3;
+  std::vector<std::string> meta;
+  for (uint32_t r = 0; r < kPrefill; ++r) meta.push_back(kvtest::arena::tempPath("tp8-prefill"));
+  auto prefillSide = [&](uint32_t r) {
+    std::mt19937_64 rng(seed + r);
+    return kvtest::makeSide(Model::Gqa8, kPrefill, r, 16, KvOrder::TokensHeadsDim, (kTokens + 15) / 16, rng);
+  };
+  std::vector<int64_t> table = prefillSide(0).table;
+  table[2] = -1;  // a block the prefill side does not have
+  std::vector<kvtest::arena::Gate> ready(kPrefill), done(kPrefill);
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < kPrefill; ++r)
+    pids.push_back(kvtest::arena::spawn([&, r] {
+      Side side = prefillSide(r);
+      side.table = table;
+      kvtest::lay(side, 0, kTokens);
+      Endpoint ep = loopbackEndpoint("prefill-" + std::to_string(r));
+      ArenaOptions ao;
+      ao.kind = MemoryKind::Host;
+      Arena arena = Arena::create(side.layout, ao);
+      arena.write(0, side.mem.data(), std::min(arena.bytes(), side.mem.size()));
+      RegisterOptions o;
+      o.contents = side.desc;
+      Registration reg = ep.registerArena(arena, o);
+      kvtest::arena::writeFile(meta[r], reg.metadata());
+      for (uint32_t d = 0; d < kDecode; ++d) ready[r].pass();  // one pass lets one waiter through
+      const bool ok = done[r].wait(120000);
+      ep.close();
+      return ok;
+    }));
+  for (uint32_t d = 0; d < kDecode; ++d)
+    pids.push_back(kvtest::arena::spawn([&, d] {
+      for (auto& g : ready)
+        if (!g.wait(60000)) return false;
+      std::mt19937_64 rng(seed * 7 + d);
+      Side side = kvtest::makeSide(Model::Gqa8, kDecode, d, 64, KvOrder::HeadsTokensDim, (kTokens + 63) / 64, rng);
+      Endpoint ep = loopbackEndpoint("decode-" + std::to_string(d));
+      RegisterOptions o;
+      o.contents = side.desc;
+      Registration reg = ep.registerMemory(side.mem.data(), side.mem.size(), MemoryKind::Host, side.layout, -1, o);
+      std::vector<ConvertedSource> sources;
+      for (const std::string& m : meta) sources.push_back({ep.connect(kvtest::arena::readFile(m)), KvDescription{}});
+      ConvertedReadOptions ro;
+      ro.via = d == 0 ? TransferVia::Auto : TransferVia::Tcp;
+      ro.timeoutMs = 60000;
+      ConvertedReadResult r =
+          readConverted(ep, reg, KvDescription{}, sources, {table, side.table, first, kTokens - first}, ro);
+      Side want = side;
+      std::fill(want.mem.begin(), want.mem.end(), kPoison);
+      kvtest::lay(want, first, kTokens, &table, 16);
+      size_t bad = 0;
+      for (size_t i = 0; i < want.mem.size(); ++i) bad += side.mem[i] != want.mem[i];
+      const std::vector<int32_t> four = d == 0 ? std::vector<int32_t>{0, 1, 2, 3} : std::vector<int32_t>{4, 5, 6, 7};
+      const bool ok = r.status.state == FetchState::Done && bad == 0 && r.sourcesRead == four &&
+                      r.sourcesMapped == (d == 0 ? four : std::vector<int32_t>{});
+      if (!ok)
+        std::fprintf(stderr, "decode %u: state %d (%s), %zu bytes differ, %zu sources read, %zu mapped\n", d,
+                     static_cast<int>(r.status.state), r.status.error.c_str(), bad, r.sourcesRead.size(),
+                     r.sourcesMapped.size());
+      ep.close();
+      return ok;
+    }));
+  for (uint32_t d = 0; d < kDecode; ++d) EXPECT_EQ(kvtest::arena::reap(pids[kPrefill + d], 180), 0) << "decode " << d;
+  for (auto& g : done) g.pass();
+  for (uint32_t r = 0; r < kPrefill; ++r) EXPECT_EQ(kvtest::arena::reap(pids[r], 60), 0) << "prefill " << r;
+  for (const std::string& m : meta) std::remove(m.c_str());
+}
+
+}  // namespace
+
+namespace {
+
 // ---- CUDA: in processes (the test process stays free of CUDA) -------------------------------------------------------
 
 // Prefill TP 2 (NHD, 16-token blocks) into decode TP 1 (HND, 64-token blocks) in GPU memory. Source 0 holds cudaMalloc
