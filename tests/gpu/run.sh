@@ -179,6 +179,10 @@ if [ "$what" != tests ]; then
     step "perf: $(basename "$b")"
     timeout 400 "${mpi[@]}" "$b" --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -40 || status=1
   done
+  step "perf: converted reads into GPU memory beside plain reads and the engine way (perf/conversion/compare.py)"
+  PYTHONPATH="$PWD/$build/python" timeout 300 python3 perf/conversion/compare.py --kind cuda --reps 9 \
+    --json "$OUT/perf.jsonl" 2>&1 | tee -a "$OUT/perf.txt" | tail -8
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
   # The verdicts on the latency targets (judged only on 2 GPUs; a miss does not fail this script).
   if [ "$np" = 2 ]; then
     step "perf: against the latency targets (perf/targets.py)"
