@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvcomm/device/vector.hpp"
+
 namespace kvcomm::detail {
 
 ConvertProgram buildConvert(const KvRunPlan& plan, const std::vector<ConvertSource>& sources, const KvLayout& dstLayout,
@@ -43,8 +45,7 @@ ConvertProgram buildConvert(const KvRunPlan& plan, const std::vector<ConvertSour
   l.sT = plan.sT, l.dT = plan.dT, l.seg = seg;
   l.firstSegment = l.first / seg;
   l.numSegments = p.runs.empty() || numTokens == 0 ? 0 : static_cast<int64_t>((l.end + seg - 1) / seg - l.firstSegment);
-  l.vec = 16;
-  while (l.vec > 1 && (bits & static_cast<uint64_t>(l.vec - 1))) l.vec /= 2;
+  l.vec = commonAlignment(bits);
   return p;
 }
 

@@ -29,6 +29,7 @@
 #include "fetch/device_copy.hpp"
 #include "kernels/launch.hpp"
 #include "kvlayout/conversion_runs.hpp"
+#include "kvlayout/kv_layout.hpp"
 
 namespace kvcomm {
 
@@ -166,8 +167,8 @@ const KvDescription& describedAs(const KvDescription& given, const KvDescription
 
 uint64_t extentOf(const KvLayout& l) {
   uint64_t end = 0;
-  for (const KvRegion& r : l.regions)
-    if (r.numBlocks > 0) end = std::max(end, r.offset + (r.numBlocks - 1) * r.blockStride + r.blockBytes);
+  for (size_t i = 0; i < l.regions.size(); ++i)
+    end = std::max(end, l.regions[i].offset + detail::regionExtent(l.regions[i], kCall, i));
   return end;
 }
 
@@ -205,24 +206,15 @@ struct ConvertedReader::Impl {
     }
   }
 
-  // Runs the conversion kernel over `l` (its arrays staged for the GPU) on `device` and waits for it.
-  void convertOnDevice(int device, const detail::ConvertProgram& p) {
+  // Runs `enqueue(copier, stream)` on `device` with the reader's copier of it (made on first use) and waits for
+  // what it enqueued: the conversion kernel over a program, or the pieces kernel.
+  template <typename Enqueue>
+  void onDeviceAndWait(int device, Enqueue&& enqueue) {
     detail::onDevice(device, [&] {
       auto& c = copiers[device];
       if (!c) c = detail::makeDeviceCopier();
       const Stream stream = c->ownStream();
-      c->convert(p.launch, p.runs, p.chunkStart, p.tables, stream);
-      c->record(stream)->wait();
-    });
-  }
-
-  // Copies `pieces` (all checked) into CUDA memory of `device` and waits for them.
-  void copyOnDevice(int device, const std::vector<detail::PieceCopy>& pieces) {
-    detail::onDevice(device, [&] {
-      auto& c = copiers[device];
-      if (!c) c = detail::makeDeviceCopier();
-      const Stream stream = c->ownStream();
-      c->copyPieces(pieces, stream);
+      enqueue(*c, stream);
       c->record(stream)->wait();
     });
   }
@@ -313,10 +305,8 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   for (size_t s = 0; s < sources.size(); ++s) {
     if (!runs.used[s] || remoteIds.empty()) continue;
     result.sourcesRead.push_back(static_cast<int32_t>(s));
-    const bool peerPath = options.via == TransferVia::Peer ||
-                          (options.via == TransferVia::Auto &&
-                           detail::EndpointAccess::sameHostAndKind(endpoint, local, sources[s].remote));
-    if (peerPath) {
+    // Auto and Peer try the mapping; another host or memory kind is answered without asking the owner (not refused).
+    if (options.via == TransferVia::Auto || options.via == TransferVia::Peer) {
       std::string why;
       bool refused = false;
       mapped[s] = detail::EndpointAccess::map(endpoint, local, sources[s].remote, kCall, &why, &refused);
@@ -385,7 +375,9 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
                                                     tokens.firstToken, tokens.numTokens);
     if (p.launch.numSegments > 0) {
       if (kind == MemoryKind::Cuda) {
-        impl_->convertOnDevice(device, p);
+        impl_->onDeviceAndWait(device, [&](detail::DeviceCopier& c, Stream stream) {
+          c.convert(p.launch, p.runs, p.chunkStart, p.tables, stream);
+        });
       } else {
         p.bind();
         detail::hostConvert(p.launch);
@@ -416,7 +408,7 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
       }
     }
     if (kind == MemoryKind::Cuda)
-      impl_->copyOnDevice(device, copies);
+      impl_->onDeviceAndWait(device, [&](detail::DeviceCopier& c, Stream stream) { c.copyPieces(copies, stream); });
     else
       for (const detail::PieceCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
     result.pieces = copies.size();

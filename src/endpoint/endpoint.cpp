@@ -1639,14 +1639,6 @@ void Endpoint::close() {
 
 namespace detail {
 
-bool EndpointAccess::sameHostAndKind(Endpoint& endpoint, const Registration& local, const RemoteMemory& remote) {
-  const char* call = "readConverted";
-  Endpoint::Impl& e = *require(endpoint.impl_, call, "Endpoint");
-  const auto& l = *require(local.impl_, call, "Registration");
-  const auto& r = *require(remote.impl_, call, "RemoteMemory");
-  return r.meta.hostKey == e.hostKey && r.meta.memoryKind == static_cast<uint32_t>(l.kind);
-}
-
 std::unique_ptr<DirectMapping> EndpointAccess::map(Endpoint& endpoint, const Registration& localReg,
                                                    const RemoteMemory& remoteMem, const char* call, std::string* why,
                                                    bool* refused) {

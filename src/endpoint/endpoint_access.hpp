@@ -26,8 +26,6 @@ struct EndpointAccess {
   /// shareable: a read goes over the network). Throws what Endpoint::read throws for bad handles.
   static std::unique_ptr<DirectMapping> map(Endpoint& endpoint, const Registration& local, const RemoteMemory& remote,
                                             const char* call, std::string* why, bool* refused);
-  /// Whether `remote` is on this host with memory of `local`'s kind (the peer path may reach it).
-  static bool sameHostAndKind(Endpoint& endpoint, const Registration& local, const RemoteMemory& remote);
 };
 
 }  // namespace kvcomm::detail

@@ -9,6 +9,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "kvcomm/device/vector.hpp"
 
 namespace kvcomm::detail {
 
@@ -200,8 +201,7 @@ class CudaCopier : public DeviceCopier {
     }
     if (items.empty()) return;
     PieceLaunch l{};
-    l.vec = 16;
-    while (l.vec > 1 && (bits & static_cast<uint64_t>(l.vec - 1))) l.vec /= 2;
+    l.vec = commonAlignment(bits);
     l.numPieces = static_cast<int64_t>(items.size());
     l.pieces = reinterpret_cast<const PieceCopy*>(staging_.stage({{items.data(), items.size() * sizeof(PieceCopy)}},
                                                                  l.numPieces <= ListStaging::kMappedItems, s));
