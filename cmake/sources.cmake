@@ -59,6 +59,7 @@ set(KVCOMM_SOURCES
     src/endpoint/notifier.cpp
     src/endpoint/endpoint.cpp
     src/endpoint/convert_program.cpp
+    src/endpoint/converted_fetch.cpp
     src/endpoint/converted_read.cpp
     src/arena/protocol.cpp
     src/arena/capability_table.cpp

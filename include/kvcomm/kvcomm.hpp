@@ -7,6 +7,7 @@
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/converted_fetch.hpp"
 #include "kvcomm/converted_read.hpp"
 #include "kvcomm/device_error.hpp"
 #include "kvcomm/endpoint.hpp"

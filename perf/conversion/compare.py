@@ -19,7 +19,7 @@ reads into staging tensors plus torch permute/cat kernels. Cases there have piec
 work), so the host's planning per piece counts.
 
     python perf/conversion/compare.py [--kind host|cuda] [--tokens N] [--layers 4] [--reps 9] [--via peer|tcp]
-                                      [--json out.jsonl]
+                                      [--json out.jsonl] [--profile]
 """
 
 from __future__ import annotations
@@ -53,6 +53,28 @@ def median_s(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def profile_gpu(name: str, fns: dict, reps: int) -> None:
+    """Where each way's time goes: per call, the GPU time of its kernels and copies (CUPTI, through torch.profiler)
+    against its wall time; the rest is the host's work and the waits around it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for way, fn in fns.items():
+        fn()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) / reps
+        gpu: dict = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                gpu[e.name] = gpu.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
+        busy = sum(gpu.values())
+        top = ", ".join(f"{k[:60]} {v:.0f}" for k, v in sorted(gpu.items(), key=lambda kv: -kv[1])[:3])
+        print(f"  profile {name} / {way}: wall {wall * 1e6:.0f} us, GPU busy {busy:.0f} us ({top})", flush=True)
 
 
 def _zeros(n: int, kind: str):
@@ -150,6 +172,8 @@ def case(name: str, tp_src: int, bs_src: int, o_src: str, bs_dst: int, o_dst: st
                     out.view(full.shape).copy_(full)
             _sync(kind)
 
+        if args.profile and kind == "cuda":
+            profile_gpu(name, {"plain": plain, "converted": converted}, args.reps)
         t_plain = median_s(plain, args.reps)
         t_conv = median_s(converted, args.reps)
         t_once = median_s(one_shot, args.reps)
@@ -184,6 +208,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--via", default="peer", choices=["peer", "tcp"])
     ap.add_argument("--json", default="")
+    ap.add_argument("--profile", action="store_true", help="cuda: print each way's GPU time against its wall time")
     args = ap.parse_args()
     args.tokens = args.tokens or (32768 if args.kind == "cuda" else 2048)
     if args.kind == "cuda":  # a current context for the CUDA arenas

@@ -48,7 +48,7 @@ PUBLIC = {
     "comm.hpp": "comm", "bootstrap.hpp": "comm", "capabilities.hpp": "platform", "symm.hpp": "symm",
     "kv_layout.hpp": "kvlayout", "kv_contents.hpp": "kvlayout", "kv_conversion.hpp": "kvlayout",
     "barrier.hpp": "barrier", "publish.hpp": "publish", "fetch.hpp": "fetch",
-    "arena.hpp": "arena", "endpoint.hpp": "endpoint", "converted_read.hpp": "endpoint", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella",
+    "arena.hpp": "arena", "endpoint.hpp": "endpoint", "converted_read.hpp": "endpoint", "converted_fetch.hpp": "endpoint", "mpi_bootstrap.hpp": "mpi", "kvcomm.hpp": "umbrella",
     "kvcomm.h": "capi",
     "device/barrier.hpp": "dev-barrier", "device/publish.hpp": "dev-publish", "device/fetch.hpp": "dev-fetch",
 }

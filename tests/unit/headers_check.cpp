@@ -5,6 +5,7 @@
 #include "kvcomm/bootstrap.hpp"
 #include "kvcomm/capabilities.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/converted_fetch.hpp"
 #include "kvcomm/converted_read.hpp"
 #include "kvcomm/device/barrier.hpp"
 #include "kvcomm/device/error_record.hpp"
