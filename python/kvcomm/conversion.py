@@ -19,6 +19,7 @@ from . import _kvcomm
 from ._errors import check_int, invalid
 from ._endpoint import Endpoint, Registration, RemoteMemory, _via
 from ._fetch import FetchStatus, KvRegion
+from ._symm import SymmetricBuffer
 
 _ORDERS = {"nhd": 0, "hnd": 1}
 
@@ -230,5 +231,81 @@ def read_converted(endpoint: Endpoint, local: Registration, local_contents: Opti
                                           timeout_ms=timeout_ms)
 
 
-__all__ = ["ConvertedRead", "ConvertedReader", "read_converted", "ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
+class ConvertedFetcher:
+    """Converted fetches among the members of a SymmetricBuffer's group whose caches are laid out differently (a
+    prefill group and a decode group of one world: another TP size, block size, token/head order).
+
+    ``ConvertedFetcher(buffer, layout, contents)`` on every member (collective): each member its own layout (inside
+    the backed part of its buffer) and what its regions hold; a bad layout or description on one member raises on
+    every member, naming it. Then ``fetch(sources, ...)`` is one-sided: tokens from the members ``sources`` (ranks)
+    into this member's buffer, converted (same-host members through their mappings, others landed first); all or
+    nothing. ``close()`` (or dropping it) on every member once no member fetches any more."""
+
+    def __init__(self, buffer: SymmetricBuffer, layout: Sequence[KvRegion], contents: Sequence[KvContents], *,
+                 tcp_address: str = "", net_timeout_ms: Optional[int] = None) -> None:
+        call = "kvcomm.conversion.ConvertedFetcher"
+        if not isinstance(buffer, SymmetricBuffer):
+            raise invalid(call, -1, f"buffer: expected a kvcomm.SymmetricBuffer, got {type(buffer).__name__}")
+        # Arguments this rank cannot even convert must not leave the others in the collective: join it with an
+        # empty layout (refused on every member together), then raise the precise error here.
+        error: Optional[BaseException] = None
+        try:
+            regions, described = _regions(layout, call, "layout"), _contents(contents, call, "contents")
+            if not isinstance(tcp_address, str):
+                raise invalid(call, buffer.rank, f"tcp_address: expected a str, got {type(tcp_address).__name__}")
+            timeout = -1 if net_timeout_ms is None else check_int(net_timeout_ms, "net_timeout_ms", call, buffer.rank, 1 << 63,
+                                                                  -(1 << 63))
+        except Exception as e:  # noqa: BLE001 - raised below, after the collective
+            error, regions, described, tcp_address, timeout = e, [], [], "", -1
+        try:
+            self._native = _kvcomm.ConvertedFetcher.create(buffer._native, regions, described, tcp_address, timeout)
+        except Exception:
+            if error is not None:
+                raise error from None
+            raise
+        self._buffer = buffer
+
+    @property
+    def rank(self) -> int:
+        return int(self._native.rank)
+
+    @property
+    def size(self) -> int:
+        return int(self._native.size)
+
+    def contents(self, rank: int) -> List[KvContents]:
+        """Member `rank`'s contents, as it registered them."""
+        return [_back(c) for c in self._native.contents(check_int(rank, "rank", "ConvertedFetcher.contents", -1,
+                                                                  1 << 31, -(1 << 31)))]
+
+    def layout(self, rank: int) -> List[KvRegion]:
+        """Member `rank`'s layout, as it registered it."""
+        return [KvRegion(*r) for r in self._native.layout(check_int(rank, "rank", "ConvertedFetcher.layout", -1,
+                                                                    1 << 31, -(1 << 31)))]
+
+    def fetch(self, sources: Sequence[int], src_blocks: Any, dst_blocks: Any, num_tokens: int, *,
+              first_token: int = 0, preferred_source: int = 0, via: Any = "auto",
+              timeout_ms: Optional[int] = None) -> ConvertedRead:
+        """Tokens [first_token, first_token + num_tokens) from the members `sources` (ranks, each once, not this
+        member; `src_blocks` the table they share, `dst_blocks` this member's) into this member's buffer, converted.
+        `preferred_source` indexes `sources`; the result's sources_read and sources_mapped are member ranks. Raises
+        InvalidArgumentError before anything moves for bad sources and whatever plan_conversion refuses; a member that
+        failed (left, died) fails the fetch (status failed, naming it), this member's memory untouched."""
+        call = "kvcomm.conversion.ConvertedFetcher.fetch"
+        if isinstance(sources, (str, bytes)) or not hasattr(sources, "__iter__"):
+            raise invalid(call, -1, f"sources: expected a list of member ranks, got {type(sources).__name__}")
+        ranks = [check_int(s, f"sources[{i}]", call, -1, 1 << 31, -(1 << 31)) for i, s in enumerate(sources)]
+        n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
+        timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
+        status, converted, landed, pieces, read, mapped = self._native.fetch(
+            ranks, _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n,
+            preferred, _via(via, call), timeout)
+        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
+
+    def close(self) -> None:
+        """Unregisters and closes this member's endpoint (other members' fetches from it fail from then on)."""
+        self._native.close()
+
+
+__all__ = ["ConvertedFetcher", "ConvertedRead", "ConvertedReader", "read_converted", "ConversionPlan", "KvContents", "apply_conversion", "check_description", "plan_conversion",
            "split_for_tp", "why_not_convertible"]

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "kvcomm/converted_fetch.hpp"
 #include "kvcomm/converted_read.hpp"
 #include "kvcomm/kv_conversion.hpp"
 
@@ -129,6 +130,54 @@ void bindConversion(nb::module_& m) {
           nb::arg("local"), nb::arg("local_contents"), nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"),
           nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"),
           nb::arg("timeout_ms"));
+  nb::class_<ConvertedFetcher>(m, "ConvertedFetcher",
+                               "Converted fetches among a group's members (kvcomm::ConvertedFetcher).")
+      .def_static(
+          "create",
+          [](SymmetricBuffer& buffer, const std::vector<RawRegion>& regions, const std::vector<RawContents>& contents,
+             const std::string& tcpAddress, int64_t netTimeoutMs) {
+            ConvertedFetcherOptions o;
+            o.tcpAddress = tcpAddress;
+            o.netTimeoutMs = netTimeoutMs;
+            return ConvertedFetcher::create(buffer, toLayout(regions, 0), toDescription(contents), o);
+          },
+          nb::arg("buffer"), nb::arg("regions"), nb::arg("contents"), nb::arg("tcp_address"), nb::arg("net_timeout_ms"),
+          nb::call_guard<nb::gil_scoped_release>(), nb::keep_alive<0, 1>())
+      .def_prop_ro("rank", &ConvertedFetcher::rank)
+      .def_prop_ro("size", &ConvertedFetcher::size)
+      .def(
+          "contents", [](const ConvertedFetcher& f, int r) { return fromDescription(f.contents(r)); }, nb::arg("rank"))
+      .def(
+          "layout",
+          [](const ConvertedFetcher& f, int r) {
+            std::vector<RawRegion> out;
+            for (const KvRegion& g : f.layout(r).regions)
+              out.emplace_back(g.offset, g.blockBytes, g.blockStride, g.numBlocks);
+            return out;
+          },
+          nb::arg("rank"))
+      .def(
+          "fetch",
+          [](ConvertedFetcher& f, const std::vector<int>& sources, const std::vector<int64_t>& srcBlocks,
+             const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num, int32_t preferred, TransferVia via,
+             int64_t timeoutMs) {
+            ConvertedReadOptions o;
+            o.conversion.preferredSource = preferred;
+            o.via = via;
+            o.timeoutMs = timeoutMs;
+            ConvertedReadResult r;
+            {
+              nb::gil_scoped_release nogil;
+              r = f.fetch(sources, {srcBlocks, dstBlocks, first, num}, o);
+            }
+            nb::object status = statusToPython(std::move(r.status));
+            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
+          },
+          nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"), nb::arg("first_token"),
+          nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"), nb::arg("timeout_ms"))
+      .def(
+          "close", [](ConvertedFetcher& f) { f = ConvertedFetcher(); }, nb::call_guard<nb::gil_scoped_release>(),
+          "Unregisters and closes this member's endpoint (the others' fetches from it fail from then on).");
 }
 
 }  // namespace kvcomm::py

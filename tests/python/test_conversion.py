@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kvcomm
+import multirank
 from kvcomm.conversion import KvContents, apply_conversion, check_description, plan_conversion, read_converted, \
     split_for_tp, why_not_convertible
 
@@ -198,3 +199,53 @@ def test_read_converted_from_endpoints_tp2_to_tp1(arenas):
             ep.close()
         for a in keep:
             a.free()
+
+
+def _converted_fetcher_group(comm: kvcomm.Communicator) -> None:
+    """Ranks 0-1: a prefill group (TP 2, 16-token NHD blocks); ranks 2-3: a decode group (TP 2, 32-token HND blocks),
+    one world, one host buffer each; every decode member fetches from both prefill members, every byte checked."""
+    from kvcomm.conversion import ConvertedFetcher
+    rank, pre = comm.rank, comm.rank < 2
+    rng = np.random.default_rng(500)
+    model = rng.integers(0, 256, (2, T, 8, U), dtype=np.uint8)
+    sides = [side(8, 2, r % 2, 16 if r < 2 else 32, "nhd" if r < 2 else "hnd", np.random.default_rng(600 + r))
+             for r in range(4)]
+    table = sides[0][2]
+    layout, contents, mytable, image = sides[rank]
+    if pre:
+        place(model, layout, contents, table, image, 0, T)
+    most = max(s[3].size for s in sides)
+    buf = kvcomm.SymmetricBuffer.create(comm, most, most, kind="host")
+    buf.local()[:image.size] = image
+    # A description this member's layout does not hold (rank 3's head_dim) fails create on every member, naming it.
+    bad = [KvContents(E, D + 1, c.tokens_per_block, c.num_heads, c.head_begin, c.head_end, c.order) for c in contents]
+    with pytest.raises(kvcomm.InvalidArgumentError, match="rank 3"):
+        ConvertedFetcher(buf, layout, bad if rank == 3 else contents)
+    # A malformed argument: that member raises its own error, the others (who joined) one naming it.
+    with pytest.raises(kvcomm.InvalidArgumentError, match="contents\\[0\\]: expected" if rank == 1 else "rank 1"):
+        ConvertedFetcher(buf, layout, "not contents" if rank == 1 else contents)
+    f = ConvertedFetcher(buf, layout, contents)
+    assert (f.rank, f.size) == (rank, 4)
+    assert f.contents(1) == sides[1][1]
+    assert [(g.offset, g.block_bytes, g.num_blocks) for g in f.layout(2)] == \
+        [(g.offset, g.block_bytes, g.num_blocks) for g in sides[2][0]]
+    comm.barrier()  # every prefill member's bytes are in place
+    if not pre:
+        for via in ("auto", "tcp"):
+            buf.local()[:image.size] = image
+            got = f.fetch([0, 1], table, mytable, T - 3, first_token=3, via=via, timeout_ms=60000)
+            assert got.ok and got.sources_read == [rank - 2], got  # the prefill member holding this member's heads
+            assert got.sources_mapped == (got.sources_read if via == "auto" else []), got
+            want = np.full_like(image, POISON)
+            place(model, layout, contents, mytable, want, 3, T, also=table, also_tpb=16)
+            np.testing.assert_array_equal(buf.local()[:image.size], want)
+        with pytest.raises(kvcomm.InvalidArgumentError, match="this member"):
+            f.fetch([rank], table, mytable, T)
+        with pytest.raises(kvcomm.InvalidArgumentError, match="sources"):
+            f.fetch(0, table, mytable, T)
+    comm.barrier()  # nobody leaves while a decode member still reads
+    f.close()
+
+
+def test_converted_fetcher_between_a_prefill_and_a_decode_group():
+    multirank.run(_converted_fetcher_group, 4)
