@@ -69,12 +69,17 @@ def profile_gpu(name: str, fns: dict, reps: int) -> None:
             torch.cuda.synchronize()
             wall = (time.perf_counter() - t0) / reps
         gpu: dict = {}
+        api: dict = {}  # the CUDA runtime and driver calls the host made, by name
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 gpu[e.name] = gpu.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
+            elif e.name.startswith("cu"):
+                api[e.name] = api.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
         busy = sum(gpu.values())
         top = ", ".join(f"{k[:60]} {v:.0f}" for k, v in sorted(gpu.items(), key=lambda kv: -kv[1])[:3])
-        print(f"  profile {name} / {way}: wall {wall * 1e6:.0f} us, GPU busy {busy:.0f} us ({top})", flush=True)
+        calls = ", ".join(f"{k} {v:.0f}" for k, v in sorted(api.items(), key=lambda kv: -kv[1])[:5])
+        print(f"  profile {name} / {way}: wall {wall * 1e6:.0f} us, GPU busy {busy:.0f} us ({top}); host CUDA calls "
+              f"{sum(api.values()):.0f} us ({calls})", flush=True)
 
 
 def _zeros(n: int, kind: str):
@@ -91,6 +96,8 @@ def _sync(kind: str) -> None:
 
 
 def case(name: str, tp_src: int, bs_src: int, o_src: str, bs_dst: int, o_dst: str, args, rows: list) -> None:
+    if args.only and args.only not in name:
+        return
     tokens, layers, kind = args.tokens, args.layers, args.kind
     src_blocks = tokens // bs_src
     eps, arenas = [], []
@@ -208,6 +215,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--via", default="peer", choices=["peer", "tcp"])
     ap.add_argument("--json", default="")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--profile", action="store_true", help="cuda: print each way's GPU time against its wall time")
     args = ap.parse_args()
     args.tokens = args.tokens or (32768 if args.kind == "cuda" else 2048)

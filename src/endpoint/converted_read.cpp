@@ -154,7 +154,7 @@ bool sameContents(const KvDescription& a, const KvDescription& b) {
 
 // What a side holds: `given` by the caller, else `registered` (with its registration or in its metadata); both
 // given must agree.
-const KvDescription& describedAs(const KvDescription& given, const KvDescription& registered, const std::string& who) {
+KvDescription describedAs(const KvDescription& given, const KvDescription& registered, const std::string& who) {
   if (given.regions.empty()) {
     KVCOMM_CHECK_ARG(!registered.regions.empty(), kCall, who,
                      ": no contents given, and none registered (RegisterOptions::contents carries them)");
@@ -255,7 +255,7 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   for (size_t s = 0; s < sources.size(); ++s)
     KVCOMM_CHECK_ARG(sources[s].remote.valid(), kCall, "source ", s, ": empty RemoteMemory");
   // Each side's contents: as given, else as registered (the local registration's options; a source's metadata).
-  const KvDescription& localContents = describedAs(givenLocal, local.contents(), "the local registration");
+  const KvDescription localContents = describedAs(givenLocal, local.contents(), "the local registration");
   std::vector<KvDescription> described;
   for (size_t s = 0; s < sources.size(); ++s)
     described.push_back(describedAs(sources[s].contents, sources[s].remote.contents(),
