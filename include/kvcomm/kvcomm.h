@@ -132,6 +132,9 @@ typedef struct kvcommFetcher* kvcommFetcher_t;
 typedef struct kvcommFetchPlan* kvcommFetchPlan_t;
 /** A polled fetch (kvcomm::FetchOperation). */
 typedef struct kvcommFetchOperation* kvcommFetchOperation_t;
+/** Converted fetches among the members of a buffer's group whose caches are laid out differently
+ *  (kvcomm::ConvertedFetcher). */
+typedef struct kvcommConvertedFetcher* kvcommConvertedFetcher_t;
 
 /** Memory this process owns, shareable with other local processes (kvcomm::Arena). */
 typedef struct kvcommArena* kvcommArena_t;
@@ -1230,6 +1233,24 @@ kvcommResult_t kvcommEndpointReadConverted(kvcommEndpoint_t endpoint, kvcommRegi
                                            const kvcommConvertedSource* sources, size_t numSources,
                                            const kvcommKvTokenRange* tokens, const kvcommConvertedReadOptions* options,
                                            kvcommConvertedReadResult* result);
+
+/** Collective over the buffer's group (kvcomm::ConvertedFetcher::create): this member's layout (`regions`, at most
+ *  KVCOMM_MAX_FETCH_REGIONS) and what its regions hold (`contents`, one per region); layouts may differ between
+ *  members. A member's malformed arguments, bad layout or contents that do not describe it fail every member with
+ *  kvcommInvalidArgument naming it. `tcpAddress` NULL or "": this host's address (KVCOMM_SOCKET_IFNAME), an ephemeral
+ *  port. Destroy it on every member once no member fetches any more. */
+kvcommResult_t kvcommConvertedFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* regions, size_t numRegions,
+                                            const kvcommKvContents* contents, size_t numContents,
+                                            const char* tcpAddress, kvcommConvertedFetcher_t* fetcher);
+/** One-sided: `tokens` from the members `sources` (ranks, each once, not this member, at most KVCOMM_MAX_RANKS; the
+ *  sources share tokens->srcBlocks) into this member's memory, converted (kvcomm::ConvertedFetcher::fetch;
+ *  options->preferredSource indexes `sources`). kvcommInvalidArgument before anything moves for bad sources and what
+ *  does not convert; a source that fails is kvcommNetworkError naming it, result->state Failed and this member's
+ *  memory as it was. `options` NULL: defaults. */
+kvcommResult_t kvcommConvertedFetch(kvcommConvertedFetcher_t fetcher, const int* sources, size_t numSources,
+                                    const kvcommKvTokenRange* tokens, const kvcommConvertedReadOptions* options,
+                                    kvcommConvertedReadResult* result);
+kvcommResult_t kvcommConvertedFetcherDestroy(kvcommConvertedFetcher_t fetcher);
 
 /* ---- capabilities --------------------------------------------------------------------------------------------- */
 

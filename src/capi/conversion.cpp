@@ -1,10 +1,12 @@
-// C ABI: KV contents (kvcomm::KvContents as kvcommKvContents arrays) and converted reads over endpoints
-// (kvcomm::readConverted). Every array and count is checked before anything reads it.
+// C ABI: KV contents (kvcomm::KvContents as kvcommKvContents arrays), converted reads over endpoints
+// (kvcomm::readConverted) and converted fetches among a group's members (kvcomm::ConvertedFetcher). Every array and
+// count is checked before anything reads it.
 #include <string>
 #include <vector>
 
 #include "capi/capi.hpp"
 #include "common/check.hpp"
+#include "kvcomm/converted_fetch.hpp"
 #include "kvcomm/converted_read.hpp"
 #include "kvcomm/kv_contents.hpp"
 
@@ -48,6 +50,35 @@ std::vector<int64_t> tableOf(const int64_t* ids, size_t n, const char* call, con
   KVCOMM_CHECK_ARG(ids != nullptr || n == 0, call, "tokens->", what, " is NULL but its count is ", n);
   kvcomm::capi::checkCount(n, lim::kMaxFetchPairs, call, what, "KVCOMM_MAX_FETCH_PAIRS");
   return std::vector<int64_t>(ids, ids + n);
+}
+
+kvcomm::KvTokenRange rangeOf(const kvcommKvTokenRange& t, const char* call) {
+  return {tableOf(t.srcBlocks, t.numSrcBlocks, call, "srcBlocks"),
+          tableOf(t.dstBlocks, t.numDstBlocks, call, "dstBlocks"), t.firstToken, t.numTokens};
+}
+
+kvcomm::ConvertedReadOptions readOptionsOf(const kvcommConvertedReadOptions* options, const char* call) {
+  kvcomm::ConvertedReadOptions o;
+  if (options) {
+    o.conversion.preferredSource = options->preferredSource;
+    o.via = fromC(options->via, call, "options->via");
+    o.timeoutMs = options->timeoutMs;
+  }
+  return o;
+}
+
+// The C result of a converted read or fetch; a failed one is kvcommNetworkError naming the source.
+void finish(const kvcomm::ConvertedReadResult& r, kvcommConvertedReadResult* result, const char* call) {
+  kvcommConvertedReadResult out{};
+  out.state = r.status.state == kvcomm::FetchState::Done ? kvcommFetchDone : kvcommFetchFailed;
+  out.bytesConverted = r.bytesConverted;
+  out.bytesLanded = r.bytesLanded;
+  out.pieces = r.pieces;
+  out.sourcesRead = r.sourcesRead.size();
+  out.sourcesMapped = r.sourcesMapped.size();
+  *result = out;
+  if (r.status.state != kvcomm::FetchState::Done)
+    KVCOMM_THROW(NetworkError, call, r.status.error, " (nothing was written into the local memory)");
 }
 
 }  // namespace
@@ -103,26 +134,9 @@ kvcommResult_t kvcommEndpointReadConverted(kvcommEndpoint_t endpoint, kvcommRegi
       src.push_back({use(sources[i].remote, call, remote.c_str()).remote,
                      descriptionOf(sources[i].contents, sources[i].numContents, call, what + ".contents")});
     }
-    kvcomm::KvTokenRange range{tableOf(tokens->srcBlocks, tokens->numSrcBlocks, call, "srcBlocks"),
-                               tableOf(tokens->dstBlocks, tokens->numDstBlocks, call, "dstBlocks"), tokens->firstToken,
-                               tokens->numTokens};
-    kvcomm::ConvertedReadOptions o;
-    if (options) {
-      o.conversion.preferredSource = options->preferredSource;
-      o.via = fromC(options->via, call, "options->via");
-      o.timeoutMs = options->timeoutMs;
-    }
-    const kvcomm::ConvertedReadResult r = kvcomm::readConverted(ep, reg, mine, src, range, o);
-    kvcommConvertedReadResult out{};
-    out.state = r.status.state == kvcomm::FetchState::Done ? kvcommFetchDone : kvcommFetchFailed;
-    out.bytesConverted = r.bytesConverted;
-    out.bytesLanded = r.bytesLanded;
-    out.pieces = r.pieces;
-    out.sourcesRead = r.sourcesRead.size();
-    out.sourcesMapped = r.sourcesMapped.size();
-    *result = out;
-    if (r.status.state != kvcomm::FetchState::Done)
-      KVCOMM_THROW(NetworkError, call, r.status.error, " (nothing was written into the local registration)");
+    const kvcomm::ConvertedReadResult r =
+        kvcomm::readConverted(ep, reg, mine, src, rangeOf(*tokens, call), readOptionsOf(options, call));
+    finish(r, result, call);
   });
 }
 
@@ -147,4 +161,46 @@ kvcommResult_t kvcommRemoteMemoryContents(kvcommRemoteMemory_t remote, kvcommKvC
     }
     *count = d.regions.size();
   });
+}
+
+kvcommResult_t kvcommConvertedFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* regions, size_t numRegions,
+                                            const kvcommKvContents* contents, size_t numContents,
+                                            const char* tcpAddress, kvcommConvertedFetcher_t* fetcher) {
+  const char* call = "kvcommConvertedFetcherCreate";
+  return guard(call, [&] {
+    auto& b = use(buffer, call, "buffer");
+    // Every member takes part in create() even with malformed arguments of its own: the arguments are agreed on
+    // first, so a NULL list or a count past the limit on one member fails every member, naming it.
+    kvcomm::KvLayout l;
+    kvcomm::KvDescription d;
+    kvcomm::ConvertedFetcherOptions o;
+    kvcomm::capi::agreeOnArguments(b.buffer.communicator(), call, [&] {
+      requireNonNull(fetcher, call, "fetcher");
+      KVCOMM_CHECK_ARG(regions != nullptr, call, "regions is NULL (numRegions ", numRegions, ")");
+      l = kvcomm::capi::layoutOf(regions, numRegions, 0, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
+      d = descriptionOf(contents, numContents, call, "contents");
+      if (tcpAddress) o.tcpAddress = tcpAddress;
+    });
+    *fetcher = kvcomm::capi::adopt<kvcommConvertedFetcher>(kvcomm::ConvertedFetcher::create(b.buffer, l, d, o), b.rank);
+  });
+}
+
+kvcommResult_t kvcommConvertedFetch(kvcommConvertedFetcher_t fetcher, const int* sources, size_t numSources,
+                                    const kvcommKvTokenRange* tokens, const kvcommConvertedReadOptions* options,
+                                    kvcommConvertedReadResult* result) {
+  const char* call = "kvcommConvertedFetch";
+  return guard(call, [&] {
+    auto& f = use(fetcher, call, "fetcher");
+    requireNonNull(tokens, call, "tokens");
+    requireNonNull(result, call, "result");
+    KVCOMM_CHECK_ARG(sources != nullptr || numSources == 0, call, "sources is NULL but numSources is ", numSources);
+    kvcomm::capi::checkCount(numSources, static_cast<size_t>(lim::kMaxRanks), call, "numSources", "KVCOMM_MAX_RANKS");
+    const std::vector<int> src(sources, sources + numSources);
+    finish(f.fetcher.fetch(src, rangeOf(*tokens, call), readOptionsOf(options, call)), result, call);
+  });
+}
+
+kvcommResult_t kvcommConvertedFetcherDestroy(kvcommConvertedFetcher_t fetcher) {
+  return guard("kvcommConvertedFetcherDestroy",
+               [&] { kvcomm::capi::retire(fetcher, "kvcommConvertedFetcherDestroy", "fetcher"); });
 }

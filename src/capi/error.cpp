@@ -90,6 +90,8 @@ const char* handleTypeName(HandleType t) noexcept {
       return HandleTraits<kvcommRemoteMemory>::name;
     case HandleType::Transfer:
       return HandleTraits<kvcommTransfer>::name;
+    case HandleType::ConvertedFetcher:
+      return HandleTraits<kvcommConvertedFetcher>::name;
   }
   return "handle";
 }

@@ -20,6 +20,7 @@
 #include "kvcomm/arena.hpp"
 #include "kvcomm/barrier.hpp"
 #include "kvcomm/comm.hpp"
+#include "kvcomm/converted_fetch.hpp"
 #include "kvcomm/endpoint.hpp"
 #include "kvcomm/fetch.hpp"
 #include "kvcomm/kvcomm.h"
@@ -130,6 +131,11 @@ struct kvcommRemoteMemory {
   kvcomm::RemoteMemory remote;
   int rank = -1;
 };
+struct kvcommConvertedFetcher {
+  kvcommConvertedFetcher(kvcomm::ConvertedFetcher f, int r) : fetcher(std::move(f)), rank(r) {}
+  kvcomm::ConvertedFetcher fetcher;
+  int rank;
+};
 struct kvcommTransfer {
   explicit kvcommTransfer(kvcomm::Transfer t) : transfer(std::move(t)) {}
   kvcomm::Transfer transfer;
@@ -176,7 +182,8 @@ enum class HandleType : uint8_t {
   Endpoint,
   Registration,
   RemoteMemory,
-  Transfer
+  Transfer,
+  ConvertedFetcher
 };
 
 /// The C type name of each handle struct.
@@ -205,6 +212,7 @@ KVCOMM_CAPI_HANDLE(kvcommEndpoint, Endpoint, "kvcommEndpoint_t");
 KVCOMM_CAPI_HANDLE(kvcommRegistration, Registration, "kvcommRegistration_t");
 KVCOMM_CAPI_HANDLE(kvcommRemoteMemory, RemoteMemory, "kvcommRemoteMemory_t");
 KVCOMM_CAPI_HANDLE(kvcommTransfer, Transfer, "kvcommTransfer_t");
+KVCOMM_CAPI_HANDLE(kvcommConvertedFetcher, ConvertedFetcher, "kvcommConvertedFetcher_t");
 #undef KVCOMM_CAPI_HANDLE
 
 /// C type name of a handle type.

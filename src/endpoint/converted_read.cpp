@@ -20,8 +20,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "common/check.hpp"
 #include "arena/cuda_support.hpp"
+#include "common/check.hpp"
 #include "common/log.hpp"
 #include "device/device_memory.hpp"
 #include "endpoint/convert_program.hpp"

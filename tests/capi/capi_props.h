@@ -25,10 +25,11 @@ typedef struct {
   kvcommArenaImport_t import;   /* this process's import of `arena`, over `session` */
   kvcommArenaSession_t session; /* a session to `server`, this process's own */
   kvcommArenaServer_t server;
-  kvcommEndpoint_t endpoint;         /* listening on loopback; `registration` is its */
-  kvcommRegistration_t registration; /* kEpBlocks blocks of this rank's endpoint memory */
-  kvcommRemoteMemory_t remote;       /* `endpoint`'s connection to the peer endpoint's registration (Ctx) */
-  kvcommTransfer_t transfer;         /* a finished read through `remote` */
+  kvcommEndpoint_t endpoint;          /* listening on loopback; `registration` is its */
+  kvcommRegistration_t registration;  /* kEpBlocks blocks of this rank's endpoint memory */
+  kvcommRemoteMemory_t remote;        /* `endpoint`'s connection to the peer endpoint's registration (Ctx) */
+  kvcommTransfer_t transfer;          /* a finished read through `remote` */
+  kvcommConvertedFetcher_t converted; /* over `buffer`, the fetch layout, described (fetchContents()) */
 } Handles;
 
 enum {
@@ -49,7 +50,8 @@ enum {
   kHRegistration = 1 << 14,
   kHRemote = 1 << 15,
   kHTransfer = 1 << 16,
-  kNumHandleTypes = 17
+  kHConverted = 1 << 17,
+  kNumHandleTypes = 18
 };
 
 /* The fixture's endpoint memory: one region of kEpBlocks blocks of kEpBlockBytes, this rank's and the peer
@@ -107,6 +109,8 @@ extern size_t g_numValues;
  * and UINT_MAX as the underlying unsigned int. Returns how many were written (at most n + 7); the first `n` are valid.
  */
 size_t enumValues(unsigned n, unsigned out[24]);
+/* What the fetch layout's region holds: 4 tokens x 1 head x 32 elements of 2 bytes (its 256-byte blocks). */
+kvcommKvContents fetchContents(void);
 int asInt(uint64_t v);
 
 /* ---- checks of one generated call ----------------------------------------------------------------------------- */

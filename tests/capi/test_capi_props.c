@@ -90,6 +90,11 @@ static void makeValues(void) {
   }
 }
 
+kvcommKvContents fetchContents(void) {
+  kvcommKvContents k = {2, 32, 4, 1, 0, 0, kvcommKvOrderTokensHeadsDim, 0};
+  return k;
+}
+
 size_t enumValues(unsigned n, unsigned out[24]) {
   size_t k = 0;
   for (unsigned v = 0; v < n; ++v) out[k++] = v;
@@ -316,6 +321,10 @@ static void makeHandles(Ctx* c, unsigned types, Handles* out) {
     o.barrierTimeoutMs = 60000;
     FIXTURE_OK(kvcommFetcherCreate(buf, &c->region, 1, 1, &o, &out->fetcher));
   }
+  if (types & kHConverted) {
+    kvcommKvContents k = fetchContents();
+    FIXTURE_OK(kvcommConvertedFetcherCreate(buf, &c->region, 1, &k, 1, "127.0.0.1:0", &out->converted));
+  }
   kvcommFetcher_t f = out->fetcher ? out->fetcher : c->h.fetcher;
   kvcommFetchRequest q = fixtureRequest(c);
   if (types & kHPlan) FIXTURE_OK(kvcommFetchPlanCreate(f, &q, 1, NULL, &out->plan));
@@ -342,6 +351,7 @@ static void destroyHandles(Ctx* c, Handles* h) {
   FIXTURE_OK(kvcommArenaDestroy(h->arena));
   FIXTURE_OK(kvcommFetchOperationDestroy(h->op));
   FIXTURE_OK(kvcommFetchPlanDestroy(h->plan));
+  FIXTURE_OK(kvcommConvertedFetcherDestroy(h->converted));
   FIXTURE_OK(kvcommFetcherDestroy(h->fetcher));
   FIXTURE_OK(kvcommBarrierDestroy(h->barrier));
   FIXTURE_OK(kvcommPublisherDestroy(h->publisher));
@@ -360,7 +370,8 @@ static void setUp(Ctx* c) {
   c->region.numBlocks = kFetchBlocks;
   Handles made;
   memset(&made, 0, sizeof(made));
-  makeHandles(c, kHLayout | kHBuffer | kHPublisher | kHBarrier | kHFetcher | kHPlan | kHOp | kHArena | kHServer, &made);
+  makeHandles(c, kHLayout | kHBuffer | kHPublisher | kHBarrier | kHFetcher | kHPlan | kHOp | kHArena | kHServer | kHConverted,
+              &made);
   made.comm = c->h.comm;
   c->h = made;
   /* The arena fixture: a session to this process's own server (its other end accepted), an import of the fixture
@@ -417,6 +428,8 @@ static kvcommComm_t* slotOf(Handles* h, unsigned type) {
       return (kvcommComm_t*)(void*)&h->remote;
     case kHTransfer:
       return (kvcommComm_t*)(void*)&h->transfer;
+    case kHConverted:
+      return (kvcommComm_t*)(void*)&h->converted;
     default:
       return (kvcommComm_t*)(void*)&h->op;
   }
@@ -456,6 +469,8 @@ static const char* typeName(unsigned type) {
       return "kvcommRemoteMemory_t";
     case kHTransfer:
       return "kvcommTransfer_t";
+    case kHConverted:
+      return "kvcommConvertedFetcher_t";
     default:
       return "kvcommFetchOperation_t";
   }

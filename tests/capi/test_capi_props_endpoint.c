@@ -1221,12 +1221,143 @@ static void propsEndpointReadConverted(Ctx* c) {
   free(before);
 }
 
+/* ---- converted fetches among the group's members (the fixture buffer, the fetch layout, every member alike) ---- */
+
+static kvcommResult_t callConvertedFetcherCreate(Ctx* c, const Handles* h) {
+  kvcommKvContents k = fetchContents();
+  return kvcommConvertedFetcherCreate(h->buffer, &c->region, 1, &k, 1, "127.0.0.1:0",
+                                      SCRATCH(kvcommConvertedFetcher_t*));
+}
+/* Collective: every member's arguments are agreed on, so one member's bad list, count or description fails every
+ * member naming it. headDim through every value (only 32 fills the 256-byte blocks). */
+static void propsConvertedFetcherCreate(Ctx* c) {
+  kvcommBuffer_t b = c->h.buffer;
+  kvcommKvContents k = fetchContents();
+  kvcommConvertedFetcher_t* out = SCRATCH(kvcommConvertedFetcher_t*);
+  REFUSED("regions is NULL", kvcommConvertedFetcherCreate(b, NULL, 1, &k, 1, "127.0.0.1:0", out));
+  REFUSED("contents is NULL", kvcommConvertedFetcherCreate(b, &c->region, 1, NULL, 1, "127.0.0.1:0", out));
+  REFUSED("the description has", kvcommConvertedFetcherCreate(b, &c->region, 1, &k, 0, "127.0.0.1:0", out));
+  REFUSED("fetcher is NULL", kvcommConvertedFetcherCreate(b, &c->region, 1, &k, 1, "127.0.0.1:0", NULL));
+  REFUSED("KVCOMM_MAX_FETCH_REGIONS", kvcommConvertedFetcherCreate(b, &c->region, (size_t)KVCOMM_MAX_FETCH_REGIONS + 1,
+                                                                   &k, 1, "127.0.0.1:0", out));
+  REFUSED("has no :port", kvcommConvertedFetcherCreate(b, &c->region, 1, &k, 1, "not an address", out));
+  kvcommKvContents one = k; /* one member's description does not describe its layout: every member refused */
+  if (c->rank == 1) one.headDim = 31;
+  REFUSED("rank 1", kvcommConvertedFetcherCreate(b, &c->region, 1, &one, 1, "127.0.0.1:0", out));
+  FOR_VALUES(x) {
+    kvcommKvContents d = k;
+    d.headDim = (uint32_t)x;
+    kvcommConvertedFetcher_t f = NULL;
+    prepare(c);
+    kvcommResult_t r_ =
+        kvcommConvertedFetcherCreate(b, &c->region, 1, &d, 1, "127.0.0.1:0", (uint32_t)x == 32 ? &f : out);
+    if ((uint32_t)x == 32) {
+      succeeded(c, "kvcommConvertedFetcherCreate(headDim 32)", r_, __LINE__);
+      SUCCEEDS(kvcommConvertedFetcherDestroy(f));
+    } else {
+      refused(c, "kvcommConvertedFetcherCreate(headDim)", r_, kvcommInvalidArgument, "region 0", __LINE__);
+    }
+  }
+}
+
+/* The next member's source blocks [0, 8) (its bytes: the fixture pattern) into this member's blocks [200, 208). */
+static void fetchOracle(int src, unsigned char* want) {
+  for (size_t i = 0; i < 8 * (size_t)kFetchBlockBytes; ++i) {
+    size_t at = kFetchOffset + i;
+    want[200 * (size_t)kFetchBlockBytes + i] = (unsigned char)(at * 13 + (size_t)src * 101);
+  }
+}
+
+static kvcommResult_t callConvertedFetch(Ctx* c, const Handles* h) {
+  int64_t s[2] = {0, 1}, d[2] = {200, 201};
+  kvcommKvTokenRange t = {s, 2, d, 2, 0, 8};
+  int src = (c->rank + 1) % c->size;
+  return kvcommConvertedFetch(h->converted, &src, 1, &t, NULL, SCRATCH(kvcommConvertedReadResult*));
+}
+static void propsConvertedFetch(Ctx* c) {
+  kvcommConvertedFetcher_t f = c->h.converted;
+  int64_t s[8], d[8];
+  for (int i = 0; i < 8; ++i) {
+    s[i] = i;
+    d[i] = 200 + i;
+  }
+  kvcommKvTokenRange t = {s, 8, d, 8, 0, 32};
+  const int next = (c->rank + 1) % c->size;
+  kvcommConvertedReadResult* out = SCRATCH(kvcommConvertedReadResult*);
+  REFUSED("tokens is NULL", kvcommConvertedFetch(f, &next, 1, NULL, NULL, out));
+  REFUSED("result is NULL", kvcommConvertedFetch(f, &next, 1, &t, NULL, NULL));
+  REFUSED("sources is NULL", kvcommConvertedFetch(f, NULL, 1, &t, NULL, out));
+  REFUSED("no sources", kvcommConvertedFetch(f, &next, 0, &t, NULL, out));
+  REFUSED("KVCOMM_MAX_RANKS", kvcommConvertedFetch(f, &next, (size_t)KVCOMM_MAX_RANKS + 1, &t, NULL, out));
+  REFUSED("this member", kvcommConvertedFetch(f, &c->rank, 1, &t, NULL, out));
+  int twice[2] = {next, next};
+  REFUSED("repeats member", kvcommConvertedFetch(f, twice, 2, &t, NULL, out));
+  kvcommKvTokenRange nt = t;
+  nt.dstBlocks = NULL;
+  REFUSED("dstBlocks", kvcommConvertedFetch(f, &next, 1, &nt, NULL, out));
+  unsigned ev[24];
+  size_t n = enumValues(4, ev);
+  for (size_t i = 4; i < n; ++i) {
+    kvcommConvertedReadOptions o;
+    kvcommConvertedReadOptionsInit(&o);
+    o.via = (kvcommTransferVia_t)ev[i];
+    REFUSED("via", kvcommConvertedFetch(f, &next, 1, &t, &o, out));
+  }
+  FOR_VALUES(x) { /* a source rank outside the group, tokens past the tables, ids outside the layout */
+    int r = asInt(x);
+    if (r < 0 || r >= c->size) REFUSED("outside the group", kvcommConvertedFetch(f, &r, 1, &t, NULL, out));
+    kvcommKvTokenRange q = t;
+    q.numTokens = x;
+    if (x > 32) REFUSED("", kvcommConvertedFetch(f, &next, 1, &q, NULL, out));
+    int64_t ids[8];
+    memcpy(ids, s, sizeof(ids));
+    ids[3] = (int64_t)x;
+    q = t;
+    q.srcBlocks = ids;
+    if ((int64_t)x < -1 || (int64_t)x >= kFetchBlocks)
+      REFUSED("srcBlocks[3]", kvcommConvertedFetch(f, &next, 1, &q, NULL, out));
+  }
+  /* Valid: the next member's blocks [0, 8) into [200, 208), every byte of the buffer checked, then put back. */
+  sync(c);
+  unsigned char* local = NULL;
+  SUCCEEDS(kvcommBufferLocal(c->h.buffer, (void**)&local));
+  unsigned char* before = (unsigned char*)malloc(kMapped);
+  unsigned char* want = (unsigned char*)malloc(kMapped);
+  memcpy(before, local, kMapped);
+  memcpy(want, local, kMapped);
+  fetchOracle(next, want + kFetchOffset);
+  kvcommConvertedReadResult res;
+  SUCCEEDS(kvcommConvertedFetch(f, &next, 1, &t, NULL, &res));
+  EXPECT(res.state == kvcommFetchDone && res.bytesConverted == 8 * (uint64_t)kFetchBlockBytes && res.sourcesRead == 1);
+  EXPECT(memcmp(local, want, kMapped) == 0);
+  memcpy(local, before, kMapped);
+  free(want);
+  free(before);
+  sync(c);
+}
+
+static kvcommResult_t callConvertedFetcherDestroy(Ctx* c, const Handles* h) {
+  (void)c;
+  return kvcommConvertedFetcherDestroy(h->converted);
+}
+static void propsConvertedFetcherDestroy(Ctx* c) {
+  SUCCEEDS(kvcommConvertedFetcherDestroy(NULL));
+  kvcommKvContents k = fetchContents();
+  kvcommConvertedFetcher_t f = NULL;
+  SUCCEEDS(kvcommConvertedFetcherCreate(c->h.buffer, &c->region, 1, &k, 1, "127.0.0.1:0", &f));
+  SUCCEEDS(kvcommConvertedFetcherDestroy(f));
+  REFUSED("not a live kvcommConvertedFetcher_t", kvcommConvertedFetcherDestroy(f));
+}
+
 #define ENTRY(Name, handles) \
   { "kvcomm" #Name, (handles), 0, call##Name, props##Name }
 #define PURE(Name) \
   { "kvcomm" #Name, 0, 0, NULL, props##Name }
 
 const Entry g_endpointEntries[] = {
+    ENTRY(ConvertedFetcherCreate, kHBuffer),
+    {"kvcommConvertedFetch", kHConverted, 1, callConvertedFetch, propsConvertedFetch},
+    ENTRY(ConvertedFetcherDestroy, kHConverted),
     PURE(EndpointOptionsInit),
     PURE(TransferOptionsInit),
     PURE(EndpointCreate),
