@@ -82,11 +82,13 @@ def _contents(contents: Any, call: str, what: str) -> List[tuple]:
     return [_raw(c, call, f"{what}[{i}]") for i, c in enumerate(contents)]
 
 
-def _blocks(table: Any, call: str, what: str) -> List[int]:
+def _blocks(table: Any, call: str, what: str) -> np.ndarray:
     a = np.asarray(table)
     if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
         raise invalid(call, -1, f"{what}: a 1-D list or array of block ids (-1 skips), got {a.dtype} {a.shape}")
-    return a.tolist()  # Python ints, as the native signature takes them (an element-wise loop cost ~0.1 ms a table)
+    if a.size and a.dtype == np.uint64 and int(a.max()) > (1 << 63) - 1:
+        raise invalid(call, -1, f"{what}: block id {int(a.max())} does not fit in int64")
+    return np.ascontiguousarray(a, np.int64)  # read in place natively (a list of Python ints cost ~0.1 ms a table)
 
 
 def _token_args(call: str, num_tokens: Any, first_token: Any, preferred_source: Any) -> Tuple[int, int, int]:

@@ -19,6 +19,12 @@ namespace kvcomm::py {
 
 namespace {
 
+// A block table as the package hands it over: a C-contiguous int64 numpy array (read in place, copied once here).
+using BlockTable = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+std::vector<int64_t> tableOf(const BlockTable& t) {
+  return std::vector<int64_t>(t.data(), t.data() + t.shape(0));
+}
+
 KvContents toContents(const RawContents& c) {
   KvContents k;
   std::tie(k.elementBytes, k.headDim, k.tokensPerBlock, k.numHeads, k.headBegin, k.headEnd, std::ignore, k.replicated) =
@@ -68,9 +74,8 @@ void bindConversion(nb::module_& m) {
   m.def(
       "plan_conversion",
       [](const std::vector<std::pair<std::vector<RawRegion>, std::vector<RawContents>>>& sources,
-         const std::vector<RawRegion>& dstRegions, const std::vector<RawContents>& dst,
-         const std::vector<int64_t>& srcBlocks, const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num,
-         int32_t preferred) {
+         const std::vector<RawRegion>& dstRegions, const std::vector<RawContents>& dst, const BlockTable& srcBlocks,
+         const BlockTable& dstBlocks, uint64_t first, uint64_t num, int32_t preferred) {
         std::vector<KvConversionSource> src;
         for (const auto& [regions, contents] : sources) src.push_back({toLayout(regions, 0), toDescription(contents)});
         KvConversionOptions o;
@@ -78,8 +83,8 @@ void bindConversion(nb::module_& m) {
         KvConversionPlan plan;
         {
           nb::gil_scoped_release nogil;
-          plan =
-              planConversion(src, toLayout(dstRegions, 0), toDescription(dst), {srcBlocks, dstBlocks, first, num}, o);
+          plan = planConversion(src, toLayout(dstRegions, 0), toDescription(dst),
+                                {tableOf(srcBlocks), tableOf(dstBlocks), first, num}, o);
         }
         nb::list pieces;
         for (std::vector<KvPiece>& p : plan.pieces) {
@@ -110,9 +115,9 @@ void bindConversion(nb::module_& m) {
       .def(
           "read",
           [](ConvertedReader& reader, const Registration& local, const std::vector<RawContents>& localContents,
-             const std::vector<std::pair<RemoteMemory, std::vector<RawContents>>>& sources,
-             const std::vector<int64_t>& srcBlocks, const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num,
-             int32_t preferred, TransferVia via, int64_t timeoutMs) {
+             const std::vector<std::pair<RemoteMemory, std::vector<RawContents>>>& sources, const BlockTable& srcBlocks,
+             const BlockTable& dstBlocks, uint64_t first, uint64_t num, int32_t preferred, TransferVia via,
+             int64_t timeoutMs) {
             std::vector<ConvertedSource> src;
             for (const auto& [remote, contents] : sources) src.push_back({remote, toDescription(contents)});
             ConvertedReadOptions o;
@@ -122,7 +127,8 @@ void bindConversion(nb::module_& m) {
             ConvertedReadResult r;
             {
               nb::gil_scoped_release nogil;
-              r = reader.read(local, toDescription(localContents), src, {srcBlocks, dstBlocks, first, num}, o);
+              r = reader.read(local, toDescription(localContents), src,
+                              {tableOf(srcBlocks), tableOf(dstBlocks), first, num}, o);
             }
             nb::object status = statusToPython(std::move(r.status));
             return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
@@ -158,8 +164,8 @@ void bindConversion(nb::module_& m) {
           nb::arg("rank"))
       .def(
           "fetch",
-          [](ConvertedFetcher& f, const std::vector<int>& sources, const std::vector<int64_t>& srcBlocks,
-             const std::vector<int64_t>& dstBlocks, uint64_t first, uint64_t num, int32_t preferred, TransferVia via,
+          [](ConvertedFetcher& f, const std::vector<int>& sources, const BlockTable& srcBlocks,
+             const BlockTable& dstBlocks, uint64_t first, uint64_t num, int32_t preferred, TransferVia via,
              int64_t timeoutMs) {
             ConvertedReadOptions o;
             o.conversion.preferredSource = preferred;
@@ -168,7 +174,7 @@ void bindConversion(nb::module_& m) {
             ConvertedReadResult r;
             {
               nb::gil_scoped_release nogil;
-              r = f.fetch(sources, {srcBlocks, dstBlocks, first, num}, o);
+              r = f.fetch(sources, {tableOf(srcBlocks), tableOf(dstBlocks), first, num}, o);
             }
             nb::object status = statusToPython(std::move(r.status));
             return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);

@@ -12,7 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/check.hpp"
 #include "kvlayout/conversion_runs.hpp"
@@ -104,14 +105,23 @@ void checkAndPick(const std::vector<KvConversionSource>& sources, const KvLayout
   for (size_t s = 0; s < sources.size(); ++s)
     checkTable(tokens.srcBlocks, "srcBlocks", sT, first, end, sources[s].layout, detail::cat("source ", s, "'s"));
   {
-    std::unordered_map<int64_t, uint64_t> seen;
-    for (uint64_t i = first / dT; i < (end + dT - 1) / dT; ++i) {
-      const int64_t b = tokens.dstBlocks[i];
-      if (b < 0) continue;
-      auto [it, fresh] = seen.emplace(b, i);
-      KVCOMM_CHECK_ARG(fresh, kCall, "dstBlocks[", it->second, "] and dstBlocks[", i, "] both name block ", b,
-                       ": two token ranges would land in one block");
-    }
+    // Two entries naming one block: sorted (block, index) pairs, the repeat earliest in table order reported (as a
+    // scan would find it); no node per block.
+    std::vector<std::pair<int64_t, uint64_t>> ids;
+    for (uint64_t i = first / dT; i < (end + dT - 1) / dT; ++i)
+      if (tokens.dstBlocks[i] >= 0) ids.emplace_back(tokens.dstBlocks[i], i);
+    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
+    const std::pair<int64_t, uint64_t>* firstOf = nullptr;
+    uint64_t repeat = UINT64_MAX;
+    for (size_t k = 0; k < ids.size(); ++k)
+      if (k > 0 && ids[k].first == ids[k - 1].first) {
+        size_t g = k - 1;  // the group's first (smallest index)
+        while (g > 0 && ids[g - 1].first == ids[k].first) --g;
+        if (ids[k].second < repeat) repeat = ids[k].second, firstOf = &ids[g];
+        while (k + 1 < ids.size() && ids[k + 1].first == ids[k].first) ++k;
+      }
+    KVCOMM_CHECK_ARG(firstOf == nullptr, kCall, "dstBlocks[", firstOf ? firstOf->second : 0, "] and dstBlocks[", repeat,
+                     "] both name block ", firstOf ? firstOf->first : 0, ": two token ranges would land in one block");
   }
   for (size_t r = 0; r < dst.regions.size(); ++r) {
     const KvContents& d = dst.regions[r];
