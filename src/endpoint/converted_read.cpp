@@ -288,13 +288,11 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
   // the landing area) and the local blocks they touch (a failure's failedBlocks). Sorted vectors, not a hash map: a
   // node per block was a quarter of the host's time at 2,048 blocks.
   std::vector<int64_t> remoteIds, localTouched;
-  for (uint64_t t = tokens.firstToken, end = tokens.firstToken + tokens.numTokens; t < end;) {
-    const int64_t sb = tokens.srcBlocks[t / sT], db = tokens.dstBlocks[t / dT];
-    t = std::min({end, (t / sT + 1) * sT, (t / dT + 1) * dT});
-    if (sb < 0 || db < 0) continue;
+  detail::forEachSegment(tokens, sT, dT, [&](uint64_t, uint64_t, int64_t sb, int64_t db) {
+    if (sb < 0 || db < 0) return;
     if (remoteIds.empty() || remoteIds.back() != sb) remoteIds.push_back(sb);
     if (localTouched.empty() || localTouched.back() != db) localTouched.push_back(db);
-  }
+  });
   if (!std::is_sorted(remoteIds.begin(), remoteIds.end())) std::sort(remoteIds.begin(), remoteIds.end());
   remoteIds.erase(std::unique(remoteIds.begin(), remoteIds.end()), remoteIds.end());
   std::vector<int64_t> packed(remoteIds.size());

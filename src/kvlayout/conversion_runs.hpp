@@ -31,6 +31,22 @@ struct KvRunPlan {
   std::vector<bool> used;  ///< by source: supplies a head (and a token range with both ids set)
 };
 
+/// Calls fn(t0, t1, srcBlock, dstBlock) for each span [t0, t1) of tokens [first, end) that lies in one block of
+/// each side (sT and dT tokens per block): srcBlock and dstBlock are the entries of the two tables (-1 included).
+/// Counters, not a division per span: the host's loops over a read's blocks.
+template <typename Fn>
+void forEachSegment(const KvTokenRange& tokens, uint64_t sT, uint64_t dT, Fn&& fn) {
+  const uint64_t end = tokens.firstToken + tokens.numTokens;
+  uint64_t t0 = tokens.firstToken, si = t0 / sT, di = t0 / dT, sEnd = (si + 1) * sT, dEnd = (di + 1) * dT;
+  while (t0 < end) {
+    const uint64_t t1 = sEnd < dEnd ? (sEnd < end ? sEnd : end) : (dEnd < end ? dEnd : end);
+    fn(t0, t1, tokens.srcBlocks[si], tokens.dstBlocks[di]);
+    t0 = t1;
+    if (t0 == sEnd) ++si, sEnd += sT;
+    if (t0 == dEnd) ++di, dEnd += dT;
+  }
+}
+
 /// Checks exactly what planConversion checks (the same errors) and describes the conversion of `tokens` as runs.
 KvRunPlan planConversionRuns(const std::vector<KvConversionSource>& sources, const KvLayout& dstLayout,
                              const KvDescription& dst, const KvTokenRange& tokens, const KvConversionOptions& options);

@@ -64,13 +64,15 @@ void checkTable(const std::vector<int64_t>& table, const char* name, uint64_t tp
   const uint64_t need = (end + tpb - 1) / tpb;
   KVCOMM_CHECK_ARG(table.size() >= need, kCall, name, " has ", table.size(), " entries but tokens [", first, ", ", end,
                    ") at ", tpb, " tokens per block need ", need);
+  size_t smallest = 0;  // an id must be inside every region: inside the one with the fewest blocks
+  for (size_t r = 1; r < layout.regions.size(); ++r)
+    if (layout.regions[r].numBlocks < layout.regions[smallest].numBlocks) smallest = r;
+  const uint64_t limit = layout.regions.empty() ? 0 : layout.regions[smallest].numBlocks;
   for (uint64_t i = first / tpb; i < need; ++i) {
     const int64_t b = table[i];
     if (b == -1) continue;
-    for (size_t r = 0; r < layout.regions.size(); ++r)
-      KVCOMM_CHECK_ARG(b >= 0 && static_cast<uint64_t>(b) < layout.regions[r].numBlocks, kCall, name, "[", i, "] = ", b,
-                       " is outside [0, ", layout.regions[r].numBlocks, ") of ", side, " region ", r,
-                       " (-1 skips a block)");
+    KVCOMM_CHECK_ARG(b >= 0 && static_cast<uint64_t>(b) < limit, kCall, name, "[", i, "] = ", b, " is outside [0, ",
+                     limit, ") of ", side, " region ", smallest, " (-1 skips a block)");
   }
 }
 
@@ -215,13 +217,10 @@ KvRunPlan planConversionRuns(const std::vector<KvConversionSource>& sources, con
   const uint64_t sT = plan.sT, dT = plan.dT;
   plan.segmented = std::max(sT, dT) % std::min(sT, dT) == 0;
   // Tokens whose blocks both tables name (the rest are skipped), segment by segment.
-  const uint64_t first = tokens.firstToken, end = first + tokens.numTokens;
   uint64_t moved = 0;
-  for (uint64_t t0 = first; t0 < end;) {
-    const uint64_t t1 = std::min({end, (t0 / sT + 1) * sT, (t0 / dT + 1) * dT});
-    if (tokens.srcBlocks[t0 / sT] >= 0 && tokens.dstBlocks[t0 / dT] >= 0) moved += t1 - t0;
-    t0 = t1;
-  }
+  forEachSegment(tokens, sT, dT, [&](uint64_t t0, uint64_t t1, int64_t sb, int64_t db) {
+    if (sb >= 0 && db >= 0) moved += t1 - t0;
+  });
   for (size_t r = 0; r < dst.regions.size(); ++r) {
     const KvContents& dc = dst.regions[r];
     const std::vector<int32_t>& from = plan.headSource[r];
