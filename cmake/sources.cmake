@@ -8,6 +8,7 @@ set(KVCOMM_SOURCES
     src/common/socket.cpp
     src/common/listener.cpp
     src/common/wait_reporter.cpp
+    src/common/bulk_copy.cpp
     src/platform/gpu_info.cpp
     src/platform/ibverbs.cpp
     src/platform/capabilities.cpp

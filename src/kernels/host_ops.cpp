@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/bulk_copy.hpp"
 #include "common/check.hpp"
 #include "kernels/launch.hpp"
 #include "kvcomm/device/publish.hpp"
@@ -148,7 +149,7 @@ void hostFetch(const FetchLaunch& f) {
 void hostConvert(const ConvertLaunch& c) {
   const int64_t items = c.numSegments * static_cast<int64_t>(c.itemsPerSegment);
   for (int64_t i = 0; i < items; ++i)
-    convertItem(c, i, [](char* d, const char* s, uint64_t bytes) { std::memcpy(d, s, bytes); });
+    convertItem(c, i, [](char* d, const char* s, uint64_t bytes) { bulkCopy(d, s, bytes); });
 }
 
 }  // namespace kvcomm::detail

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/bulk_copy.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "common/workers.hpp"
@@ -98,7 +99,7 @@ FetchLaunch makeFetchLaunch(const PeerContext& c, size_t pairs) {
 namespace {
 
 void hostCopy(const CopyDesc& c) {
-  for (size_t row = 0; row < c.height; ++row) std::memmove(c.dst + row * c.dpitch, c.src + row * c.spitch, c.width);
+  for (size_t row = 0; row < c.height; ++row) bulkCopy(c.dst + row * c.dpitch, c.src + row * c.spitch, c.width);
 }
 
 // Polled CPU copies, run by run in slices of blocks (every region of a slice, then the next), pacing and watching
