@@ -395,6 +395,7 @@ def main() -> int:
                         f.write(json.dumps({"bench": "vllm_pcp", "path": path, "mode": mode, "tokens": row["tokens"],
                                             "tokens_per_rank": row["tokens_per_rank"], "ranks": world,
                                             "median_us": row[c]}) + "\n")
+    layer_d.close()  # its publisher leaves the op registry (kvcomm.torch) and is destroyed with the buffers
     dist.barrier()
     dist.destroy_process_group()
     return 0 if failures == 0 else 1

@@ -21,6 +21,7 @@ registers the same ops through vLLM's helper for engines that use it.
 """
 
 # No `from __future__ import annotations`: torch.library infers each op's schema from its real annotations.
+import atexit
 import itertools
 import threading
 from typing import Any, Callable, Dict, List
@@ -37,6 +38,14 @@ _LOCK = threading.Lock()
 _OBJECTS: Dict[int, Any] = {}
 _NEXT = itertools.count(1)
 _THEN = {0: "none", 1: "barrier", 2: "signal"}
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """What is still registered at interpreter exit is released then (its destructors run while the extension is
+    alive), not reported by the extension's teardown as leaked."""
+    with _LOCK:
+        _OBJECTS.clear()
 
 
 def register(obj: Any) -> int:
