@@ -25,6 +25,20 @@ std::vector<int64_t> tableOf(const BlockTable& t) {
   return std::vector<int64_t>(t.data(), t.data() + t.shape(0));
 }
 
+ConvertedReadOptions readOptions(int32_t preferred, TransferVia via, int64_t timeoutMs) {
+  ConvertedReadOptions o;
+  o.conversion.preferredSource = preferred;
+  o.via = via;
+  o.timeoutMs = timeoutMs;
+  return o;
+}
+
+// (status, bytes converted, bytes landed, pieces, sources read, sources mapped), as kvcomm/conversion.py unpacks it.
+nb::tuple resultToPython(ConvertedReadResult&& r) {
+  nb::object status = statusToPython(std::move(r.status));
+  return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
+}
+
 KvContents toContents(const RawContents& c) {
   KvContents k;
   std::tie(k.elementBytes, k.headDim, k.tokensPerBlock, k.numHeads, k.headBegin, k.headEnd, std::ignore, k.replicated) =
@@ -120,18 +134,14 @@ void bindConversion(nb::module_& m) {
              int64_t timeoutMs) {
             std::vector<ConvertedSource> src;
             for (const auto& [remote, contents] : sources) src.push_back({remote, toDescription(contents)});
-            ConvertedReadOptions o;
-            o.conversion.preferredSource = preferred;
-            o.via = via;
-            o.timeoutMs = timeoutMs;
             ConvertedReadResult r;
             {
               nb::gil_scoped_release nogil;
               r = reader.read(local, toDescription(localContents), src,
-                              {tableOf(srcBlocks), tableOf(dstBlocks), first, num}, o);
+                              {tableOf(srcBlocks), tableOf(dstBlocks), first, num},
+                              readOptions(preferred, via, timeoutMs));
             }
-            nb::object status = statusToPython(std::move(r.status));
-            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
+            return resultToPython(std::move(r));
           },
           nb::arg("local"), nb::arg("local_contents"), nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"),
           nb::arg("first_token"), nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"),
@@ -167,17 +177,13 @@ void bindConversion(nb::module_& m) {
           [](ConvertedFetcher& f, const std::vector<int>& sources, const BlockTable& srcBlocks,
              const BlockTable& dstBlocks, uint64_t first, uint64_t num, int32_t preferred, TransferVia via,
              int64_t timeoutMs) {
-            ConvertedReadOptions o;
-            o.conversion.preferredSource = preferred;
-            o.via = via;
-            o.timeoutMs = timeoutMs;
             ConvertedReadResult r;
             {
               nb::gil_scoped_release nogil;
-              r = f.fetch(sources, {tableOf(srcBlocks), tableOf(dstBlocks), first, num}, o);
+              r = f.fetch(sources, {tableOf(srcBlocks), tableOf(dstBlocks), first, num},
+                          readOptions(preferred, via, timeoutMs));
             }
-            nb::object status = statusToPython(std::move(r.status));
-            return nb::make_tuple(status, r.bytesConverted, r.bytesLanded, r.pieces, r.sourcesRead, r.sourcesMapped);
+            return resultToPython(std::move(r));
           },
           nb::arg("sources"), nb::arg("src_blocks"), nb::arg("dst_blocks"), nb::arg("first_token"),
           nb::arg("num_tokens"), nb::arg("preferred_source"), nb::arg("via"), nb::arg("timeout_ms"))
