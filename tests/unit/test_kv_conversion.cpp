@@ -201,6 +201,18 @@ TEST(KvConversion, RefusalsNameWhatDiffers) {
   bad = ok;
   bad.dstBlocks[1] = bad.dstBlocks[0];
   EXPECT_NE(refusal(both, d, bad).find("dstBlocks[0] and dstBlocks[1] both name block"), std::string::npos);
+  {  // Several repeats: the one a scan in table order meets first is named (block 5 at 0 and 2, not block 7 at 1 and 3)
+    Side a5 = makeSide(Model::Gqa8, 2, 0, 16, KvOrder::TokensHeadsDim, 5, rng);
+    Side b5 = makeSide(Model::Gqa8, 2, 1, 16, KvOrder::TokensHeadsDim, 5, rng);
+    Side d5 = makeSide(Model::Gqa8, 1, 0, 16, KvOrder::HeadsTokensDim, 5, rng);
+    const std::vector<KvConversionSource> five{{a5.layout, a5.desc}, {b5.layout, b5.desc}};
+    KvTokenRange twice{a5.table, {5, 7, 5, 7, 7}, 0, 80};
+    EXPECT_NE(refusal(five, d5, twice).find("dstBlocks[0] and dstBlocks[2] both name block 5"), std::string::npos);
+    twice.dstBlocks = {9, 7, 3, 7, 9};
+    EXPECT_NE(refusal(five, d5, twice).find("dstBlocks[1] and dstBlocks[3] both name block 7"), std::string::npos);
+    twice.dstBlocks = {9, 7, 3, 6, 8};
+    EXPECT_EQ(refusal(five, d5, twice), "(accepted)");
+  }
   // Head counts that do not divide over TP.
   KvContents m = modelRegions(Model::Gqa8)[0];
   EXPECT_THROW(splitForTp(m, 3, 0), Error);
