@@ -38,13 +38,10 @@ std::vector<std::vector<uint8_t>> allgatherBytes(Communicator& comm, const std::
 }  // namespace
 
 struct ConvertedFetcher::Impl {
-  Communicator comm;
   int rank = 0;
   Endpoint endpoint;
   Registration mine;
-  std::vector<RemoteMemory> members;  // by rank; this member's own entry is empty
-  std::vector<KvLayout> layouts;
-  std::vector<KvDescription> contents;
+  std::vector<RemoteMemory> members;      // by rank; this member's own entry is empty
   std::optional<ConvertedReader> reader;  // holds the endpoint: declared after it, destroyed before it
 
   ~Impl() {
@@ -57,11 +54,11 @@ ConvertedFetcher ConvertedFetcher::create(SymmetricBuffer& buffer, const KvLayou
                                           const KvDescription& contents, const ConvertedFetcherOptions& options) {
   KVCOMM_CHECK_ARG(buffer.valid(), kCreate, "an empty SymmetricBuffer");
   auto impl = std::make_unique<Impl>();
-  impl->comm = buffer.communicator();
-  impl->rank = impl->comm.rank();
+  Communicator& comm = buffer.communicator();
+  impl->rank = comm.rank();
   // This member's own part (its description, its endpoint and registration), then a vote: a member that failed
   // makes every member throw, naming it, before anyone waits for its metadata.
-  detail::allSucceed(impl->comm, kCreate, [&] {
+  detail::allSucceed(comm, kCreate, [&] {
     checkDescription(layout, contents, kCreate);
     EndpointOptions eo;
     eo.name = detail::cat("member ", impl->rank);
@@ -72,21 +69,10 @@ ConvertedFetcher ConvertedFetcher::create(SymmetricBuffer& buffer, const KvLayou
     ro.contents = contents;
     impl->mine = impl->endpoint.registerBuffer(buffer, layout, ro);
   });
-  const std::vector<std::vector<uint8_t>> metadata = allgatherBytes(impl->comm, impl->mine.metadata());
-  const size_t n = metadata.size();
-  impl->members.resize(n);
-  impl->layouts.resize(n);
-  impl->contents.resize(n);
-  for (size_t r = 0; r < n; ++r) {
-    if (static_cast<int>(r) == impl->rank) {
-      impl->layouts[r] = impl->mine.layout();
-      impl->contents[r] = contents;
-      continue;
-    }
-    impl->members[r] = impl->endpoint.connect(metadata[r]);
-    impl->layouts[r] = impl->members[r].layout();
-    impl->contents[r] = impl->members[r].contents();
-  }
+  const std::vector<std::vector<uint8_t>> metadata = allgatherBytes(comm, impl->mine.metadata());
+  impl->members.resize(metadata.size());
+  for (size_t r = 0; r < metadata.size(); ++r)
+    if (static_cast<int>(r) != impl->rank) impl->members[r] = impl->endpoint.connect(metadata[r]);
   impl->reader.emplace(impl->endpoint);
   return ConvertedFetcher(std::move(impl));
 }
@@ -127,18 +113,25 @@ ConvertedReadResult ConvertedFetcher::fetch(const std::vector<int>& sources, con
   return res;
 }
 
+namespace {
+// The fetcher, `rank` checked to be a member of its group.
+ConvertedFetcher::Impl& requireMember(const std::unique_ptr<ConvertedFetcher::Impl>& impl, int rank, const char* call) {
+  ConvertedFetcher::Impl& f = require(impl, call);
+  KVCOMM_CHECK_ARG(rank >= 0 && rank < static_cast<int>(f.members.size()), call, "member ", rank,
+                   " is outside the group of ", f.members.size());
+  return f;
+}
+}  // namespace
+
+// Another member's as its metadata carries them; this member's from its own registration.
 const KvLayout& ConvertedFetcher::layout(int rank) const {
-  Impl& f = require(impl_, "ConvertedFetcher::layout");
-  KVCOMM_CHECK_ARG(rank >= 0 && rank < static_cast<int>(f.layouts.size()), "ConvertedFetcher::layout", "member ", rank,
-                   " is outside the group of ", f.layouts.size());
-  return f.layouts[static_cast<size_t>(rank)];
+  ConvertedFetcher::Impl& f = requireMember(impl_, rank, "ConvertedFetcher::layout");
+  return rank == f.rank ? f.mine.layout() : f.members[static_cast<size_t>(rank)].layout();
 }
 
 const KvDescription& ConvertedFetcher::contents(int rank) const {
-  Impl& f = require(impl_, "ConvertedFetcher::contents");
-  KVCOMM_CHECK_ARG(rank >= 0 && rank < static_cast<int>(f.contents.size()), "ConvertedFetcher::contents", "member ",
-                   rank, " is outside the group of ", f.contents.size());
-  return f.contents[static_cast<size_t>(rank)];
+  ConvertedFetcher::Impl& f = requireMember(impl_, rank, "ConvertedFetcher::contents");
+  return rank == f.rank ? f.mine.contents() : f.members[static_cast<size_t>(rank)].contents();
 }
 
 int ConvertedFetcher::rank() const {

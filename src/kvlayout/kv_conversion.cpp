@@ -115,12 +115,10 @@ void checkAndPick(const std::vector<KvConversionSource>& sources, const KvLayout
     if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
     const std::pair<int64_t, uint64_t>* firstOf = nullptr;
     uint64_t repeat = UINT64_MAX;
-    for (size_t k = 0; k < ids.size(); ++k)
-      if (k > 0 && ids[k].first == ids[k - 1].first) {
-        size_t g = k - 1;  // the group's first (smallest index)
-        while (g > 0 && ids[g - 1].first == ids[k].first) --g;
-        if (ids[k].second < repeat) repeat = ids[k].second, firstOf = &ids[g];
-        while (k + 1 < ids.size() && ids[k + 1].first == ids[k].first) ++k;
+    for (size_t k = 1; k < ids.size(); ++k)
+      if (ids[k].first == ids[k - 1].first) {  // a block's first repeat: ids[k - 1] is its first entry
+        if (ids[k].second < repeat) repeat = ids[k].second, firstOf = &ids[k - 1];
+        while (k + 1 < ids.size() && ids[k + 1].first == ids[k].first) ++k;  // its later repeats
       }
     KVCOMM_CHECK_ARG(firstOf == nullptr, kCall, "dstBlocks[", firstOf ? firstOf->second : 0, "] and dstBlocks[", repeat,
                      "] both name block ", firstOf ? firstOf->first : 0, ": two token ranges would land in one block");
