@@ -88,6 +88,8 @@ void copyHandle(const void* handle, size_t bytes, void* out, size_t outBytes, si
 /// A layout from C regions (at most `limit`, the limit table's `limitName`) and the engine's version.
 KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, size_t limit, const char* limitName,
                   const char* call);
+/// layoutOf() for fetch layouts (fetchers, endpoints, KV contents): at most KVCOMM_MAX_FETCH_REGIONS regions.
+KvLayout fetchLayoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call);
 /// The list pattern for a layout: min(count, capacity) regions written, *count = the full count, *version (if not
 /// NULL) the engine's version.
 void copyLayout(const KvLayout& l, kvcommKvRegion* regions, size_t capacity, size_t* count, uint64_t* version,

@@ -96,8 +96,7 @@ kvcommResult_t kvcommKvCheckContents(const kvcommKvRegion* regions, size_t numRe
                                      size_t numContents) {
   const char* call = "kvcommKvCheckContents";
   return guard(call, [&] {
-    const kvcomm::KvLayout layout =
-        kvcomm::capi::layoutOf(regions, numRegions, 0, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
+    const kvcomm::KvLayout layout = kvcomm::capi::fetchLayoutOf(regions, numRegions, 0, call);
     kvcomm::checkDescription(layout, descriptionOf(contents, numContents, call, "contents"), call);
   });
 }
@@ -177,7 +176,7 @@ kvcommResult_t kvcommConvertedFetcherCreate(kvcommBuffer_t buffer, const kvcommK
     kvcomm::capi::agreeOnArguments(b.buffer.communicator(), call, [&] {
       requireNonNull(fetcher, call, "fetcher");
       KVCOMM_CHECK_ARG(regions != nullptr, call, "regions is NULL (numRegions ", numRegions, ")");
-      l = kvcomm::capi::layoutOf(regions, numRegions, 0, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
+      l = kvcomm::capi::fetchLayoutOf(regions, numRegions, 0, call);
       d = descriptionOf(contents, numContents, call, "contents");
       if (tcpAddress) o.tcpAddress = tcpAddress;
     });

@@ -31,10 +31,6 @@ kvcommTransfer& getTransfer(kvcommTransfer_t transfer, const char* call) {
   return use(transfer, call, "transfer");
 }
 
-kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
-  return kvcomm::capi::layoutOf(regions, n, version, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
-}
-
 kvcomm::RegisterOptions registerOptions(kvcommAccess_t access, const char* call) {
   kvcomm::RegisterOptions o;
   o.access = fromC(access, call, "access");
@@ -170,7 +166,7 @@ kvcommResult_t registerMemory(const char* call, kvcommEndpoint_t endpoint, void*
     kvcomm::MemoryKind k = fromC(kind, call, "kind");
     KVCOMM_CHECK_ARG(k != kvcomm::MemoryKind::Auto, call,
                      "kind kvcommMemoryAuto: say which memory it is (kvcommMemoryHost or kvcommMemoryCuda)");
-    kvcomm::KvLayout l = layoutOf(regions, numRegions, version, call);
+    kvcomm::KvLayout l = kvcomm::capi::fetchLayoutOf(regions, numRegions, version, call);
     kvcomm::RegisterOptions o = registerOptions(access, call);
     o.contents = kvcomm::capi::descriptionOf(contents, numContents, call, "contents");
     *registration = kvcomm::capi::adopt<kvcommRegistration>(e.registerMemory(base, bytes, k, l, device, o));
@@ -219,7 +215,7 @@ kvcommResult_t kvcommEndpointRegisterBuffer(kvcommEndpoint_t endpoint, kvcommBuf
     const kvcomm::SymmetricBuffer& b = use(buffer, call, "buffer").buffer;
     kvcomm::capi::CallFrame::nameRank(-1);
     requireNonNull(registration, call, "registration");
-    kvcomm::KvLayout l = layoutOf(regions, numRegions, version, call);
+    kvcomm::KvLayout l = kvcomm::capi::fetchLayoutOf(regions, numRegions, version, call);
     kvcomm::RegisterOptions o = registerOptions(access, call);
     *registration = kvcomm::capi::adopt<kvcommRegistration>(e.registerBuffer(b, l, o));
   });

@@ -60,10 +60,6 @@ std::vector<kvcomm::FetchRequest> requestsOf(const kvcommFetchRequest* r, size_t
   return out;
 }
 
-kvcomm::KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
-  return kvcomm::capi::layoutOf(regions, n, version, lim::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
-}
-
 }  // namespace
 
 extern "C" {
@@ -96,7 +92,7 @@ const char* kvcommFetchPathName(kvcommFetchPath_t path) {
 kvcommResult_t kvcommKvLayoutHash(const kvcommKvRegion* regions, size_t numRegions, uint64_t version, uint64_t* hash) {
   return guard("kvcommKvLayoutHash", [&] {
     requireNonNull(hash, "kvcommKvLayoutHash", "hash");
-    *hash = kvcomm::layoutHash(layoutOf(regions, numRegions, version, "kvcommKvLayoutHash"));
+    *hash = kvcomm::layoutHash(kvcomm::capi::fetchLayoutOf(regions, numRegions, version, "kvcommKvLayoutHash"));
   });
 }
 
@@ -113,7 +109,7 @@ kvcommResult_t kvcommFetcherCreate(kvcommBuffer_t buffer, const kvcommKvRegion* 
     kvcomm::capi::agreeOnArguments(b.buffer.communicator(), call, [&] {
       requireNonNull(fetcher, call, "fetcher");
       KVCOMM_CHECK_ARG(regions != nullptr, call, "regions is NULL (numRegions ", numRegions, ")");
-      l = layoutOf(regions, numRegions, version, call);
+      l = kvcomm::capi::fetchLayoutOf(regions, numRegions, version, call);
       if (options) {
         // lanes: unused since the collective form's barriers run on one lane; still refused outside its range.
         KVCOMM_CHECK_ARG(options->lanes >= 1 && options->lanes <= lim::kMaxBarrierLanes, call, "options->lanes ",

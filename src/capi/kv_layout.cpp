@@ -17,6 +17,10 @@ KvLayout layoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, siz
   return l;
 }
 
+KvLayout fetchLayoutOf(const kvcommKvRegion* regions, size_t n, uint64_t version, const char* call) {
+  return layoutOf(regions, n, version, limits::kMaxFetchRegions, "KVCOMM_MAX_FETCH_REGIONS", call);
+}
+
 void copyLayout(const KvLayout& l, kvcommKvRegion* regions, size_t capacity, size_t* count, uint64_t* version,
                 const char* call) {
   requireNonNull(count, call, "count");
