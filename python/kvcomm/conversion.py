@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _kvcomm
 from ._errors import check_int, invalid
-from ._endpoint import Endpoint, Registration, RemoteMemory, _via
+from ._endpoint import Endpoint, Registration, RemoteMemory, _ms, _via
 from ._fetch import FetchStatus, KvRegion
 from ._symm import SymmetricBuffer
 
@@ -170,6 +170,12 @@ class ConvertedRead:
     def ok(self) -> bool:
         return self.status.done
 
+    @classmethod
+    def of(cls, native: tuple) -> "ConvertedRead":
+        """From the native (status, converted, landed, pieces, read, mapped) tuple of a converted read or fetch."""
+        status, converted, landed, pieces, read, mapped = native
+        return cls(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
+
 
 class ConvertedReader:
     """read_converted with its landing areas kept between reads (grown as needed): repeated reads pay neither
@@ -204,12 +210,11 @@ class ConvertedReader:
                               "tuple")
             src.append((s[0]._native, [] if s[1] is None else _contents(s[1], call, f"sources[{i}] contents")))
         n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
-        timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
-        status, converted, landed, pieces, read, mapped = self._native.read(
+        timeout = _ms(timeout_ms, "timeout_ms", call)
+        return ConvertedRead.of(self._native.read(
             local._native, [] if local_contents is None else _contents(local_contents, call, "local_contents"), src,
             _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n, preferred,
-            _via(via, call), timeout)
-        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
+            _via(via, call), timeout))
 
 
 def read_converted(endpoint: Endpoint, local: Registration, local_contents: Optional[Sequence[KvContents]],
@@ -298,11 +303,10 @@ class ConvertedFetcher:
             raise invalid(call, -1, f"sources: expected a list of member ranks, got {type(sources).__name__}")
         ranks = [check_int(s, f"sources[{i}]", call, -1, 1 << 31, -(1 << 31)) for i, s in enumerate(sources)]
         n, first, preferred = _token_args(call, num_tokens, first_token, preferred_source)
-        timeout = -1 if timeout_ms is None else check_int(timeout_ms, "timeout_ms", call, -1, 1 << 63, -(1 << 63))
-        status, converted, landed, pieces, read, mapped = self._native.fetch(
+        timeout = _ms(timeout_ms, "timeout_ms", call)
+        return ConvertedRead.of(self._native.fetch(
             ranks, _blocks(src_blocks, call, "src_blocks"), _blocks(dst_blocks, call, "dst_blocks"), first, n,
-            preferred, _via(via, call), timeout)
-        return ConvertedRead(FetchStatus(*status), int(converted), int(landed), int(pieces), list(read), list(mapped))
+            preferred, _via(via, call), timeout))
 
     def close(self) -> None:
         """Unregisters and closes this member's endpoint (other members' fetches from it fail from then on)."""
