@@ -146,19 +146,17 @@ KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, 
   uint64_t sT = 1, dT = 1;
   checkAndPick(sources, dstLayout, dst, tokens, options, plan.headSource, &sT, &dT);
   if (tokens.numTokens == 0) return plan;
-  const uint64_t first = tokens.firstToken, end = first + tokens.numTokens;
 
   // ---- phase 2: copies, region by region, segment by segment (one source block, one destination block) ----
   for (size_t r = 0; r < dst.regions.size(); ++r) {
     const KvContents& dc = dst.regions[r];
     const std::vector<int32_t>& from = plan.headSource[r];
     const uint64_t unit = uint64_t{dc.headDim} * dc.elementBytes;
-    for (uint64_t t0 = first; t0 < end;) {
-      const uint64_t t1 = std::min({end, (t0 / sT + 1) * sT, (t0 / dT + 1) * dT});
-      const int64_t sb = tokens.srcBlocks[t0 / sT], db = tokens.dstBlocks[t0 / dT];
-      const uint64_t dBase = db >= 0 ? blockBase(dstLayout.regions[r], db) : 0;
+    detail::forEachSegment(tokens, sT, dT, [&](uint64_t t0, uint64_t t1, int64_t sb, int64_t db) {
+      if (sb < 0 || db < 0) return;
+      const uint64_t dBase = blockBase(dstLayout.regions[r], db);
       // Runs of destination heads [h0, h1) that come from one source.
-      for (size_t i0 = 0; sb >= 0 && db >= 0 && i0 < from.size();) {
+      for (size_t i0 = 0; i0 < from.size();) {
         size_t i1 = i0 + 1;
         while (i1 < from.size() && from[i1] == from[i0]) ++i1;
         const int32_t s = from[i0];
@@ -185,8 +183,7 @@ KvConversionPlan planConversion(const std::vector<KvConversionSource>& sources, 
         plan.bytes += (t1 - t0) * (h1 - h0) * unit;
         i0 = i1;
       }
-      t0 = t1;
-    }
+    });
   }
   return plan;
 }
