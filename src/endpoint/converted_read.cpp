@@ -5,7 +5,7 @@
 //      copied straight out of it. Any other source's blocks land, whole, in a landing area of the local kind laid out
 //      as the source's regions with the blocks packed (an ordinary Endpoint::read: any transport, every check the
 //      owner runs);
-//   3. plan again against the landing areas, then copy every piece into the local registration -- memcpy for host
+//   3. plan again against the landing areas, then copy every piece into the local registration -- the CPU for host
 //      memory, one conversion kernel launch for CUDA memory -- only once every source landed or is mapped, so a
 //      failure leaves the local memory as it was.
 #include "kvcomm/converted_read.hpp"
@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "arena/cuda_support.hpp"
+#include "common/bulk_copy.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "device/device_memory.hpp"
@@ -422,7 +423,7 @@ ConvertedReadResult ConvertedReader::read(const Registration& local, const KvDes
     if (kind == MemoryKind::Cuda)
       impl_->onDeviceAndWait(device, [&](detail::DeviceCopier& c, Stream stream) { c.copyPieces(copies, stream); });
     else
-      for (const detail::PieceCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+      for (const detail::PieceCopy& c : copies) detail::bulkCopy(c.dst, c.src, c.bytes);
     result.pieces = copies.size();
   }
   result.status.state = FetchState::Done;
