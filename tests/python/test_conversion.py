@@ -83,6 +83,17 @@ def test_refusals_name_what_is_wrong():
         plan_conversion([(layout, contents)], layout, fp8, table, table, 16)
     with pytest.raises(kvcomm.InvalidArgumentError, match="order 'thd' is not 'nhd' or 'hnd'"):
         check_description(layout, [KvContents(E, D, 16, 8, order="thd")] * 2)
+    # Contents are checked once per object and remembered only when valid: a bad one is refused on every use, one
+    # equal in value to a checked one (2.0 == 2) is checked on its own.
+    bad = KvContents(E, D, 16, 8, head_begin=-1)
+    for _ in range(2):
+        with pytest.raises(kvcomm.InvalidArgumentError, match="head_begin -1 is outside"):
+            check_description(layout, [bad, bad])
+    checked = KvContents(E, D, 16, 8)
+    check_description(layout, [checked, checked])
+    assert KvContents(float(E), D, 16, 8) == checked
+    with pytest.raises(kvcomm.InvalidArgumentError, match="element_bytes must be a non-negative int, got float"):
+        check_description(layout, [KvContents(float(E), D, 16, 8)] * 2)
     with pytest.raises(kvcomm.InvalidArgumentError, match="region 0: a block holds 32 tokens"):
         check_description(layout, [KvContents(E, D, 32, 8)] * 2)
     with pytest.raises(kvcomm.InvalidArgumentError, match="8 heads do not divide over TP 3"):
