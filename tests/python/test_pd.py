@@ -307,6 +307,77 @@ def test_cuda_caches_in_two_processes_are_pulled_byte_exact():
         ep.close()
 
 
+def _cuda_converted_decode_process(params: List[Any], seed: int, results: Any) -> None:
+    """The TP 1 decode side in its own process: its cache (64-token heads-major blocks, poisoned) a torch CUDA tensor;
+    pulls tokens [2, T) from both prefill ranks' `params`, sends back (result, the cache's bytes)."""
+    try:
+        import torch
+        from test_conversion import T, side
+
+        layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", np.random.default_rng(seed))
+        ep = kvcomm.Endpoint("decode", tcp_address="127.0.0.1:0")
+        cache = torch.from_numpy(mem).cuda()
+        reg = ep.register(cache, layout)
+        assert reg.kind == kvcomm.MemoryKind.Cuda
+        consumer = pd.Consumer(ep, [reg], contents=[contents])
+        consumer.pull("gpu", params, list(dtable), num_tokens=T - 2, first_token=2)
+        r = consumer.wait("gpu", 60000)
+        torch.cuda.synchronize()
+        results.put(((r.ok, r.failed_blocks, r.error), cache.cpu().numpy()))
+        ep.close()
+    except BaseException:  # noqa: BLE001 - everything goes back to the test
+        results.put(traceback.format_exc())
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
+                    "build of kvcomm")
+def test_cuda_heterogeneous_tp2_to_tp1_in_two_processes_converted():
+    """Heterogeneous TP with CUDA caches in two processes (one GPU: both on it): prefill TP 2 here (16-token
+    tokens-major blocks, half of the heads each, torch CUDA tensors), decode TP 1 in a process of its own (64-token
+    heads-major blocks). The decode cache equals the model oracle byte for byte (poison where no token goes), both
+    producers release their holds as done, and the prefill caches are only read."""
+    import torch
+    from test_conversion import POISON as CPOISON, T, place, side
+
+    rng = np.random.default_rng(7)
+    model = rng.integers(0, 256, (2, T, 8, 8), dtype=np.uint8)
+    ranks = [side(8, 2, r, 16, "nhd", rng) for r in range(2)]
+    table = ranks[0][2]
+    eps, caches = [], []
+    try:
+        producers, params = [], []
+        for r, (layout, contents, _, mem) in enumerate(ranks):
+            place(model, layout, contents, table, mem, 0, T)
+            ep = kvcomm.Endpoint(f"prefill-{r}", tcp_address="127.0.0.1:0")
+            eps.append(ep)
+            caches.append(torch.from_numpy(mem).cuda())
+            reg = ep.register(caches[-1], layout)
+            assert reg.kind == kvcomm.MemoryKind.Cuda
+            producers.append(pd.Producer(ep, [reg], contents=[contents], hold_timeout_ms=60000))
+            params.append(producers[-1].hold("gpu", list(table)))
+        seed = 11
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        p = ctx.Process(target=_cuda_converted_decode_process, args=(params, seed, results))
+        p.start()
+        got = results.get(timeout=180)
+        p.join(60)
+        assert not isinstance(got, str), got
+        (ok, failed, error), cache = got
+        assert ok and list(failed) == [] and error == "", (ok, failed, error)
+        layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", np.random.default_rng(seed))
+        want = np.full_like(mem, CPOISON)
+        place(model, layout, contents, dtable, want, 2, T, also=table, also_tpb=16)
+        np.testing.assert_array_equal(cache, want)
+        for prod in producers:
+            assert released(prod, 1) == {"gpu": "done"}
+        for c, (_, _, _, mem) in zip(caches, ranks):
+            np.testing.assert_array_equal(c.cpu().numpy(), mem)
+    finally:
+        for ep in reversed(eps):
+            ep.close()
+
+
 def test_heterogeneous_tp_prefill_tp2_to_decode_tp1_converted():
     """Prefill TP 2 (two producers, 16-token tokens-major blocks, each half of the heads) and decode TP 1 (64-token
     heads-major blocks, every head): the decode side pulls both ranks' params with the token count; its cache equals
