@@ -3,6 +3,11 @@ cache, verified against each other byte for byte and timed in one run, eager and
 
     torchrun --standalone --nproc-per-node 2 examples/vllm_pcp/vllm_pcp.py [--json out.jsonl]
 
+More ranks than GPUs (e.g. 2 on one GPU) runs the ranks on shared GPUs: torch.distributed over gloo (NCCL refuses two
+ranks on one GPU), path A gathers through host memory and is not captured (the reference after graph replays runs it
+eagerly), path B is left out; C and D run as always (kvcomm maps the peers' memory on the same GPU). It checks the
+bytes and the capture; its timings are not those of a GPU per rank.
+
 Each PCP rank produces the final quantized rows of its share of the step's tokens: Main-KV rows (656 bytes) and
 Indexer-K rows (128 key bytes + a 4-byte scale), plus a slot mapping padded with -1 to a common length. The cache is
 block-major (block size 64): Main-KV blocks of 64 x 656 bytes; Indexer-K blocks with 64 x 128 key bytes followed by
@@ -123,21 +128,29 @@ class PathA:
 
     name = "A all_gather+index_put_"
 
-    def __init__(self, step: Step, layout: CacheLayout, cache: torch.Tensor) -> None:
+    def __init__(self, step: Step, layout: CacheLayout, cache: torch.Tensor, via_host: bool = False) -> None:
         w = step.world
-        self.step, self.layout, self.cache = step, layout, cache
+        self.step, self.layout, self.cache, self.via_host = step, layout, cache, via_host
         self.g_rows = torch.empty(w * step.per_rank, MAIN_ROW, dtype=torch.uint8, device=cache.device)
         self.g_keys = torch.empty(w * step.per_rank, KEY_ROW, dtype=torch.uint8, device=cache.device)
         self.g_scales = torch.empty(w * step.per_rank, SCALE_ROW, dtype=torch.uint8, device=cache.device)
         self.g_slots = torch.empty(w * step.per_rank, dtype=torch.int64, device=cache.device)
         self.views = layout.views(cache)
 
+    @staticmethod
+    def _gather_via_host(out: torch.Tensor, t: torch.Tensor) -> None:
+        """all_gather_into_tensor for a gloo group (ranks sharing a GPU): through host copies."""
+        parts = [torch.empty_like(t, device="cpu") for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.cpu())
+        out.copy_(torch.cat(parts))
+
     def __call__(self) -> None:
         s = self.step
-        dist.all_gather_into_tensor(self.g_rows, s.rows)
-        dist.all_gather_into_tensor(self.g_keys, s.keys)
-        dist.all_gather_into_tensor(self.g_scales, s.scales)
-        dist.all_gather_into_tensor(self.g_slots, s.slots)
+        gather = self._gather_via_host if self.via_host else dist.all_gather_into_tensor
+        gather(self.g_rows, s.rows)
+        gather(self.g_keys, s.keys)
+        gather(self.g_scales, s.scales)
+        gather(self.g_slots, s.slots)
         blk, off = block_index(self.g_slots, self.layout)
         main, keys, scales = self.views
         main.index_put_((blk, off), self.g_rows)
@@ -242,15 +255,18 @@ def capture(fn):
     return graph
 
 
+REDUCE_ON = "cuda"  # where agree() and all_ranks_true() reduce: "cpu" for a gloo group
+
+
 def agree(x: float) -> float:
     """The slowest rank's value (a step is as slow as its slowest member)."""
-    t = torch.tensor([x], dtype=torch.float64, device="cuda")
+    t = torch.tensor([x], dtype=torch.float64, device=REDUCE_ON)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
 
 def all_ranks_true(ok: bool) -> bool:
-    t = torch.tensor([0 if ok else 1], dtype=torch.int32, device="cuda")
+    t = torch.tensor([0 if ok else 1], dtype=torch.int32, device=REDUCE_ON)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return int(t.item()) == 0
 
@@ -263,13 +279,19 @@ def main() -> int:
     ap.add_argument("--json", default="", help="append one JSON line per measurement to this file")
     args = ap.parse_args()
 
+    global REDUCE_ON
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local % torch.cuda.device_count())
     torch.zeros(1, device="cuda")  # the primary context is current before kvcomm records this rank's GPU
-    try:
-        dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-    except TypeError:  # torch before 2.3 has no device_id
-        dist.init_process_group("nccl")
+    shared = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > torch.cuda.device_count()  # ranks share a GPU
+    if shared:
+        dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU
+        REDUCE_ON = "cpu"
+    else:
+        try:
+            dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+        except TypeError:  # torch before 2.3 has no device_id
+            dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     group_name = dist.group.WORLD.group_name
     comm = kvcomm.init_torch()  # the PCP group: every rank here
@@ -295,6 +317,10 @@ def main() -> int:
               f"{pub.mode.name} ({pub.mode_reason})")
         print(f"cache: {layout.blocks} blocks of {BLOCK} tokens, Main-KV {MAIN_ROW} B + Indexer-K {KEY_ROW}+"
               f"{SCALE_ROW} B per token, {layout.total / 2**20:.1f} MiB per rank")
+        if shared:
+            print(f"{world} ranks share {torch.cuda.device_count()} GPU(s): gloo group, path A gathers through host "
+                  "memory and runs eagerly only, path B left out; the bytes and the capture are checked, the timings "
+                  "are not those of a GPU per rank")
 
     if world == 1 and rank == 0:
         print("path D (kvcomm.pcp) needs 2 or more ranks: vLLM runs no PCP gather for one (nothing to publish)")
@@ -302,11 +328,12 @@ def main() -> int:
     failures = 0
     for n in token_counts:
         step = Step(n, rank, world, layout, "cuda")
-        paths = [PathA(step, layout, cache_a)]
+        paths = [PathA(step, layout, cache_a, via_host=shared)]
+        b = None
         try:
-            b = PathB(step, layout, group_name) if path_b_cache is None else path_b_cache
+            if not shared:  # torch SymmetricMemory needs the NCCL group of a GPU per rank
+                b = PathB(step, layout, group_name) if path_b_cache is None else path_b_cache
         except Exception as e:  # noqa: BLE001 - the comparison goes on without B
-            b = None
             if rank == 0:
                 print(f"path B unavailable: {type(e).__name__}: {e}")
         if b is not None:
@@ -344,6 +371,8 @@ def main() -> int:
         # CUDA graphs: capture each path once, replay with new inputs copied into the captured tensors, verify.
         graphs = {}
         for p in paths:
+            if shared and p.name == PathA.name:
+                continue  # host copies and gloo cannot be captured: A runs eagerly as the reference below
             try:
                 graphs[p.name] = capture(p)
             except Exception as e:  # noqa: BLE001 - report and keep measuring the others
@@ -355,13 +384,16 @@ def main() -> int:
         step.fill(seed=n + 1)
         torch.cuda.synchronize()
         comm.barrier()
-        for g in graphs.values():
-            g.replay()
+        for p in paths:
+            if p.name in graphs:
+                graphs[p.name].replay()
+            elif p.name == PathA.name:
+                p()  # the reference, eagerly, where it could not be captured
         torch.cuda.synchronize()
         comm.barrier()
         pub.check_errors()
         layer_d.publisher.check_errors()
-        if PathA.name in graphs and PathC.name in graphs and (world == 1 or PathD.name in graphs):
+        if PathC.name in graphs and (world == 1 or PathD.name in graphs):
             ref = layout.compared(cache_a)
             ok = torch.equal(layout.compared(cache_c), ref) and (world == 1 or
                                                                  torch.equal(layout.compared(cache_d), ref))

@@ -151,6 +151,13 @@ if [ "$what" != perf ]; then
     timeout 500 torchrun --standalone --nproc-per-node "$pynp" examples/vllm_pcp/vllm_pcp.py \
       --json "$OUT/vllm_pcp.jsonl" 2>&1 | tee "$OUT/vllm_pcp.txt" | tail -40
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    if [ "$pynp" -lt 2 ]; then
+      # Path D (the custom op at vLLM's call site) needs 2 ranks: on one GPU, 2 ranks share it (gloo, A via host).
+      step "example: vLLM-style PCP step, 2 ranks sharing the GPU (paths C and D checked against A, captured)"
+      timeout 500 torchrun --standalone --nproc-per-node 2 examples/vllm_pcp/vllm_pcp.py --tokens 1,256,4096 \
+        --iters 10 --json "$OUT/vllm_pcp_shared.jsonl" 2>&1 | tee "$OUT/vllm_pcp_shared.txt" | tail -20
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    fi
   else
     step "python: skipped (python3 has no nanobind)"
   fi
