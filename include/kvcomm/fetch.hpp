@@ -220,7 +220,8 @@ class KVCOMM_API Fetcher {
   /// hash), Unsupported naming the rank when a source cannot be reached by the demanded path.
   FetchPlan plan(const std::vector<FetchRequest>& requests, const FetchOptions& options = {}) const;
   /// Enqueues a plan made by this fetcher (stream-ordered). Refused while the stream is being captured: host ids
-  /// would be frozen into the graph (use fetchDevice()).
+  /// would be frozen into the graph (use fetchDevice()). The first submit prepares the plan for repeated submits (on
+  /// CUDA, a gather-kernel plan keeps its pairs in device memory: later submits do no host work per pair).
   void submit(const FetchPlan& plan, Stream stream = nullptr);
   /// plan() + submit(); returns the plan's info.
   FetchPlanInfo fetch(const std::vector<FetchRequest>& requests, Stream stream = nullptr,

@@ -155,6 +155,30 @@ class ListStaging {
   int next_ = 0;
 };
 
+// A reused plan's pairs in device memory, with the event that marks their upload (a launch on another stream waits
+// for it). cudaFree waits for the kernels still reading them.
+class CudaResidentPairs final : public ResidentPairs {
+ public:
+  CudaResidentPairs(size_t bytes, cudaStream_t s) : stream(s) {
+    checkCuda(cudaMalloc(&memory, bytes), "cudaMalloc (plan pairs)");
+    cudaError_t e = cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      cudaFree(memory);
+      checkCuda(e, "cudaEventCreateWithFlags (plan pairs)");
+    }
+  }
+  ~CudaResidentPairs() override {
+    cudaEventDestroy(uploaded);
+    cudaFree(memory);
+  }
+  CudaResidentPairs(const CudaResidentPairs&) = delete;
+  CudaResidentPairs& operator=(const CudaResidentPairs&) = delete;
+
+  void* memory = nullptr;
+  cudaEvent_t uploaded = nullptr;
+  cudaStream_t stream;
+};
+
 class CudaCopier : public DeviceCopier {
  public:
   static constexpr uint64_t kPieceChunk = 64u << 10;
@@ -185,6 +209,36 @@ class CudaCopier : public DeviceCopier {
     f.srcRanks = reinterpret_cast<int32_t*>(d + 2 * n * sizeof(int64_t));
     launchFetch(f, s);
     staging_.launched(s);
+  }
+
+  std::unique_ptr<ResidentPairs> upload(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
+                                        Stream stream) override {
+    auto s = reinterpret_cast<cudaStream_t>(stream);
+    const size_t ids = n * sizeof(int64_t);
+    auto r = std::make_unique<CudaResidentPairs>(2 * ids + n * sizeof(int32_t), s);
+    char* d = static_cast<char*>(r->memory);
+    checkCuda(cudaMemcpyAsync(d, src, ids, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (plan pairs)");
+    checkCuda(cudaMemcpyAsync(d + ids, dst, ids, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (plan pairs)");
+    checkCuda(cudaMemcpyAsync(d + 2 * ids, rank, n * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+              "cudaMemcpyAsync (plan pairs)");
+    checkCuda(cudaEventRecord(r->uploaded, s), "cudaEventRecord (plan pairs)");
+    r->src = reinterpret_cast<const int64_t*>(d);
+    r->dst = reinterpret_cast<const int64_t*>(d + ids);
+    r->rank = reinterpret_cast<const int32_t*>(d + 2 * ids);
+    r->count = n;
+    return r;
+  }
+
+  void launchResident(FetchLaunch f, const ResidentPairs& pairs, Stream stream) override {
+    auto s = reinterpret_cast<cudaStream_t>(stream);
+    const auto& r = static_cast<const CudaResidentPairs&>(pairs);
+    if (s != r.stream) checkCuda(cudaStreamWaitEvent(s, r.uploaded, 0), "cudaStreamWaitEvent (plan pairs)");
+    f.numPairs = static_cast<int64_t>(r.count);
+    f.inlineCount = 0;
+    f.srcBlocks = r.src;
+    f.dstBlocks = r.dst;
+    f.srcRanks = r.rank;
+    launchFetch(f, s);
   }
 
   void copyPieces(const std::vector<PieceCopy>& pieces, Stream stream) override {

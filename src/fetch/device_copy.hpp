@@ -30,6 +30,16 @@ class DeviceEvent {
   virtual void wait() = 0;
 };
 
+/// Pairs kept in device memory for repeated launches (a reused plan's); the memory is freed with it.
+class ResidentPairs {
+ public:
+  virtual ~ResidentPairs() = default;
+  const int64_t* src = nullptr;
+  const int64_t* dst = nullptr;
+  const int32_t* rank = nullptr;
+  size_t count = 0;
+};
+
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
@@ -38,6 +48,12 @@ class DeviceCopier {
   /// stream order first). A staging slot is reused only after the kernel that read it finished.
   virtual void launchPairs(FetchLaunch base, const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
                            Stream stream) = 0;
+  /// Copies `n` pairs (host arrays that stay until the copy ran) into device memory of their own, in `stream`'s
+  /// order; launches on other streams wait for that copy.
+  virtual std::unique_ptr<ResidentPairs> upload(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n,
+                                                Stream stream) = 0;
+  /// Launches the gather kernel over pairs uploaded before: no staging, no host work per pair.
+  virtual void launchResident(FetchLaunch base, const ResidentPairs& pairs, Stream stream) = 0;
   /// Launches the conversion kernel over `pieces` (absolute addresses, checked by the caller), staged as the pairs
   /// of launchPairs are.
   virtual void copyPieces(const std::vector<PieceCopy>& pieces, Stream stream) = 0;

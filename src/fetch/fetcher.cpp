@@ -153,6 +153,10 @@ struct FetchPlan::Impl {
   // Not an address: a fetcher created after the planning one died may get the same one, and would take a plan of
   // another layout for its own (it wrote outside its layout).
   std::weak_ptr<Fetcher::Impl> owner;
+  // Made at the first submit (under the fetcher's lock): the runs by transport, each made ready for repeated submits,
+  // so that a reused plan costs no host work per pair or run.
+  std::vector<std::unique_ptr<detail::PreparedRuns>> prepared;
+  bool isPrepared = false;
 };
 
 FetchPlan::FetchPlan() = default;
@@ -320,17 +324,26 @@ struct Fetcher::Impl {
     return parts;
   }
 
-  void submitLocked(const detail::PlanOutput& plan, Stream stream) {
+  void refuseCapture(Stream stream) {
     if (kind == MemoryKind::Cuda)
       KVCOMM_CHECK_ARG(!copier->capturing(stream), "Fetcher::submit",
                        "a fetch with host-side block ids cannot be captured in a CUDA graph (the ids would be frozen "
                        "into it); use fetchDevice() with ids in device memory");
-    // Same-host copies first (asynchronous on CUDA), then the network transports (they return once received).
+  }
+
+  // The plan's runs by transport: same-host copies first (asynchronous on CUDA), then the network transports (they
+  // return once received).
+  std::vector<std::pair<detail::FetchTransport*, std::vector<size_t>>> ordered(const detail::PlanOutput& plan) const {
     auto parts = split(plan);
     const detail::FetchTransport* local = transportOf(detail::Route::Peer);
     std::stable_sort(parts.begin(), parts.end(),
                      [&](const auto& a, const auto& b) { return (a.first == local) > (b.first == local); });
-    for (auto& [t, runs] : parts) t->submit(plan, runs, stream);
+    return parts;
+  }
+
+  void submitLocked(const detail::PlanOutput& plan, Stream stream) {
+    refuseCapture(stream);
+    for (auto& [t, runs] : ordered(plan)) t->submit(plan, runs, stream);
   }
 
   // fetch() checked on the device (CUDA): what is per request is checked here, as the planner would; the pairs are
@@ -590,7 +603,15 @@ void Fetcher::submit(const FetchPlan& plan, Stream stream) {
   impl_->checkHealth(*plan.impl_->out, "Fetcher::submit");
   std::lock_guard<std::mutex> lock(impl_->mu);
   detail::BufferUse use(impl_->buf, "Fetcher::submit");  // open, and steady while the copies are made
-  impl_->submitLocked(*plan.impl_->out, stream);
+  impl_->refuseCapture(stream);
+  FetchPlan::Impl& p = *plan.impl_;
+  if (!p.isPrepared) {
+    std::vector<std::unique_ptr<detail::PreparedRuns>> prepared;
+    for (auto& [t, runs] : impl_->ordered(*p.out)) prepared.push_back(t->prepare(p.out, std::move(runs)));
+    p.prepared = std::move(prepared);
+    p.isPrepared = true;
+  }
+  for (const auto& r : p.prepared) r->submit(stream);
 }
 
 FetchPlanInfo Fetcher::fetch(const std::vector<FetchRequest>& requests, Stream stream, const FetchOptions& options) {

@@ -135,4 +135,57 @@ TEST_F(GraphFetch, CapturingAHostIdFetchIsRefused) {
   world.barrier();
 }
 
+__global__ void sleepKernel(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// A reused plan keeps its pairs in device memory, uploaded in the order of the stream of its first submit. Here that
+// stream is held back (a 50 ms kernel) when the plan is submitted on a second stream at once: the second launch must
+// wait for the upload (else it reads pairs not yet there), and both copies land the oracle's bytes.
+TEST_F(GraphFetch, ReusedPlanSubmittedOnASecondStreamWaitsForItsPairs) {
+  auto world = kvtest::tcpWorld();
+  const kvtest::FetchCase c{16 << 10, 2, true, 256};
+  std::vector<kvcomm::KvLayout> layouts;
+  size_t most = 0, extent = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    size_t e = 0;
+    layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
+    most = std::max(most, e);
+    if (r == world.rank()) extent = e;
+  }
+  const kvcomm::KvLayout& mine = layouts[static_cast<size_t>(world.rank())];
+  auto buf = kvcomm::SymmetricBuffer::create(world, most, most, MemoryKind::Cuda);
+  auto image = kvtest::initialImage(mine, seed_, world.rank(), extent);
+  kvtest::toMemory(MemoryKind::Cuda, buf.local(), image.data(), extent);
+  auto f = kvcomm::Fetcher::create(buf, mine);
+  const auto batch = kvtest::makeFetchBatch(seed_, world.rank(), world.size(), c.numBlocks, 200, 1);
+  ASSERT_GT(batch.pairs(), 32u);
+  kvcomm::FetchOptions o;
+  o.path = kvcomm::FetchPath::Kernel;
+  const kvcomm::FetchPlan plan = f.plan(batch.requests(), o);
+  world.barrier();  // every source filled
+  cudaStream_t a, b;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  sleepKernel<<<1, 1, 0, a>>>(50'000'000);
+  CUDA_OK(cudaGetLastError());
+  f.submit(plan, reinterpret_cast<kvcomm::Stream>(a));  // the upload waits behind the sleep
+  f.submit(plan, reinterpret_cast<kvcomm::Stream>(b));  // must wait for it
+  CUDA_OK(cudaStreamSynchronize(b));
+  CUDA_OK(cudaStreamSynchronize(a));
+  std::vector<uint8_t> got(extent);
+  kvtest::fromMemory(MemoryKind::Cuda, got.data(), buf.local(), extent);
+  kvtest::applyFetchOracle(image, layouts, world.rank(), seed_, batch);
+  EXPECT_EQ(kvtest::describeMismatch(got, image, mine), "");
+  f.checkErrors();
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+  world.barrier();  // nobody frees a buffer a peer still reads
+}
+
 }  // namespace

@@ -156,6 +156,45 @@ TEST_P(Fetch, PlanOnceSubmitTwiceAndPlanReportsCoalescing) {
   comm.barrier();
 }
 
+// A reused plan copies the sources as they are at each submit (on CUDA its pairs stay in device memory after the
+// first submit of a gather-kernel plan: later submits must still read the sources afresh, not replay old bytes).
+TEST_P(Fetch, ReusedPlanCopiesTheSourcesAsTheyAreAtEachSubmit) {
+  auto comm = kvtest::tcpWorld();
+  const FetchCase c{4096, 2, true, 256};
+  size_t extent = 0, most = 0;
+  const KvLayout mine = layoutOf(comm, c, &extent, &most);
+  std::vector<KvLayout> layouts;
+  for (int r = 0; r < comm.size(); ++r) {
+    size_t e = 0;
+    layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
+  }
+  auto buf = SymmetricBuffer::create(comm, most, most, kind_);
+  Fetcher f = Fetcher::create(buf, mine);
+  const FetchBatch batch = kvtest::makeFetchBatch(seed_, comm.rank(), comm.size(), c.numBlocks, 200, 2);
+  ASSERT_GT(batch.pairs(), 32u);  // more than a launch carries inline: the pairs live in memory of the plan's
+  for (FetchPath path : paths()) {
+    kvcomm::FetchOptions o;
+    o.path = path;
+    const kvcomm::FetchPlan plan = f.plan(batch.requests(), o);
+    for (int round = 0; round < 3; ++round) {
+      const uint64_t seed = seed_ + 1000 * static_cast<uint64_t>(round + 1) + static_cast<uint64_t>(path);
+      auto image = kvtest::initialImage(mine, seed, comm.rank(), extent);
+      kvtest::toMemory(kind_, buf.local(), image.data(), extent);
+      kvtest::synchronize(kind_);
+      comm.barrier();  // every source holds this round's bytes
+      f.submit(plan);
+      kvtest::synchronize(kind_);
+      std::vector<uint8_t> got(extent);
+      kvtest::fromMemory(kind_, got.data(), buf.local(), extent);
+      kvtest::applyFetchOracle(image, layouts, comm.rank(), seed, batch);
+      EXPECT_EQ(kvtest::describeMismatch(got, image, mine), "")
+          << "path " << kvcomm::fetchPathName(path) << ", round " << round;
+      comm.barrier();  // nobody refills a buffer a peer still reads
+    }
+  }
+  f.checkErrors();
+}
+
 TEST_P(Fetch, DeviceIdsFetchAndBadIdsAreReportedByPair) {
   auto comm = kvtest::tcpWorld();
   FetchCase c{1024, 3, true, 40};

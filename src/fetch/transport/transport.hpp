@@ -86,6 +86,16 @@ struct ConnectPass {
   }
 };
 
+/// A plan's runs on one transport made ready for repeated submits (Fetcher::submit of a reused plan): what does not
+/// change between submits is done once. Used only while its fetcher lives and the plan is current (submit refuses a
+/// plan of another fetcher, or a stale one, before it gets here).
+class PreparedRuns {
+ public:
+  virtual ~PreparedRuns() = default;
+  /// Stream-ordered, as FetchTransport::submit.
+  virtual void submit(Stream stream) = 0;
+};
+
 class FetchTransport {
  public:
   virtual ~FetchTransport() = default;
@@ -114,10 +124,30 @@ class FetchTransport {
   virtual std::string unreachable(int rank) const = 0;
   /// Stream-ordered: enqueues the runs `runs` (indices into plan.runs) of `plan`.
   virtual void submit(const PlanOutput& plan, const std::vector<size_t>& runs, Stream stream) = 0;
+  /// The runs `runs` of `plan` made ready for repeated submits; by default each submit is submit()'s.
+  virtual std::unique_ptr<PreparedRuns> prepare(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs);
   /// Polled: starts the runs `runs` of `plan`; the operation holds the plan until it is destroyed.
   virtual std::unique_ptr<TransportOp> start(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs,
                                              const FetchOptions& options, Stream stream) = 0;
 };
+
+/// FetchTransport::prepare's default: nothing is kept but the plan and its runs.
+class SubmittedEachTime final : public PreparedRuns {
+ public:
+  SubmittedEachTime(FetchTransport& transport, std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs)
+      : transport_(transport), plan_(std::move(plan)), runs_(std::move(runs)) {}
+  void submit(Stream stream) override { transport_.submit(*plan_, runs_, stream); }
+
+ private:
+  FetchTransport& transport_;
+  std::shared_ptr<const PlanOutput> plan_;
+  std::vector<size_t> runs_;
+};
+
+inline std::unique_ptr<PreparedRuns> FetchTransport::prepare(std::shared_ptr<const PlanOutput> plan,
+                                                             std::vector<size_t> runs) {
+  return std::make_unique<SubmittedEachTime>(*this, std::move(plan), std::move(runs));
+}
 
 /// One registered transport: adding one is a folder below fetch/transport/ and one line in registry.cpp.
 struct TransportEntry {
