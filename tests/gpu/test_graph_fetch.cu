@@ -49,17 +49,24 @@ kvtest::FetchBatch replayIds(std::mt19937_64& rng, int peer, size_t count, size_
   return b;
 }
 
+// Every member's layout for `c`: `most` the largest extent, `extent` this rank's.
+std::vector<kvcomm::KvLayout> layoutsFor(const kvcomm::Communicator& world, const kvtest::FetchCase& c, uint64_t seed,
+                                         size_t* most, size_t* extent) {
+  std::vector<kvcomm::KvLayout> layouts;
+  for (int r = 0; r < world.size(); ++r) {
+    size_t e = 0;
+    layouts.push_back(kvtest::makeFetchLayout(c, seed, r, &e));
+    *most = std::max(*most, e);
+    if (r == world.rank()) *extent = e;
+  }
+  return layouts;
+}
+
 TEST_F(GraphFetch, ThousandReplaysWithNewIdsEveryReplay) {
   auto world = kvtest::tcpWorld();
   const kvtest::FetchCase c{16 << 10, 2, true, 128};
-  std::vector<kvcomm::KvLayout> layouts;
   size_t most = 0, extent = 0;
-  for (int r = 0; r < world.size(); ++r) {
-    size_t e = 0;
-    layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
-    most = std::max(most, e);
-    if (r == world.rank()) extent = e;
-  }
+  const auto layouts = layoutsFor(world, c, seed_, &most, &extent);
   const kvcomm::KvLayout& mine = layouts[static_cast<size_t>(world.rank())];
   auto buf = kvcomm::SymmetricBuffer::create(world, most, most, MemoryKind::Cuda);
   const auto initial = kvtest::initialImage(mine, seed_, world.rank(), extent);
@@ -150,14 +157,8 @@ __global__ void sleepKernel(uint64_t ns) {
 TEST_F(GraphFetch, ReusedPlanSubmittedOnASecondStreamWaitsForItsPairs) {
   auto world = kvtest::tcpWorld();
   const kvtest::FetchCase c{16 << 10, 2, true, 256};
-  std::vector<kvcomm::KvLayout> layouts;
   size_t most = 0, extent = 0;
-  for (int r = 0; r < world.size(); ++r) {
-    size_t e = 0;
-    layouts.push_back(kvtest::makeFetchLayout(c, seed_, r, &e));
-    most = std::max(most, e);
-    if (r == world.rank()) extent = e;
-  }
+  const auto layouts = layoutsFor(world, c, seed_, &most, &extent);
   const kvcomm::KvLayout& mine = layouts[static_cast<size_t>(world.rank())];
   auto buf = kvcomm::SymmetricBuffer::create(world, most, most, MemoryKind::Cuda);
   auto image = kvtest::initialImage(mine, seed_, world.rank(), extent);

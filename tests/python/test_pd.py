@@ -252,6 +252,23 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available() and kvcomm._kvcomm.built_with_cuda()
 
 
+needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) "
+                                "or a host-only build of kvcomm")
+
+
+def _in_process(target: Any, *args: Any) -> Any:
+    """Runs target(*args, results) in a spawned process (the decode side); returns what it put in `results` (a
+    traceback there fails the test)."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, results))
+    p.start()
+    got = results.get(timeout=180)
+    p.join(60)
+    assert not isinstance(got, str), got
+    return got
+
+
 def _cuda_decode_process(params: Dict[str, Any], blocks: List[int], results: Any) -> None:
     """The decode side in its own process: layer caches are torch CUDA tensors, poisoned; pulls `params` into
     `blocks`, sends back (result, the caches' bytes)."""
@@ -272,8 +289,7 @@ def _cuda_decode_process(params: Dict[str, Any], blocks: List[int], results: Any
         results.put(traceback.format_exc())
 
 
-@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
-                    "build of kvcomm")
+@needs_cuda
 def test_cuda_caches_in_two_processes_are_pulled_byte_exact():
     """Both sides' layer caches are torch CUDA tensors (as an engine's are), prefill here and decode in a process of
     its own (on one GPU: two processes on it): the pull lands in the decode side's GPU slots byte for byte, untouched
@@ -286,15 +302,8 @@ def test_cuda_caches_in_two_processes_are_pulled_byte_exact():
         regs = [ep.register(t, LAYOUT) for t in layers]
         assert all(r.kind == kvcomm.MemoryKind.Cuda for r in regs)
         producer = pd.Producer(ep, regs, hold_timeout_ms=60000)
-        ctx = mp.get_context("spawn")
-        results = ctx.Queue()
-        p = ctx.Process(target=_cuda_decode_process, args=(producer.hold("gpu", [2, 17, 31, 0]), [5, 6, -1, 30],
-                                                           results))
-        p.start()
-        got = results.get(timeout=180)
-        p.join(60)
-        assert not isinstance(got, str), got
-        (ok, failed, error), caches = got
+        (ok, failed, error), caches = _in_process(_cuda_decode_process, producer.hold("gpu", [2, 17, 31, 0]),
+                                                  [5, 6, -1, 30])
         assert ok and list(failed) == [] and error == "", (ok, failed, error)
         poisoned = [np.full(BLOCKS * BB, 0xEE, np.uint8)] * 2
         want = expect(poisoned, [pattern(300), pattern(301)], [2, 17, 31, 0], [5, 6, -1, 30])
@@ -329,8 +338,7 @@ def _cuda_converted_decode_process(params: List[Any], seed: int, results: Any) -
         results.put(traceback.format_exc())
 
 
-@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device (torch.cuda.is_available() is False) or a host-only "
-                    "build of kvcomm")
+@needs_cuda
 def test_cuda_heterogeneous_tp2_to_tp1_in_two_processes_converted():
     """Heterogeneous TP with CUDA caches in two processes (one GPU: both on it): prefill TP 2 here (16-token
     tokens-major blocks, half of the heads each, torch CUDA tensors), decode TP 1 in a process of its own (64-token
@@ -356,14 +364,7 @@ def test_cuda_heterogeneous_tp2_to_tp1_in_two_processes_converted():
             producers.append(pd.Producer(ep, [reg], contents=[contents], hold_timeout_ms=60000))
             params.append(producers[-1].hold("gpu", list(table)))
         seed = 11
-        ctx = mp.get_context("spawn")
-        results = ctx.Queue()
-        p = ctx.Process(target=_cuda_converted_decode_process, args=(params, seed, results))
-        p.start()
-        got = results.get(timeout=180)
-        p.join(60)
-        assert not isinstance(got, str), got
-        (ok, failed, error), cache = got
+        (ok, failed, error), cache = _in_process(_cuda_converted_decode_process, params, seed)
         assert ok and list(failed) == [] and error == "", (ok, failed, error)
         layout, contents, dtable, mem = side(8, 1, 0, 64, "hnd", np.random.default_rng(seed))
         want = np.full_like(mem, CPOISON)
