@@ -118,8 +118,15 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
   cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
 
-  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then an insert kernel.
-  kvbench::NcclBaseline nccl;
+  // The NCCL baseline: one AllGather of a pre-packed [slots | rows] record, then an insert kernel. NCCL refuses ranks
+  // that share a GPU: the baseline's rows and the ratios to it are then left out (said in the notes).
+  std::optional<kvbench::NcclBaseline> nccl;
+  std::string noNccl;
+  try {
+    nccl.emplace();
+  } catch (const std::exception& e) {
+    noNccl = e.what();
+  }
 
   char *rows = nullptr, *send = nullptr, *recv = nullptr;
   int64_t* slots = nullptr;
@@ -164,6 +171,7 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
   rep.note("Every statistic is the maximum over the ranks (the slowest rank counts). Warm-up: " +
            std::to_string(warmup) + " replays standalone, " + std::to_string(std::max(1, warmup / 4)) + " in20.");
   if (!fallback) rep.note("The kvcomm fallback rows are not run here: " + noFallback);
+  if (!nccl) rep.note("The NCCL baseline (and the ratios to it) is not run here: " + noNccl);
   auto timeBoth = [&](const std::function<void(CUstream_st*)>& op, int reps) {
     MPI_Barrier(MPI_COMM_WORLD);
     Stats a = kvbench::maxOverRanks(kvbench::graphTimeUs(op, 1, reps, warmup, s));
@@ -270,17 +278,21 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     ins.backed = buf.backedBitmap();
     ins.granShift = static_cast<int32_t>(__builtin_ctzll(buf.granularity()));
     ins.capacity = buf.capacity();
-    auto base = timeBoth(
-        [&](CUstream_st* st) {
-          nccl.allGather(send, recv, record, st);
-          kvbench::launchInsert(ins, st);
-        },
-        reps);
-    // What each moves through NCCL, without the insert: the baseline's one packed record, and the fallback's two
-    // gathers (the caller's slots and rows are separate buffers; the baseline packed them outside the timing).
-    auto ncclRecord = timeBoth([&](CUstream_st* st) { nccl.allGather(send, recv, record, st); }, reps);
-    auto ncclPair = timeBoth(
-        [&](CUstream_st* st) { nccl.allGatherPair(slots, recv, T * 8, rows, recv + n * slotPart, bytes, st); }, reps);
+    std::pair<Stats, Stats> base, ncclRecord, ncclPair;
+    if (nccl) {
+      base = timeBoth(
+          [&](CUstream_st* st) {
+            nccl->allGather(send, recv, record, st);
+            kvbench::launchInsert(ins, st);
+          },
+          reps);
+      // What each moves through NCCL, without the insert: the baseline's one packed record, and the fallback's two
+      // gathers (the caller's slots and rows are separate buffers; the baseline packed them outside the timing).
+      ncclRecord = timeBoth([&](CUstream_st* st) { nccl->allGather(send, recv, record, st); }, reps);
+      ncclPair = timeBoth(
+          [&](CUstream_st* st) { nccl->allGatherPair(slots, recv, T * 8, rows, recv + n * slotPart, bytes, st); },
+          reps);
+    }
     // Copy-engine writes of the same bytes into the peer's memory, through the same mapping.
     char* peerDst = static_cast<char*>(buf.peer((me + 1) % n));
     auto cp =
@@ -314,8 +326,8 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
     auto row = [&](const char* name, std::pair<Stats, Stats> v, bool ratio, bool bw) {
       double gbs = bytes / (v.second.median * 1e3);
       auto c = cells(std::to_string(T), std::to_string(bytes), name, v);
-      c.push_back(ratio ? fmt(base.first.median / v.first.median) : "-");
-      c.push_back(ratio ? fmt(base.second.median / v.second.median) : "-");
+      c.push_back(ratio && nccl ? fmt(base.first.median / v.first.median) : "-");
+      c.push_back(ratio && nccl ? fmt(base.second.median / v.second.median) : "-");
       c.push_back(bw ? fmt(gbs, 1) : "-");
       c.push_back(bw ? fmt(gbs / cpGBs, 3) : "-");
       rep.row(c);
@@ -328,9 +340,11 @@ void runGpu(kvcomm::Communicator& world, const Options& o, const kvbench::Placem
       row("kvcomm fallback, strided source rows (pack+nccl+insert)", fbPack, true, false);
       row("kvcomm fallback, never packed (KVCOMM_FALLBACK_PACK_MAX_BYTES=0)", fbInPlace, true, false);
     }
-    row("NCCL AllGather + insert (baseline)", base, true, false);
-    row("probe: NCCL AllGather of the packed record alone", ncclRecord, true, false);
-    row("probe: NCCL group of AllGathers, slots and rows", ncclPair, true, false);
+    if (nccl) {
+      row("NCCL AllGather + insert (baseline)", base, true, false);
+      row("probe: NCCL AllGather of the packed record alone", ncclRecord, true, false);
+      row("probe: NCCL group of AllGathers, slots and rows", ncclPair, true, false);
+    }
     row("cudaMemcpy into peer (copy engine)", cp, false, true);
     row("probe: SM copy kernel into peer (contiguous)", sm, false, true);
     row("probe: bare scatter kernel into peer (same slots)", scatter, false, true);
