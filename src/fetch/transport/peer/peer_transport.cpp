@@ -299,6 +299,23 @@ class DeviceOp : public TransportOp {
   std::string error_;
 };
 
+// Whether `runs` are the whole of `plan` and every one goes to the gather kernel: the plan's pair arrays are then
+// the kernel's list as they are (submit launches them; prepare keeps them on the GPU).
+bool wholePlanToKernel(const PlanOutput& plan, const std::vector<size_t>& runs) {
+  if (runs.size() != plan.runs.size()) return false;
+  for (size_t ri : runs)
+    if (plan.runs[ri].path != FetchPath::Kernel) return false;
+  return true;
+}
+
+// A launch over pairs of a plan: validated on the host against the current generation (submit checked the plan is
+// current), so the kernel skips its checks.
+FetchLaunch trustedLaunch(const PeerContext& ctx, size_t pairs) {
+  FetchLaunch f = makeFetchLaunch(ctx, pairs);
+  f.trusted = 1;
+  return f;
+}
+
 // PeerTransport::prepare's: the plan's pairs uploaded at its first submit, launched from device memory at each.
 class ResidentKernelRuns final : public PreparedRuns {
  public:
@@ -307,9 +324,7 @@ class ResidentKernelRuns final : public PreparedRuns {
   void submit(Stream stream) override {
     const FetchPairs& p = plan_->pairs;
     if (!pairs_) pairs_ = ctx_.copier->upload(p.src.data(), p.dst.data(), p.rank.data(), p.size(), stream);
-    FetchLaunch f = makeFetchLaunch(ctx_, pairs_->count);
-    f.trusted = 1;  // validated by the plan, which is current (submit checked it)
-    ctx_.copier->launchResident(f, *pairs_, stream);
+    ctx_.copier->launchResident(trustedLaunch(ctx_, pairs_->count), *pairs_, stream);
   }
 
  private:
@@ -348,9 +363,7 @@ class PeerTransport : public FetchTransport {
     std::vector<CopyDesc> descs;
     std::vector<int64_t> src, dst;
     std::vector<int32_t> rank;
-    bool allKernel = true;
-    for (size_t ri : runs) allKernel = allKernel && plan.runs[ri].path == FetchPath::Kernel;
-    if (allKernel && runs.size() == plan.runs.size()) {
+    if (wholePlanToKernel(plan, runs)) {
       launch(plan.pairs.src.data(), plan.pairs.dst.data(), plan.pairs.rank.data(), plan.pairs.size(), stream);
       return;
     }
@@ -371,10 +384,9 @@ class PeerTransport : public FetchTransport {
   // A reused plan whose every pair goes to the gather kernel keeps its pairs in device memory: each submit is one
   // launch (re-staging 100k pairs every submit cost ~1 ms of host time).
   std::unique_ptr<PreparedRuns> prepare(std::shared_ptr<const PlanOutput> plan, std::vector<size_t> runs) override {
-    bool resident = ctx_.memory->kind() == MemoryKind::Cuda && runs.size() == plan->runs.size() &&
-                    plan->pairs.size() > static_cast<size_t>(kInlineFetchPairs);
-    for (size_t ri : runs) resident = resident && plan->runs[ri].path == FetchPath::Kernel;
-    if (!resident) return FetchTransport::prepare(std::move(plan), std::move(runs));
+    if (ctx_.memory->kind() != MemoryKind::Cuda || plan->pairs.size() <= static_cast<size_t>(kInlineFetchPairs) ||
+        !wholePlanToKernel(*plan, runs))
+      return FetchTransport::prepare(std::move(plan), std::move(runs));
     return std::make_unique<ResidentKernelRuns>(ctx_, std::move(plan));
   }
 
@@ -394,11 +406,8 @@ class PeerTransport : public FetchTransport {
   }
 
  private:
-  // Pairs of a plan: validated on the host against the current generation, so the kernel skips its checks.
   void launch(const int64_t* src, const int64_t* dst, const int32_t* rank, size_t n, Stream stream) {
-    FetchLaunch f = makeFetchLaunch(ctx_, n);
-    f.trusted = 1;
-    ctx_.copier->launchPairs(f, src, dst, rank, n, stream);
+    ctx_.copier->launchPairs(trustedLaunch(ctx_, n), src, dst, rank, n, stream);
   }
 
   PeerContext ctx_;
